@@ -1,0 +1,39 @@
+# AttnViz: `make run` installs everything and serves the page on http://127.0.0.1:8000;
+# `make test` installs everything (Chromium included) and runs every check and test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch, pinned; installed before the project so that the
+# project's own range (torch>=2.4) is already met and no CUDA build is pulled.
+TORCH_SPEC ?= torch==2.13.0
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install browser run test lint clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+# Debian's Chromium for the browser tests (Playwright drives it; no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+
+run: install
+	$(BIN)/python -m app
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: install browser lint
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,15 @@
+"""``python -m app``: serve AttnViz with uvicorn on ATTNVIZ_HOST:ATTNVIZ_PORT."""
+
+import uvicorn
+
+from app.config import get_settings
+
+
+def main() -> None:
+    """Start uvicorn with the settings' host and port (default 127.0.0.1:8000)."""
+    settings = get_settings()
+    uvicorn.run("app.main:app", host=settings.host, port=settings.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""The AttnViz attention engine: torch only, no web code.
+
+Legend, used in every shape in this package (the seeds' letters):
+    B    batch size (number of sequences)
+    H    number of heads (num_heads)
+    L    padded sequence length; L_q queries, L_k keys (S_L source, T_L target)
+    d_model  model width; d_k = d_model // num_heads, the width of one head
+
+Masks are bool with True = attend, as in the seeds (PyTorch's nn.MultiheadAttention
+uses the opposite: True = ignore).
+"""
+
+from app.attention.engine import AttentionModel, AttentionResult, compute_attention
+from app.attention.errors import AttentionInputError
+from app.attention.masks import MASK_NAMES, build_mask, causal_mask, padding_mask
+from app.attention.mha import MultiHeadAttention, count_parameters, scaled_dot_product_attention
+from app.attention.tokens import PAD_LABEL, TokenBatch, encode_batches
+
+__all__ = [
+    "MASK_NAMES",
+    "PAD_LABEL",
+    "AttentionInputError",
+    "AttentionModel",
+    "AttentionResult",
+    "MultiHeadAttention",
+    "TokenBatch",
+    "build_mask",
+    "causal_mask",
+    "compute_attention",
+    "count_parameters",
+    "encode_batches",
+    "padding_mask",
+    "scaled_dot_product_attention",
+]

@@ -1,0 +1,253 @@
+"""The whole computation behind one AttnViz request: ids -> embeddings -> attention.
+
+Pipeline (seed 000_ead306c3acdd1f55.txt sections 7.2-7.8): pad the batch,
+``nn.Embedding(vocab_size, d_model)`` -> (B, L, d_model), multi-head attention with
+the chosen mask -> per-head weights (B, H, L_q, L_k). Self-attention uses the batch
+for queries, keys and values; cross (encoder-decoder) attention takes the queries
+from the target batch (L_q = T_L) and keys and values from the source batch
+(L_k = S_L), with the source padding mask.
+
+Reproducibility: every parameter is drawn on the CPU from one ``torch.Generator``
+seeded with ``seed``, in a fixed order (embedding, then W_q, W_k, W_v, W_o, weight
+before bias), with PyTorch's default initialisers: N(0, 1) for the embedding and
+U(-1/sqrt(d_model), 1/sqrt(d_model)) for the linear weights and biases
+(``kaiming_uniform_(a=sqrt(5))``). The same request therefore gives the same
+parameters on every call and machine, and the global RNG is never touched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+import torch
+from torch import nn
+
+from app.attention.errors import AttentionInputError
+from app.attention.masks import build_mask
+from app.attention.mha import MultiHeadAttention, count_parameters
+from app.attention.tokens import SequenceInput, encode_batches
+
+DeviceName = Literal["auto", "cpu", "cuda"]
+DEVICE_NAMES: Final[tuple[str, ...]] = get_args(DeviceName)
+DtypeName = Literal["float32", "float64"]
+DTYPES: Final[dict[str, torch.dtype]] = {"float32": torch.float32, "float64": torch.float64}
+
+
+class AttentionModel(nn.Module):
+    """An embedding table and one multi-head attention layer, seeded.
+
+    Args:
+        vocab_size: rows of the embedding table.
+        d_model: model width.
+        num_heads: H; must divide d_model.
+        seed: seed of the ``torch.Generator`` that draws every parameter.
+
+    Raises:
+        AttentionInputError: (field ``num_heads``) if num_heads does not divide d_model.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, seed: int) -> None:
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise AttentionInputError(
+                "num_heads", f"d_model={d_model} is not divisible by num_heads={num_heads}"
+            )
+        # Built on the meta device, so that PyTorch's own init does not consume the
+        # global RNG; the seeded init below fills every parameter.
+        self.embedding = nn.Embedding(vocab_size, d_model, device="meta")
+        self.attention = MultiHeadAttention(d_model, num_heads, device="meta")
+        self.to_empty(device="cpu")
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            nn.init.normal_(self.embedding.weight, generator=generator)
+            bound = 1.0 / math.sqrt(d_model)
+            for linear in (self.attention.W_q, self.attention.W_k, self.attention.W_v,
+                           self.attention.W_o):
+                nn.init.kaiming_uniform_(linear.weight, a=math.sqrt(5), generator=generator)
+                nn.init.uniform_(linear.bias, -bound, bound, generator=generator)
+
+    def forward(
+        self,
+        query_ids: torch.Tensor,
+        key_ids: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embed and attend.
+
+        Args:
+            query_ids: (B, L_q) int64.
+            key_ids: (B, L_k) int64 (the same tensor as query_ids for self-attention).
+            mask: bool broadcastable to (B, L_q, L_k), True = attend; or None.
+
+        Returns:
+            attn_output (B, L_q, d_model) and attn_weights (B, H, L_q, L_k).
+        """
+        query = self.embedding(query_ids)  # (B, L_q, d_model)
+        key = query if key_ids is query_ids else self.embedding(key_ids)  # (B, L_k, d_model)
+        return self.attention(query, key, key, mask)
+
+
+@dataclass(frozen=True)
+class AttentionResult:
+    """Everything one attention run produced, on the CPU.
+
+    Attributes:
+        attn_weights: (B, H, L_q, L_k) float, per-head softmax weights.
+        attn_output: (B, L_q, d_model) float, the layer output after W_o.
+        mask: (B, L_q, L_k) bool, True = attend (all True for mask "none").
+        fully_masked: (B, L_q) bool, query rows with every key masked; their
+            weights are all 0 (see :mod:`app.attention.mha`).
+        query_ids, key_ids: (B, L_q) and (B, L_k) int64, padded ids.
+        query_labels, key_labels: per sequence, one label per position.
+        num_parameters: parameters of the attention layer (W_q, W_k, W_v, W_o with
+            biases), 4 * d_model**2 + 4 * d_model.
+        num_embedding_parameters: vocab_size * d_model.
+        device: the device the computation ran on ("cpu", "cuda").
+        dtype: "float32" or "float64".
+        compute_ms: wall time of the forward pass in milliseconds (ms).
+    """
+
+    attn_weights: torch.Tensor
+    attn_output: torch.Tensor
+    mask: torch.Tensor
+    fully_masked: torch.Tensor
+    query_ids: torch.Tensor
+    key_ids: torch.Tensor
+    query_labels: list[list[str]]
+    key_labels: list[list[str]]
+    num_parameters: int
+    num_embedding_parameters: int
+    device: str
+    dtype: str
+    compute_ms: float
+
+
+def resolve_device(name: str) -> torch.device:
+    """Map "auto" | "cpu" | "cuda" to a torch.device.
+
+    "auto" is CUDA when ``torch.cuda.is_available()``, else the CPU.
+
+    Raises:
+        AttentionInputError: (field ``device``) for an unknown name, or "cuda" on a
+            machine where torch sees no CUDA device.
+    """
+    if name not in DEVICE_NAMES:
+        raise AttentionInputError(
+            "device", f"unknown device {name!r}; choose one of {', '.join(DEVICE_NAMES)}"
+        )
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise AttentionInputError(
+            "device",
+            "'cuda' was requested but torch sees no CUDA device here "
+            f"(torch {torch.__version__}); use 'cpu' or 'auto'",
+        )
+    return torch.device(name)
+
+
+def compute_attention(
+    sequences: Sequence[SequenceInput],
+    *,
+    targets: Sequence[SequenceInput] | None = None,
+    d_model: int = 8,
+    num_heads: int = 2,
+    seed: int = 0,
+    mask: str = "padding",
+    pad_id: int = 0,
+    vocab_size: int = 100,
+    device: str = "auto",
+    dtype: str = "float32",
+) -> AttentionResult:
+    """Run seeded multi-head attention over a batch, as the seeds do.
+
+    Args:
+        sequences: B source sequences, each a list of ids or a string of words.
+        targets: optional B target sequences for cross (encoder-decoder) attention:
+            queries from the targets, keys and values from ``sequences``.
+        d_model: model width; ``num_heads`` must divide it (d_k = d_model // num_heads).
+        num_heads: H.
+        seed: seeds every parameter (module docstring).
+        mask: "none", "padding", "causal" or "padding_causal" (True = attend, see
+            :mod:`app.attention.masks`); cross attention takes "none" or "padding".
+        pad_id: the padding id; padding positions are labelled "<pad>".
+        vocab_size: the embedding table's size.
+        device: "auto", "cpu" or "cuda".
+        dtype: "float32" or "float64".
+
+    Returns:
+        An :class:`AttentionResult` with weights of shape (B, H, L_q, L_k): L_q = L_k
+        = L for self-attention, L_q = T_L and L_k = S_L for cross attention.
+
+    Raises:
+        AttentionInputError (a ValueError) naming the field: d_model or num_heads
+            below 1 or not divisible, an empty batch or sequence, an id outside
+            [0, vocab_size), an unknown mask, device or dtype, "cuda" without CUDA,
+            or a target batch whose size differs from the source batch.
+    """
+    if d_model < 1:
+        raise AttentionInputError("d_model", f"must be >= 1, got {d_model}")
+    if num_heads < 1:
+        raise AttentionInputError("num_heads", f"must be >= 1, got {num_heads}")
+    if d_model % num_heads != 0:
+        raise AttentionInputError(
+            "num_heads", f"d_model={d_model} is not divisible by num_heads={num_heads}"
+        )
+    if dtype not in DTYPES:
+        raise AttentionInputError(
+            "dtype", f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}"
+        )
+    if vocab_size < 1:
+        raise AttentionInputError("vocab_size", f"must be >= 1, got {vocab_size}")
+    cross = targets is not None
+    if cross and len(targets) != len(sequences):
+        raise AttentionInputError(
+            "targets",
+            f"the target batch has {len(targets)} sequences but the source batch has "
+            f"{len(sequences)}; cross attention pairs them one to one",
+        )
+    batches = {"sequences": sequences} if targets is None else {
+        "sequences": sequences, "targets": targets}
+    encoded = encode_batches(batches, pad_id=pad_id, vocab_size=vocab_size)
+    source = encoded["sequences"]
+    target = encoded.get("targets", source)
+    attn_mask = build_mask(mask, target.ids, source.ids, pad_id, cross=cross)
+    run_on = resolve_device(device)
+
+    model = AttentionModel(vocab_size, d_model, num_heads, seed).to(run_on, DTYPES[dtype])
+    query_ids = target.ids.to(run_on)
+    key_ids = query_ids if not cross else source.ids.to(run_on)
+    on_device_mask = None if attn_mask is None else attn_mask.to(run_on)
+
+    with torch.inference_mode():
+        start = time.perf_counter()
+        attn_output, attn_weights = model(query_ids, key_ids, on_device_mask)
+        if run_on.type == "cuda":
+            torch.cuda.synchronize(run_on)
+        compute_ms = (time.perf_counter() - start) * 1000.0
+
+    batch_size, _, len_q, len_k = attn_weights.shape
+    full_mask = (
+        torch.ones(batch_size, len_q, len_k, dtype=torch.bool)
+        if attn_mask is None
+        else attn_mask.expand(batch_size, len_q, len_k).clone()
+    )
+    return AttentionResult(
+        attn_weights=attn_weights.cpu(),
+        attn_output=attn_output.cpu(),
+        mask=full_mask,
+        fully_masked=~full_mask.any(dim=-1),
+        query_ids=target.ids,
+        key_ids=source.ids,
+        query_labels=target.labels,
+        key_labels=source.labels,
+        num_parameters=count_parameters(model.attention),
+        num_embedding_parameters=count_parameters(model.embedding),
+        device=run_on.type,
+        dtype=dtype,
+        compute_ms=compute_ms,
+    )

@@ -1,0 +1,137 @@
+"""Scaled dot-product and multi-head attention, exactly as the seeds compute them.
+
+Sources: Vaswani et al. 2017, "Attention Is All You Need", eq. 1 and section 3.2.2;
+seed 000_ead306c3acdd1f55.txt section 7.7 (``MultiHeadAttention``) and
+seed 001_a60461bcfc75d473.txt sections 1, 4 and 5.
+
+Fully-masked rows: a query whose every key is masked (an all-padding sequence,
+for instance) has no distribution to take. The seeds' finite fill (-1e12) would
+spread it uniformly over the masked keys; a ``-inf`` fill would give NaN. AttnViz
+instead sets such a row's weights to exactly 0 (so its attention output row is 0
+before W_o) and reports it in ``fully_masked``. Every other row is bit-for-bit the
+seeds' result: exp(-1e12 - max) and exp(-inf) are both exactly 0 in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, with the weights returned (Vaswani et al., eq. 1).
+
+    Args:
+        query: (B, H, L_q, d_k) float.
+        key: (B, H, L_k, d_k), same dtype.
+        value: (B, H, L_k, d_k), same dtype.
+        mask: bool, broadcastable to (B, H, L_q, L_k); True = attend. None attends
+            everywhere.
+
+    Returns:
+        attn_output (B, H, L_q, d_k) and attn_weights (B, H, L_q, L_k). Each row of
+        attn_weights with at least one unmasked key sums to 1; masked entries are
+        exactly 0; a fully-masked row is all 0 (module docstring).
+    """
+    d_k = query.shape[-1]
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)  # (B, H, L_q, L_k)
+    if mask is None:
+        attn_weights = F.softmax(scores, dim=-1)
+    else:
+        scores = scores.masked_fill(~mask, float("-inf"))
+        attn_weights = F.softmax(scores, dim=-1)  # NaN only in fully-masked rows
+        attn_weights = attn_weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    attn_output = torch.matmul(attn_weights, value)  # (B, H, L_q, d_k)
+    return attn_output, attn_weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with four d_model x d_model projections W_q, W_k, W_v, W_o.
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W_o, with
+    head_i = Attention(Q W_q_i, K W_k_i, V W_v_i) (Vaswani et al., section 3.2.2).
+    The heads are a view of the projections: (B, L, d_model) -> (B, H, L, d_k), with
+    d_k = d_model // num_heads, as in seed 000 section 7.5.
+
+    Parameters: 4 * d_model**2 + 4 * d_model, whatever num_heads is
+    (seed 001 section 5, seed 002 point 1).
+
+    Args:
+        d_model: model width.
+        num_heads: H; must divide d_model.
+        device, dtype: forwarded to the nn.Linear layers.
+
+    Raises:
+        ValueError: if num_heads does not divide d_model (callers validate first).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_k = d_model // num_heads
+        factory = {"device": device, "dtype": dtype}
+        self.W_q = nn.Linear(d_model, d_model, **factory)  # noqa: N815  (paper notation)
+        self.W_k = nn.Linear(d_model, d_model, **factory)  # noqa: N815
+        self.W_v = nn.Linear(d_model, d_model, **factory)  # noqa: N815
+        self.W_o = nn.Linear(d_model, d_model, **factory)  # noqa: N815
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, d_model) -> (B, H, L, d_k)."""
+        batch_size = x.shape[0]
+        return x.view(batch_size, -1, self.num_heads, self.d_k).transpose(1, 2)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attend from ``query`` to ``key``/``value``.
+
+        Args:
+            query: (B, L_q, d_model) float.
+            key: (B, L_k, d_model).
+            value: (B, L_k, d_model).
+            mask: bool, True = attend; (B, 1, L_k), (1, L_q, L_k) or (B, L_q, L_k),
+                broadcast over heads. None attends everywhere.
+
+        Returns:
+            attn_output (B, L_q, d_model) after W_o, and attn_weights
+            (B, H, L_q, L_k), one matrix per head.
+        """
+        batch_size = query.shape[0]
+        # 1) Linear projections, then split d_model into H heads of d_k.
+        q = self.split_heads(self.W_q(query))  # (B, H, L_q, d_k)
+        k = self.split_heads(self.W_k(key))  # (B, H, L_k, d_k)
+        v = self.split_heads(self.W_v(value))  # (B, H, L_k, d_k)
+        # 2) Scaled dot-product attention in every head at once.
+        head_mask = None if mask is None else mask.unsqueeze(1)  # (B|1, 1, L_q|1, L_k)
+        attn_output, attn_weights = scaled_dot_product_attention(q, k, v, head_mask)
+        # 3) Concatenate the heads and project with W_o.
+        attn_output = attn_output.transpose(1, 2).contiguous()  # (B, L_q, H, d_k)
+        attn_output = attn_output.view(batch_size, -1, self.d_model)  # (B, L_q, d_model)
+        return self.W_o(attn_output), attn_weights
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of scalar parameters in ``module`` (seed 001 section 5, ``count_parameters``)."""
+    return sum(p.numel() for p in module.parameters())

@@ -1,0 +1,31 @@
+"""Settings from environment variables (prefix ``ATTNVIZ_``) or a ``.env`` file."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Server settings; each field is read from ``ATTNVIZ_<NAME>``.
+
+    Attributes:
+        host: interface uvicorn binds to (``python -m app``).
+        port: TCP port.
+        max_weight_cells: the most attention weights one request may return,
+            B * H * L_q * L_k; a larger request is refused with HTTP 413.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ATTNVIZ_", env_file=".env", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    max_weight_cells: int = Field(2_097_152, ge=1)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once; tests override via dependency_overrides."""
+    return Settings()

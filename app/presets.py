@@ -1,0 +1,39 @@
+"""Named example requests, one per lesson of the seeds. The first is the default."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from app.schemas import AttentionRequest, Preset
+from app.seed_data import SEED_BATCH, SEED_TARGETS
+
+PRESETS: Final[tuple[Preset, ...]] = (
+    Preset(
+        name="seed-padding-causal",
+        title="Seeds' batch: padding & causal mask",
+        description="The 5-sequence id batch of seed 000 (pad_id 0, d_model 8, 2 heads) "
+        "with padding & causal masks: padded and future keys get weight 0.",
+        request=AttentionRequest(
+            sequences=SEED_BATCH, d_model=8, num_heads=2, mask="padding_causal"
+        ),
+    ),
+    Preset(
+        name="i-love-deep-learning",
+        title="\"I love deep learning\": 8 heads, no mask",
+        description="Seed 001's sentence through d_model 64 and 8 heads, as in its "
+        "per-head heatmaps.",
+        request=AttentionRequest(
+            sequences=["I love deep learning"], d_model=64, num_heads=8, mask="none"
+        ),
+    ),
+    Preset(
+        name="seed-encoder-decoder",
+        title="Seeds' encoder-decoder (cross) attention",
+        description="Queries from seed 000's 5 target sequences (T_L 12), keys and values "
+        "from its source batch (S_L 10), with the source padding mask.",
+        request=AttentionRequest(
+            sequences=SEED_BATCH, targets=SEED_TARGETS, d_model=8, num_heads=2, mask="padding"
+        ),
+    ),
+)
+DEFAULT_PRESET: Final = PRESETS[0]

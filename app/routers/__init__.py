@@ -1,0 +1,1 @@
+"""HTTP routers: the JSON API under /api/v1, the page, and the health check."""

@@ -1,0 +1,147 @@
+"""Request and response models of the JSON API (/api/v1).
+
+JSON is snake_case. Shapes use the engine's legend (:mod:`app.attention`).
+The Literal choices come from the engine, so the API and the engine cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+
+from app.attention.engine import DeviceName, DtypeName
+from app.attention.masks import MaskName
+from app.seed_data import SEED_BATCH, SEED_TARGETS
+
+MAX_TOKENS: Final = 1024
+"""The most tokens one sequence may have."""
+MAX_BATCH: Final = 64
+"""The most sequences one batch may have."""
+
+SequenceIn = Annotated[
+    list[StrictInt] | StrictStr,
+    Field(
+        description="Token ids (a list of integers) or words (a string split on whitespace; "
+        "the word <pad> is the padding token).",
+        examples=[[62, 13, 47, 39], "I love deep learning"],
+    ),
+]
+
+class AttentionRequest(BaseModel):
+    """One batch to run through seeded multi-head attention."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "sequences": SEED_BATCH,
+                    "d_model": 8,
+                    "num_heads": 2,
+                    "mask": "padding_causal",
+                },
+                {"sequences": ["I love deep learning"], "d_model": 64, "num_heads": 8,
+                 "mask": "none"},
+                {"sequences": SEED_BATCH, "targets": SEED_TARGETS, "mask": "padding"},
+            ]
+        },
+    )
+
+    sequences: list[SequenceIn] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="B source sequences, right-padded with pad_id to the longest (L). "
+        "All sequences of a request are ids, or all are words.",
+    )
+    targets: list[SequenceIn] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="Optional B target sequences for cross (encoder-decoder) attention: "
+        "queries come from the targets (L_q = T_L), keys and values from `sequences` "
+        "(L_k = S_L), with the source padding mask.",
+    )
+    d_model: int = Field(8, ge=1, le=1024, description="Model width; num_heads must divide it.")
+    num_heads: int = Field(2, ge=1, le=64, description="H; d_k = d_model // num_heads.")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds every parameter.")
+    mask: MaskName = Field(
+        "padding",
+        description="none | padding (keys that are pad_id) | causal (no-peak, tril) | "
+        "padding_causal (both). Cross attention takes none or padding.",
+    )
+    pad_id: int = Field(0, ge=0, description="The padding token id; must be < vocab_size.")
+    vocab_size: int = Field(
+        100, ge=1, le=32768, description="Rows of the embedding table; ids lie in [0, vocab_size)."
+    )
+    device: DeviceName = Field("auto", description="auto (CUDA if available) | cpu | cuda.")
+    dtype: DtypeName = Field("float32", description="Floating-point type of the computation.")
+
+    @field_validator("sequences", "targets")
+    @classmethod
+    def _bounded_lengths(cls, value: list[list[int] | str] | None) -> list[list[int] | str] | None:
+        for i, seq in enumerate(value or []):
+            n = len(seq.split()) if isinstance(seq, str) else len(seq)
+            if n > MAX_TOKENS:
+                raise ValueError(f"sequence {i} has {n} tokens; the limit is {MAX_TOKENS}")
+        return value
+
+    def weight_cells(self) -> int:
+        """B * H * L_q * L_k: how many weights the response will carry."""
+
+        def longest(batch: list[list[int] | str]) -> int:
+            return max(len(s.split()) if isinstance(s, str) else len(s) for s in batch)
+
+        len_k = longest(self.sequences)
+        len_q = len_k if self.targets is None else longest(self.targets)
+        return len(self.sequences) * self.num_heads * len_q * len_k
+
+
+class AttentionResponse(BaseModel):
+    """Every head's attention weights for every sequence, with what produced them."""
+
+    attention: Literal["self", "cross"] = Field(description="Self- or cross attention.")
+    shape: list[int] = Field(description="[B, H, L_q, L_k], the shape of `weights`.")
+    d_model: int
+    num_heads: int
+    d_k: int = Field(description="d_model // num_heads.")
+    seed: int
+    mask: MaskName
+    pad_id: int
+    query_labels: list[list[str]] = Field(description="(B, L_q) token labels; <pad> for padding.")
+    key_labels: list[list[str]] = Field(description="(B, L_k) token labels.")
+    query_ids: list[list[int]] = Field(description="(B, L_q) padded token ids.")
+    key_ids: list[list[int]] = Field(description="(B, L_k) padded token ids.")
+    weights: list[list[list[list[float]]]] = Field(
+        description="(B, H, L_q, L_k) softmax weights; row i of head h is query i's "
+        "distribution over the keys."
+    )
+    attn_mask: list[list[list[bool]]] = Field(
+        description="(B, L_q, L_k) the mask applied, True = attend."
+    )
+    fully_masked: list[list[bool]] = Field(
+        description="(B, L_q) query rows whose every key is masked; their weights are all 0."
+    )
+    num_parameters: int = Field(description="Attention layer parameters: 4*d_model^2 + 4*d_model.")
+    num_embedding_parameters: int = Field(description="vocab_size * d_model.")
+    device: str = Field(description="Device the computation ran on: cpu or cuda.")
+    dtype: DtypeName
+    compute_ms: float = Field(description="Forward-pass wall time in milliseconds.")
+
+
+class Preset(BaseModel):
+    """A named example request."""
+
+    name: str = Field(description="Stable identifier, e.g. seed-padding-causal.")
+    title: str
+    description: str
+    request: AttentionRequest
+
+
+class Health(BaseModel):
+    """Liveness answer of GET /healthz."""
+
+    status: Literal["ok"] = "ok"
+    version: str
+    torch: str
+    cuda_available: bool
