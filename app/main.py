@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from app import __version__
+from app.errors import install_error_handlers
 from app.routers import attention, health, pages, presets
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -22,6 +23,7 @@ def create_app() -> FastAPI:
         "seeded multi-head attention over token batches, with padding, causal and "
         "cross-attention masks.",
     )
+    install_error_handlers(application)
     # The plotly route comes before the /static mount so that it is not shadowed.
     application.include_router(pages.router)
     application.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

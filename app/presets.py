@@ -19,7 +19,7 @@ PRESETS: Final[tuple[Preset, ...]] = (
     ),
     Preset(
         name="i-love-deep-learning",
-        title="\"I love deep learning\": 8 heads, no mask",
+        title='"I love deep learning": 8 heads, no mask',
         description="Seed 001's sentence through d_model 64 and 8 heads, as in its "
         "per-head heatmaps.",
         request=AttentionRequest(

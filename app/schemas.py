@@ -6,9 +6,9 @@ The Literal choices come from the engine, so the API and the engine cannot drift
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, StrictStr, field_validator
 
 from app.attention.engine import DeviceName, DtypeName
 from app.attention.masks import MaskName
@@ -28,6 +28,12 @@ SequenceIn = Annotated[
     ),
 ]
 
+
+def _json(batch: list[list[int]]) -> JsonValue:
+    """A seed batch as a JSON value for the OpenAPI examples."""
+    return cast(JsonValue, batch)
+
+
 class AttentionRequest(BaseModel):
     """One batch to run through seeded multi-head attention."""
 
@@ -36,14 +42,18 @@ class AttentionRequest(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "sequences": SEED_BATCH,
+                    "sequences": _json(SEED_BATCH),
                     "d_model": 8,
                     "num_heads": 2,
                     "mask": "padding_causal",
                 },
-                {"sequences": ["I love deep learning"], "d_model": 64, "num_heads": 8,
-                 "mask": "none"},
-                {"sequences": SEED_BATCH, "targets": SEED_TARGETS, "mask": "padding"},
+                {
+                    "sequences": ["I love deep learning"],
+                    "d_model": 64,
+                    "num_heads": 8,
+                    "mask": "none",
+                },
+                {"sequences": _json(SEED_BATCH), "targets": _json(SEED_TARGETS), "mask": "padding"},
             ]
         },
     )

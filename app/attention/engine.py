@@ -65,8 +65,12 @@ class AttentionModel(nn.Module):
         with torch.no_grad():
             nn.init.normal_(self.embedding.weight, generator=generator)
             bound = 1.0 / math.sqrt(d_model)
-            for linear in (self.attention.W_q, self.attention.W_k, self.attention.W_v,
-                           self.attention.W_o):
+            for linear in (
+                self.attention.W_q,
+                self.attention.W_k,
+                self.attention.W_v,
+                self.attention.W_o,
+            ):
                 nn.init.kaiming_uniform_(linear.weight, a=math.sqrt(5), generator=generator)
                 nn.init.uniform_(linear.bias, -bound, bound, generator=generator)
 
@@ -88,7 +92,8 @@ class AttentionModel(nn.Module):
         """
         query = self.embedding(query_ids)  # (B, L_q, d_model)
         key = query if key_ids is query_ids else self.embedding(key_ids)  # (B, L_k, d_model)
-        return self.attention(query, key, key, mask)
+        attn_output, attn_weights = self.attention(query, key, key, mask)
+        return attn_output, attn_weights
 
 
 @dataclass(frozen=True)
@@ -204,14 +209,17 @@ def compute_attention(
     if vocab_size < 1:
         raise AttentionInputError("vocab_size", f"must be >= 1, got {vocab_size}")
     cross = targets is not None
-    if cross and len(targets) != len(sequences):
+    if targets is not None and len(targets) != len(sequences):
         raise AttentionInputError(
             "targets",
             f"the target batch has {len(targets)} sequences but the source batch has "
             f"{len(sequences)}; cross attention pairs them one to one",
         )
-    batches = {"sequences": sequences} if targets is None else {
-        "sequences": sequences, "targets": targets}
+    batches = (
+        {"sequences": sequences}
+        if targets is None
+        else {"sequences": sequences, "targets": targets}
+    )
     encoded = encode_batches(batches, pad_id=pad_id, vocab_size=vocab_size)
     source = encoded["sequences"]
     target = encoded.get("targets", source)

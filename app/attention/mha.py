@@ -87,11 +87,10 @@ class MultiHeadAttention(nn.Module):
         self.d_model = d_model
         self.num_heads = num_heads
         self.d_k = d_model // num_heads
-        factory = {"device": device, "dtype": dtype}
-        self.W_q = nn.Linear(d_model, d_model, **factory)  # noqa: N815  (paper notation)
-        self.W_k = nn.Linear(d_model, d_model, **factory)  # noqa: N815
-        self.W_v = nn.Linear(d_model, d_model, **factory)  # noqa: N815
-        self.W_o = nn.Linear(d_model, d_model, **factory)  # noqa: N815
+        self.W_q = nn.Linear(d_model, d_model, device=device, dtype=dtype)
+        self.W_k = nn.Linear(d_model, d_model, device=device, dtype=dtype)
+        self.W_v = nn.Linear(d_model, d_model, device=device, dtype=dtype)
+        self.W_o = nn.Linear(d_model, d_model, device=device, dtype=dtype)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, L, d_model) -> (B, H, L, d_k)."""

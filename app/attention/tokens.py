@@ -57,9 +57,7 @@ def _check_batch(field: str, sequences: Sequence[SequenceInput], words: bool) ->
             raise AttentionInputError(f"{field}[{i}]", "the sequence is empty")
 
 
-def _pad(
-    rows: list[list[int]], labels: list[list[str]], pad_id: int
-) -> TokenBatch:
+def _pad(rows: list[list[int]], labels: list[list[str]], pad_id: int) -> TokenBatch:
     length = max(len(row) for row in rows)
     lengths = [len(row) for row in rows]
     padded = [row + [pad_id] * (length - len(row)) for row in rows]

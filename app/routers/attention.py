@@ -45,7 +45,9 @@ def unprocessable(status_code: int, field: str, message: str) -> HTTPException:
         503: {"description": "The device ran out of memory."},
     },
 )
-def compute_attention_weights(request: AttentionRequest, settings: SettingsDep) -> AttentionResponse:
+def compute_attention_weights(
+    request: AttentionRequest, settings: SettingsDep
+) -> AttentionResponse:
     """Run seeded multi-head attention and return every head's weights.
 
     Runs in FastAPI's thread pool (a plain ``def``), off the event loop.

@@ -14,5 +14,6 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", response_model=Health, summary="Liveness check")
 def read_health() -> Health:
     """Answers 200 while the process serves requests."""
-    return Health(version=__version__, torch=torch.__version__,
-                  cuda_available=torch.cuda.is_available())
+    return Health(
+        version=__version__, torch=torch.__version__, cuda_available=torch.cuda.is_available()
+    )

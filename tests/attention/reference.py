@@ -1,0 +1,89 @@
+"""Independent references: PyTorch's own nn.MultiheadAttention, and the seed's code."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812
+
+from app.attention import AttentionModel
+
+
+def torch_mha_from(model: AttentionModel) -> nn.MultiheadAttention:
+    """nn.MultiheadAttention loaded with the model's W_q, W_k, W_v and W_o."""
+    attention = model.attention
+    weight = attention.W_q.weight
+    reference = nn.MultiheadAttention(
+        attention.d_model,
+        attention.num_heads,
+        batch_first=True,
+        dtype=weight.dtype,
+    )
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(
+            torch.cat([attention.W_q.weight, attention.W_k.weight, attention.W_v.weight])
+        )
+        reference.in_proj_bias.copy_(
+            torch.cat([attention.W_q.bias, attention.W_k.bias, attention.W_v.bias])
+        )
+        reference.out_proj.weight.copy_(attention.W_o.weight)
+        reference.out_proj.bias.copy_(attention.W_o.bias)
+    return reference.eval()
+
+
+def torch_mha_attention(
+    model: AttentionModel,
+    query_ids: torch.Tensor,
+    key_ids: torch.Tensor,
+    key_padding: torch.Tensor | None,
+    causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head weights (B, H, L_q, L_k) and output from nn.MultiheadAttention.
+
+    key_padding: (B, L_k) bool, True = real token (converted to PyTorch's True = ignore).
+    """
+    reference = torch_mha_from(model)
+    query = model.embedding(query_ids)
+    key = model.embedding(key_ids)
+    len_q = query.shape[1]
+    attn_mask = ~torch.tril(torch.ones(len_q, len_q, dtype=torch.bool)) if causal else None
+    with torch.no_grad():
+        output, weights = reference(
+            query,
+            key,
+            key,
+            key_padding_mask=None if key_padding is None else ~key_padding,
+            attn_mask=attn_mask,
+            need_weights=True,
+            average_attn_weights=False,
+        )
+    return weights, output
+
+
+def seed_multihead_attention(
+    model: AttentionModel,
+    query_ids: torch.Tensor,
+    key_ids: torch.Tensor,
+    mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seed 000 section 7.7's MultiHeadAttention, line for line (inf = 1e12), returning
+    the weights too. mask: (B, L_q, L_k) or (B, 1, L_k) bool, True = attend."""
+    inf = 1e12
+    att = model.attention
+    d_model, num_heads, d_k = att.d_model, att.num_heads, att.d_k
+    q_in = model.embedding(query_ids)
+    kv_in = model.embedding(key_ids)
+    with torch.no_grad():
+        batch_size = q_in.shape[0]
+        q = att.W_q(q_in).view(batch_size, -1, num_heads, d_k).transpose(1, 2)
+        k = att.W_k(kv_in).view(batch_size, -1, num_heads, d_k).transpose(1, 2)
+        v = att.W_v(kv_in).view(batch_size, -1, num_heads, d_k).transpose(1, 2)
+        attn_scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)
+        if mask is not None:
+            attn_scores = attn_scores.masked_fill_(mask.unsqueeze(1) == False, -1 * inf)  # noqa: E712
+        attn_dists = F.softmax(attn_scores, dim=-1)
+        attn_values = torch.matmul(attn_dists, v)
+        attn_values = attn_values.transpose(1, 2).contiguous().view(batch_size, -1, d_model)
+        return attn_dists, att.W_o(attn_values)

@@ -1,0 +1,97 @@
+import pytest
+
+from app.seed_data import SEED_BATCH
+
+pytestmark = pytest.mark.browser
+
+HEADS = "#heads .head-plot"
+
+
+def wait_for_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function(
+        f"document.querySelectorAll('{HEADS} .main-svg').length >= {count}"
+        f" && document.getElementById('heads').dataset.drawnHeads === '{count}'",
+        timeout=15_000,
+    )
+
+
+def test_default_preset_draws_one_heatmap_per_head_with_masked_keys_at_zero(
+    page, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    assert page.locator(HEADS).count() == 2
+    titles = page.locator(f"{HEADS} .gtitle").all_text_contents()
+    assert titles == ["Head 0", "Head 1"]
+    assert "(5, 2, 10, 10)" in page.locator("#summary").text_content()
+
+    # What Plotly drew for sequence 0 (8 real tokens, 2 padding): the weights trace
+    # has a value exactly where the mask attends, the masked trace everywhere else.
+    drawn = page.evaluate(
+        """() => [...document.querySelectorAll('#heads .head-plot')].map(
+               (div) => ({weights: div.data[0].z, masked: div.data[1].z,
+                          x: div.layout.xaxis.ticktext, y: div.layout.yaxis.ticktext}))"""
+    )
+    response = page.evaluate("() => window.attnviz.lastResponse")
+    length = len(SEED_BATCH[0])
+    for h, head in enumerate(drawn):
+        assert head["x"] == [str(t) for t in SEED_BATCH[0]] + ["&lt;pad&gt;"] * 2
+        for i in range(10):
+            for j in range(10):
+                attend = j <= i and j < length
+                assert (head["weights"][i][j] is not None) == attend
+                assert (head["masked"][i][j] == 1) == (not attend)
+                # The API's number for masked (padded or future) keys is exactly 0.
+                if not attend:
+                    assert response["weights"][0][h][i][j] == 0.0
+                else:
+                    assert head["weights"][i][j] == response["weights"][0][h][i][j]
+    # Cell annotations are printed when L <= 16.
+    assert page.locator(f"{HEADS} .heatmaplayer text").count() > 0
+    # Labels are shown as text: the padding ticks read "<pad>".
+    assert "<pad>" in page.locator(f"{HEADS} .xtick").all_text_contents()
+    assert page.errors == []
+
+
+def test_sequence_selector_redraws_another_sequence(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.select_option("#sequence-index", "3")
+    page.wait_for_function("document.getElementById('heads').dataset.drawnSequence === '3'")
+    ticks = page.evaluate("() => document.querySelector('#heads .head-plot').layout.xaxis.ticktext")
+    assert ticks[:4] == ["66", "88", "98", "47"]
+    assert page.errors == []
+
+
+def test_api_error_shows_next_to_the_form_and_keeps_the_input(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.fill("#sequences", "the cat sat\non the mat")
+    page.fill("#num_heads", "3")
+    page.click("#compute")
+    error = page.locator("#error")
+    error.wait_for(state="visible")
+    assert "num_heads" in error.text_content()
+    assert "not divisible" in error.text_content()
+    assert page.input_value("#sequences") == "the cat sat\non the mat"
+    assert page.input_value("#num_heads") == "3"
+    # Fixing the field computes the words batch.
+    page.fill("#num_heads", "4")
+    page.click("#compute")
+    wait_for_heads(page, 4)
+    assert error.is_hidden()
+    labels = page.evaluate("() => window.attnviz.lastResponse.key_labels[1]")
+    assert labels == ["on", "the", "mat"]
+
+
+def test_cross_attention_preset(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.select_option("#preset", "seed-encoder-decoder")
+    page.wait_for_function("window.attnviz.lastResponse.attention === 'cross'")
+    wait_for_heads(page, 2)
+    shape = page.evaluate("() => window.attnviz.lastResponse.shape")
+    assert shape == [5, 2, 12, 10]
+    rows = page.evaluate("() => document.querySelector('#heads .head-plot').data[0].z.length")
+    assert rows == 12
+    assert page.errors == []

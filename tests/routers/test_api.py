@@ -1,0 +1,191 @@
+import json
+import math
+from typing import Any
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.attention import compute_attention
+from app.config import Settings, get_settings
+from app.seed_data import SEED_BATCH, SEED_TARGETS
+
+URL = "/api/v1/attention"
+
+
+def post(client: TestClient, body: Any) -> Any:
+    return client.post(URL, json=body)
+
+
+def assert_no_nan_or_inf(raw: bytes) -> None:
+    def reject(token: str) -> None:
+        raise AssertionError(f"non-finite number {token} in the JSON")
+
+    json.loads(raw, parse_constant=reject)
+
+
+def test_healthz(client: TestClient) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["torch"] == torch.__version__
+
+
+def test_presets_default_is_the_seed_batch_with_padding_and_causal(client: TestClient) -> None:
+    presets = client.get("/api/v1/presets").json()
+    names = [p["name"] for p in presets]
+    assert names[0] == "seed-padding-causal"
+    default = presets[0]["request"]
+    assert default["sequences"] == SEED_BATCH
+    assert (default["d_model"], default["num_heads"], default["pad_id"]) == (8, 2, 0)
+    assert default["mask"] == "padding_causal"
+    by_name = {p["name"]: p["request"] for p in presets}
+    assert by_name["i-love-deep-learning"]["sequences"] == ["I love deep learning"]
+    assert (
+        by_name["i-love-deep-learning"]["d_model"],
+        by_name["i-love-deep-learning"]["num_heads"],
+    ) == (64, 8)
+    assert by_name["i-love-deep-learning"]["mask"] == "none"
+    assert by_name["seed-encoder-decoder"]["targets"] == SEED_TARGETS
+
+
+def test_every_preset_computes(client: TestClient) -> None:
+    expected_shapes = {
+        "seed-padding-causal": [5, 2, 10, 10],
+        "i-love-deep-learning": [1, 8, 4, 4],
+        "seed-encoder-decoder": [5, 2, 12, 10],
+    }
+    for preset in client.get("/api/v1/presets").json():
+        response = post(client, preset["request"])
+        assert response.status_code == 200, response.text
+        assert response.json()["shape"] == expected_shapes[preset["name"]]
+        assert_no_nan_or_inf(response.content)
+
+
+def test_response_carries_the_engine_numbers_and_everything_to_draw_them(
+    client: TestClient,
+) -> None:
+    response = post(client, {"sequences": SEED_BATCH, "mask": "padding_causal", "seed": 4})
+    assert response.status_code == 200
+    body = response.json()
+    result = compute_attention(SEED_BATCH, mask="padding_causal", seed=4)
+    assert body["shape"] == [5, 2, 10, 10]
+    assert torch.equal(torch.tensor(body["weights"]), result.attn_weights)
+    assert body["attn_mask"] == result.mask.tolist()
+    assert body["query_labels"] == body["key_labels"] == result.query_labels
+    assert body["query_ids"][1] == [60, 96, 51, 32, 90, 0, 0, 0, 0, 0]
+    assert body["fully_masked"] == [[False] * 10] * 5
+    assert body["num_parameters"] == 4 * 8 * 8 + 4 * 8
+    assert body["device"] == "cpu" and body["dtype"] == "float32"
+    assert body["attention"] == "self"
+    assert body["compute_ms"] > 0
+
+
+def test_encoder_decoder_batch_has_shape_5_2_12_10(client: TestClient) -> None:
+    body = post(
+        client, {"sequences": SEED_BATCH, "targets": SEED_TARGETS, "mask": "padding"}
+    ).json()
+    assert body["shape"] == [5, 2, 12, 10]
+    assert body["attention"] == "cross"
+    assert len(body["query_labels"][0]) == 12 and len(body["key_labels"][0]) == 10
+
+
+def test_fully_masked_rows_are_zero_in_the_json(client: TestClient) -> None:
+    response = post(client, {"sequences": ["<pad> <pad>", "hello world"], "mask": "padding"})
+    assert response.status_code == 200
+    assert_no_nan_or_inf(response.content)
+    body = response.json()
+    assert body["fully_masked"] == [[True, True], [False, False]]
+    assert all(w == 0.0 for head in body["weights"][0] for row in head for w in row)
+    for head in body["weights"][1]:
+        for row in head:
+            assert math.isclose(sum(row), 1.0, abs_tol=1e-6)
+
+
+def error_locs(response: Any) -> list[list[Any]]:
+    return [d["loc"] for d in response.json()["detail"]]
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "text"),
+    [
+        (
+            {"sequences": [[1, 2]], "d_model": 10, "num_heads": 3},
+            ["body", "num_heads"],
+            "not divisible",
+        ),
+        ({"sequences": []}, ["body", "sequences"], "at least 1"),
+        ({"sequences": [[1, 2], []]}, ["body", "sequences", 1], "empty"),
+        ({"sequences": [[1, 200]]}, ["body", "sequences", 0], "200 is outside"),
+        ({"sequences": [[1, -3]]}, ["body", "sequences", 0], "-3 is outside"),
+        ({"sequences": [[1]], "mask": "nopeak"}, ["body", "mask"], "padding_causal"),
+        ({"sequences": [[1]], "targets": [[1], [2]]}, ["body", "targets"], "2 sequences"),
+        (
+            {"sequences": [[1]], "targets": [[1]], "mask": "causal"},
+            ["body", "mask"],
+            "self-attention only",
+        ),
+        ({"sequences": [[1, "a"]]}, ["body", "sequences", 0], ""),
+        ({"sequences": [[1]], "d_model": "eight"}, ["body", "d_model"], "integer"),
+        ({"sequences": [[1]], "num_heads": 0}, ["body", "num_heads"], "greater than or equal"),
+        ({"sequences": [[1]], "colour": "red"}, ["body", "colour"], "Extra inputs"),
+        ({"sequences": [[1, 2]], "vocab_size": 2}, ["body", "sequences", 0], "2 is outside"),
+        ({"sequences": [[1]], "device": "tpu"}, ["body", "device"], ""),
+    ],
+)
+def test_bad_input_is_422_naming_the_field(
+    client: TestClient, body: dict[str, Any], loc: list[Any], text: str
+) -> None:
+    response = post(client, body)
+    assert response.status_code == 422, response.text
+    locs = error_locs(response)
+    assert any(found[: len(loc)] == loc for found in locs), locs
+    assert text in json.dumps(response.json())
+
+
+def test_nan_and_malformed_json_are_422(client: TestClient) -> None:
+    nan_body = '{"sequences": [[1, 2]], "d_model": NaN}'
+    response = client.post(URL, content=nan_body, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert ["body", "d_model"] in error_locs(response)
+    response = client.post(URL, content="{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 422
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_422_naming_device(client: TestClient) -> None:
+    response = post(client, {"sequences": [[1, 2]], "device": "cuda"})
+    assert response.status_code == 422
+    assert error_locs(response) == [["body", "device"]]
+    assert "no CUDA device" in response.json()["detail"][0]["msg"]
+
+
+def test_too_many_weights_is_413_with_the_limit(client: TestClient) -> None:
+    app = client.app_under_test  # type: ignore[attr-defined]
+    app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=150)
+    response = post(client, {"sequences": SEED_BATCH})  # 5 * 2 * 10 * 10 = 1000 cells
+    assert response.status_code == 413
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", "sequences"]
+    assert "1000" in detail["msg"] and "150" in detail["msg"]
+
+
+def test_page_embeds_presets_and_serves_plotly_offline(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "seed-padding-causal" in page.text
+    assert '<script src="/static/vendor/plotly.min.js">' in page.text
+    plotly_js = client.get("/static/vendor/plotly.min.js")
+    assert plotly_js.status_code == 200
+    assert plotly_js.headers["content-type"].startswith("text/javascript")
+    assert b"plotly.js v" in plotly_js.content[:200]
+    assert client.get("/static/js/attnviz.js").status_code == 200
+
+
+def test_openapi_documents_the_request_with_examples(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    request = schema["components"]["schemas"]["AttentionRequest"]
+    assert request["examples"][0]["sequences"] == SEED_BATCH
+    assert request["properties"]["mask"]["default"] == "padding"
+    assert "/api/v1/attention" in schema["paths"]
