@@ -7,6 +7,13 @@
 (function () {
   const ANNOTATE_MAX_LEN = 16; // print the weight in each cell up to this L
   const MASKED_COLOR = "#c8c8c8";
+  // ColorBrewer "Blues" (9 classes), white at 0: Plotly's own "Blues" ends in gray,
+  // which would look like a masked cell.
+  const WEIGHT_COLORSCALE = [
+    [0.0, "#f7fbff"], [0.125, "#deebf7"], [0.25, "#c6dbef"], [0.375, "#9ecae1"],
+    [0.5, "#6baed6"], [0.625, "#4292c6"], [0.75, "#2171b5"], [0.875, "#08519c"],
+    [1.0, "#08306b"],
+  ];
   const INT_TOKEN = /^-?\d+$/;
 
   const form = document.getElementById("attn-form");
@@ -166,8 +173,7 @@
         z: visible,
         zmin: 0,
         zmax: zmax,
-        colorscale: "Blues",
-        reversescale: true,
+        colorscale: WEIGHT_COLORSCALE,
         showscale: h === data.shape[1] - 1,
         colorbar: { title: { text: "weight" }, thickness: 12 },
         customdata: customdata,
@@ -187,7 +193,8 @@
         showscale: false,
         customdata: customdata,
         hovertemplate: hoverHead + "masked: weight 0<extra></extra>",
-        texttemplate: annotate ? "×" : "",
+        text: masked.map((row) => row.map((m) => (m ? "×" : ""))),
+        texttemplate: annotate ? "%{text}" : "",
         textfont: { color: "#6b6b6b" },
         hoverongaps: false,
         xgap: 1,

@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+# AttnViz image. CPU (default):   docker build -t attnviz .
+# CUDA build of torch instead:    docker build -t attnviz:cuda \
+#     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
+# Run:                             docker run -p 8000:8000 attnviz   -> http://localhost:8000
+# Settings come from ATTNVIZ_* environment variables (see README).
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+# torch first, from the chosen wheel index, so the project's torch>=2.4 is already met.
+RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY app ./app
+# Installs the runtime dependencies (plotly brings plotly.min.js for offline use);
+# the package itself is removed again: the app runs from /srv/attnviz, beside
+# its templates/ and static/.
+RUN pip install . && pip uninstall -y attnviz
+
+FROM ${PYTHON_IMAGE}
+RUN useradd --create-home --uid 10001 attnviz
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /srv/attnviz
+COPY --chown=attnviz:attnviz app ./app
+COPY --chown=attnviz:attnviz templates ./templates
+COPY --chown=attnviz:attnviz static ./static
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    ATTNVIZ_HOST=0.0.0.0 \
+    ATTNVIZ_PORT=8000
+USER attnviz
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(f\"http://127.0.0.1:{os.environ.get('ATTNVIZ_PORT', '8000')}/healthz\", timeout=4)"]
+CMD ["python", "-m", "app"]
