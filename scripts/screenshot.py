@@ -10,9 +10,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from playwright.sync_api import sync_playwright  # noqa: E402
+from playwright.sync_api import sync_playwright
 
-from tests.browser.support import CHROMIUM_ARGS, REPO_ROOT, chromium_path, live_server  # noqa: E402
+from tests.browser.support import CHROMIUM_ARGS, REPO_ROOT, chromium_path, live_server
 
 
 def main() -> None:
