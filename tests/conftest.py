@@ -8,7 +8,5 @@ from app.main import create_app
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
-    app = create_app()
-    with TestClient(app) as test_client:
-        test_client.app_under_test = app  # type: ignore[attr-defined]
+    with TestClient(create_app()) as test_client:
         yield test_client

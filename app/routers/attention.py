@@ -27,7 +27,7 @@ def field_loc(field: str) -> list[str | int]:
     return loc
 
 
-def unprocessable(status_code: int, field: str, message: str) -> HTTPException:
+def field_error(status_code: int, field: str, message: str) -> HTTPException:
     """An HTTPException whose detail has the shape of FastAPI's validation errors."""
     detail: list[dict[str, Any]] = [
         {"loc": field_loc(field), "msg": message, "type": "value_error"}
@@ -54,7 +54,7 @@ def compute_attention_weights(
     """
     cells = request.weight_cells()
     if cells > settings.max_weight_cells:
-        raise unprocessable(
+        raise field_error(
             status.HTTP_413_CONTENT_TOO_LARGE,
             "sequences",
             f"B*H*L_q*L_k = {cells} attention weights exceed the limit of "
@@ -75,11 +75,11 @@ def compute_attention_weights(
             dtype=request.dtype,
         )
     except AttentionInputError as error:
-        raise unprocessable(
+        raise field_error(
             status.HTTP_422_UNPROCESSABLE_CONTENT, error.field, error.message
         ) from error
     except torch.OutOfMemoryError as error:
-        raise unprocessable(
+        raise field_error(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             "device",
             f"the {request.device} device ran out of memory; try a smaller request",

@@ -162,8 +162,7 @@ def test_cuda_without_a_gpu_is_422_naming_device(client: TestClient) -> None:
 
 
 def test_too_many_weights_is_413_with_the_limit(client: TestClient) -> None:
-    app = client.app_under_test  # type: ignore[attr-defined]
-    app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=150)
+    client.app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=150)
     response = post(client, {"sequences": SEED_BATCH})  # 5 * 2 * 10 * 10 = 1000 cells
     assert response.status_code == 413
     detail = response.json()["detail"][0]
