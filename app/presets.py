@@ -35,5 +35,18 @@ PRESETS: Final[tuple[Preset, ...]] = (
             sequences=SEED_BATCH, targets=SEED_TARGETS, d_model=8, num_heads=2, mask="padding"
         ),
     ),
+    Preset(
+        name="fully-masked-rows",
+        title="Fully-masked rows: -inf vs the seeds' -1e9",
+        description="The first query of sequence 0 is padding, so under padding & causal "
+        "it has no key to attend to. With the -inf fill its row is 0; switch the mask fill "
+        "to -1e9 (the seeds' choice) and it becomes uniform.",
+        request=AttentionRequest(
+            sequences=["<pad> the cat sat", "the cat sat on the mat"],
+            d_model=8,
+            num_heads=2,
+            mask="padding_causal",
+        ),
+    ),
 )
 DEFAULT_PRESET: Final = PRESETS[0]

@@ -19,6 +19,9 @@ MAX_TOKENS: Final = 1024
 MAX_BATCH: Final = 64
 """The most sequences one batch may have."""
 
+MaskFill = Literal["-inf"] | Annotated[float, Field(le=0, allow_inf_nan=False)]
+"""The string "-inf", or a finite number <= 0."""
+
 SequenceIn = Annotated[
     list[StrictInt] | StrictStr,
     Field(
@@ -86,6 +89,20 @@ class AttentionRequest(BaseModel):
     )
     device: DeviceName = Field("auto", description="auto (CUDA if available) | cpu | cuda.")
     dtype: DtypeName = Field("float32", description="Floating-point type of the computation.")
+    mask_fill: MaskFill = Field(
+        "-inf",
+        description='Score given to masked entries before the softmax: "-inf" (default), or '
+        "a finite number <= 0 such as the seeds' -1e9, -1e10, -1e12. Under -inf a fully-"
+        "masked query row gets weights 0; under a finite fill it is uniform, 1/L_k, as the "
+        "seeds compute it. Other rows are the same under both.",
+        examples=["-inf", -1e9],
+    )
+    verify: bool = Field(
+        False,
+        description="Also run torch.nn.MultiheadAttention and "
+        "torch.nn.functional.scaled_dot_product_attention with the same parameters and "
+        "report the largest differences in `verification`.",
+    )
 
     @field_validator("sequences", "targets")
     @classmethod
@@ -105,6 +122,27 @@ class AttentionRequest(BaseModel):
         len_k = longest(self.sequences)
         len_q = len_k if self.targets is None else longest(self.targets)
         return len(self.sequences) * self.num_heads * len_q * len_k
+
+
+class VerificationResult(BaseModel):
+    """Largest absolute differences from PyTorch's own attention, same parameters."""
+
+    mha_weights_max_abs_diff: float = Field(
+        description="Per-head weights vs torch.nn.MultiheadAttention "
+        "(need_weights=True, average_attn_weights=False)."
+    )
+    mha_output_max_abs_diff: float = Field(
+        description="Layer output vs torch.nn.MultiheadAttention."
+    )
+    sdpa_output_max_abs_diff: float = Field(
+        description="Layer output vs torch.nn.functional.scaled_dot_product_attention + W_o."
+    )
+    fully_masked_rows: int = Field(
+        description="Query rows with every key masked, compared under AttnViz's rule."
+    )
+    tolerance: float = Field(description="1e-6 for float32, 1e-12 for float64.")
+    matches: bool = Field(description="Every difference is at most `tolerance`.")
+    torch_version: str
 
 
 class AttentionResponse(BaseModel):
@@ -137,6 +175,10 @@ class AttentionResponse(BaseModel):
     device: str = Field(description="Device the computation ran on: cpu or cuda.")
     dtype: DtypeName
     compute_ms: float = Field(description="Forward-pass wall time in milliseconds.")
+    mask_fill: MaskFill
+    verification: VerificationResult | None = Field(
+        None, description="Present when the request asked for `verify`."
+    )
 
 
 class Preset(BaseModel):

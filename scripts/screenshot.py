@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from playwright.sync_api import sync_playwright
 
-from tests.browser.support import CHROMIUM_ARGS, REPO_ROOT, chromium_path, live_server
+from tests.browser.support import CHROMIUM_ARGS, chromium_path
+from tests.live_server import REPO_ROOT, live_server
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ from app.attention.errors import AttentionInputError
 from app.attention.masks import build_mask
 from app.attention.mha import MultiHeadAttention, count_parameters
 from app.attention.tokens import SequenceInput, encode_batches
+from app.attention.verify import Verification, verify_attention
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 DEVICE_NAMES: Final[tuple[str, ...]] = get_args(DeviceName)
@@ -79,6 +80,7 @@ class AttentionModel(nn.Module):
         query_ids: torch.Tensor,
         key_ids: torch.Tensor,
         mask: torch.Tensor | None,
+        mask_fill: float = float("-inf"),
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Embed and attend.
 
@@ -86,13 +88,14 @@ class AttentionModel(nn.Module):
             query_ids: (B, L_q) int64.
             key_ids: (B, L_k) int64 (the same tensor as query_ids for self-attention).
             mask: bool broadcastable to (B, L_q, L_k), True = attend; or None.
+            mask_fill: score of masked entries (-inf, or finite as in the seeds).
 
         Returns:
             attn_output (B, L_q, d_model) and attn_weights (B, H, L_q, L_k).
         """
         query = self.embedding(query_ids)  # (B, L_q, d_model)
         key = query if key_ids is query_ids else self.embedding(key_ids)  # (B, L_k, d_model)
-        attn_output, attn_weights = self.attention(query, key, key, mask)
+        attn_output, attn_weights = self.attention(query, key, key, mask, mask_fill)
         return attn_output, attn_weights
 
 
@@ -114,6 +117,9 @@ class AttentionResult:
         device: the device the computation ran on ("cpu", "cuda").
         dtype: "float32" or "float64".
         compute_ms: wall time of the forward pass in milliseconds (ms).
+        mask_fill: the score masked entries were given (-inf or finite).
+        verification: differences from PyTorch's references when asked for
+            (``verify=True``), else None.
     """
 
     attn_weights: torch.Tensor
@@ -129,6 +135,8 @@ class AttentionResult:
     device: str
     dtype: str
     compute_ms: float
+    mask_fill: float
+    verification: Verification | None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -167,6 +175,8 @@ def compute_attention(
     vocab_size: int = 100,
     device: str = "auto",
     dtype: str = "float32",
+    mask_fill: float = float("-inf"),
+    verify: bool = False,
 ) -> AttentionResult:
     """Run seeded multi-head attention over a batch, as the seeds do.
 
@@ -183,6 +193,11 @@ def compute_attention(
         vocab_size: the embedding table's size.
         device: "auto", "cpu" or "cuda".
         dtype: "float32" or "float64".
+        mask_fill: the score masked entries get before the softmax: -inf (default;
+            fully-masked rows become 0) or a finite value <= 0 such as the seeds'
+            -1e9 (fully-masked rows become uniform), see :mod:`app.attention.mha`.
+        verify: also run PyTorch's references (:mod:`app.attention.verify`) and
+            report the differences in ``verification``.
 
     Returns:
         An :class:`AttentionResult` with weights of shape (B, H, L_q, L_k): L_q = L_k
@@ -192,7 +207,8 @@ def compute_attention(
         AttentionInputError (a ValueError) naming the field: d_model or num_heads
             below 1 or not divisible, an empty batch or sequence, an id outside
             [0, vocab_size), an unknown mask, device or dtype, "cuda" without CUDA,
-            or a target batch whose size differs from the source batch.
+            a mask_fill that is NaN or above 0, or a target batch whose size differs
+            from the source batch.
     """
     if d_model < 1:
         raise AttentionInputError("d_model", f"must be >= 1, got {d_model}")
@@ -208,6 +224,10 @@ def compute_attention(
         )
     if vocab_size < 1:
         raise AttentionInputError("vocab_size", f"must be >= 1, got {vocab_size}")
+    if math.isnan(mask_fill) or mask_fill > 0:
+        raise AttentionInputError(
+            "mask_fill", f"must be -inf or a finite number <= 0 (e.g. -1e9), got {mask_fill}"
+        )
     cross = targets is not None
     if targets is not None and len(targets) != len(sequences):
         raise AttentionInputError(
@@ -233,10 +253,24 @@ def compute_attention(
 
     with torch.inference_mode():
         start = time.perf_counter()
-        attn_output, attn_weights = model(query_ids, key_ids, on_device_mask)
+        attn_output, attn_weights = model(query_ids, key_ids, on_device_mask, mask_fill)
         if run_on.type == "cuda":
             torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
+        verification = None
+        if verify:
+            verification = verify_attention(
+                model.attention,
+                model.embedding(query_ids),
+                model.embedding(key_ids),
+                query_ids,
+                key_ids,
+                mask_name=mask,
+                pad_id=pad_id,
+                mask_fill=mask_fill,
+                attn_weights=attn_weights,
+                attn_output=attn_output,
+            )
 
     batch_size, _, len_q, len_k = attn_weights.shape
     full_mask = (
@@ -258,4 +292,6 @@ def compute_attention(
         device=run_on.type,
         dtype=dtype,
         compute_ms=compute_ms,
+        mask_fill=mask_fill,
+        verification=verification,
     )

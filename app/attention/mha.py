@@ -4,12 +4,19 @@ Sources: Vaswani et al. 2017, "Attention Is All You Need", eq. 1 and section 3.2
 seed 000_ead306c3acdd1f55.txt section 7.7 (``MultiHeadAttention``) and
 seed 001_a60461bcfc75d473.txt sections 1, 4 and 5.
 
-Fully-masked rows: a query whose every key is masked (an all-padding sequence,
-for instance) has no distribution to take. The seeds' finite fill (-1e12) would
-spread it uniformly over the masked keys; a ``-inf`` fill would give NaN. AttnViz
-instead sets such a row's weights to exactly 0 (so its attention output row is 0
-before W_o) and reports it in ``fully_masked``. Every other row is bit-for-bit the
-seeds' result: exp(-1e12 - max) and exp(-inf) are both exactly 0 in float32.
+Mask fill and fully-masked rows: masked scores are replaced by ``mask_fill``
+before the softmax. A query whose every key is masked (an all-padding sequence, for
+instance) has no distribution to take:
+
+* ``mask_fill = -inf`` (the default): softmax alone would give NaN; AttnViz sets
+  such a row's weights to exactly 0, so its attention output is 0 before W_o (W_o's
+  bias after it). This is also what ``F.scaled_dot_product_attention`` returns.
+* a finite fill such as -1e9, -1e10 or -1e12 (the seeds' choices): the row's scores
+  are all equal, so softmax spreads it uniformly, 1 / L_k on every (masked) key,
+  exactly as the seeds compute it.
+
+Every other row is the same under both: exp(-inf) and exp(-1e9 - max) are both
+exactly 0 in float32 and float64, as long as |fill| dwarfs the scores.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ def scaled_dot_product_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor | None = None,
+    mask_fill: float = float("-inf"),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V, with the weights returned (Vaswani et al., eq. 1).
 
@@ -35,20 +43,24 @@ def scaled_dot_product_attention(
         value: (B, H, L_k, d_k), same dtype.
         mask: bool, broadcastable to (B, H, L_q, L_k); True = attend. None attends
             everywhere.
+        mask_fill: the score given to masked entries: -inf, or a finite negative
+            number such as the seeds' -1e9 (module docstring).
 
     Returns:
         attn_output (B, H, L_q, d_k) and attn_weights (B, H, L_q, L_k). Each row of
-        attn_weights with at least one unmasked key sums to 1; masked entries are
-        exactly 0; a fully-masked row is all 0 (module docstring).
+        attn_weights sums to 1, except a fully-masked row under -inf, which is all 0.
+        Masked entries are exactly 0, except in fully-masked rows under a finite
+        fill, which are uniform (module docstring).
     """
     d_k = query.shape[-1]
     scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)  # (B, H, L_q, L_k)
     if mask is None:
         attn_weights = F.softmax(scores, dim=-1)
     else:
-        scores = scores.masked_fill(~mask, float("-inf"))
-        attn_weights = F.softmax(scores, dim=-1)  # NaN only in fully-masked rows
-        attn_weights = attn_weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        scores = scores.masked_fill(~mask, mask_fill)
+        attn_weights = F.softmax(scores, dim=-1)
+        if math.isinf(mask_fill):  # fully-masked rows are NaN here: make them 0
+            attn_weights = attn_weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     attn_output = torch.matmul(attn_weights, value)  # (B, H, L_q, d_k)
     return attn_output, attn_weights
 
@@ -103,6 +115,7 @@ class MultiHeadAttention(nn.Module):
         key: torch.Tensor,
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
+        mask_fill: float = float("-inf"),
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -112,6 +125,7 @@ class MultiHeadAttention(nn.Module):
             value: (B, L_k, d_model).
             mask: bool, True = attend; (B, 1, L_k), (1, L_q, L_k) or (B, L_q, L_k),
                 broadcast over heads. None attends everywhere.
+            mask_fill: score of masked entries, see :func:`scaled_dot_product_attention`.
 
         Returns:
             attn_output (B, L_q, d_model) after W_o, and attn_weights
@@ -124,7 +138,7 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.W_v(value))  # (B, H, L_k, d_k)
         # 2) Scaled dot-product attention in every head at once.
         head_mask = None if mask is None else mask.unsqueeze(1)  # (B|1, 1, L_q|1, L_k)
-        attn_output, attn_weights = scaled_dot_product_attention(q, k, v, head_mask)
+        attn_output, attn_weights = scaled_dot_product_attention(q, k, v, head_mask, mask_fill)
         # 3) Concatenate the heads and project with W_o.
         attn_output = attn_output.transpose(1, 2).contiguous()  # (B, L_q, H, d_k)
         attn_output = attn_output.view(batch_size, -1, self.d_model)  # (B, L_q, d_model)

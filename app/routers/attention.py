@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Annotated, Any
 
@@ -10,7 +11,7 @@ from fastapi import APIRouter, Depends, HTTPException, status
 
 from app.attention import AttentionInputError, compute_attention
 from app.config import Settings, get_settings
-from app.schemas import AttentionRequest, AttentionResponse
+from app.schemas import AttentionRequest, AttentionResponse, VerificationResult
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
@@ -73,6 +74,8 @@ def compute_attention_weights(
             vocab_size=request.vocab_size,
             device=request.device,
             dtype=request.dtype,
+            mask_fill=float(request.mask_fill),
+            verify=request.verify,
         )
     except AttentionInputError as error:
         raise field_error(
@@ -106,4 +109,10 @@ def compute_attention_weights(
         device=result.device,
         dtype=result.dtype,
         compute_ms=result.compute_ms,
+        mask_fill=request.mask_fill,
+        verification=(
+            None
+            if result.verification is None
+            else VerificationResult(**dataclasses.asdict(result.verification))
+        ),
     )

@@ -46,6 +46,22 @@
     }
     form.mask_padding.checked = request.mask === "padding" || request.mask === "padding_causal";
     form.mask_causal.checked = request.mask === "causal" || request.mask === "padding_causal";
+    setMaskFill(request.mask_fill);
+  }
+
+  // The select offers -inf and the seeds' fills; another value from a preset is added.
+  function setMaskFill(value) {
+    const text = typeof value === "number" ? value.toExponential().replace("e+", "e") : String(value);
+    const known = [...form.mask_fill.options].find(
+      (o) => o.value === text || Number(o.value) === Number(text),
+    );
+    if (!known) {
+      const option = document.createElement("option");
+      option.value = text;
+      option.textContent = text;
+      form.mask_fill.append(option);
+    }
+    form.mask_fill.value = known ? known.value : text;
   }
 
   function nonEmptyLines(text) {
@@ -63,10 +79,13 @@
     const padding = form.mask_padding.checked;
     const causal = form.mask_causal.checked;
     const mask = padding && causal ? "padding_causal" : padding ? "padding" : causal ? "causal" : "none";
+    const fill = form.mask_fill.value;
     const request = {
       sequences: sources.map(encode),
       mask: mask,
+      mask_fill: fill === "-inf" ? fill : Number(fill),
       device: form.device.value,
+      verify: form.verify.checked,
     };
     for (const name of ["d_model", "num_heads", "seed", "pad_id", "vocab_size"]) {
       const raw = form[name].value.trim();
@@ -143,14 +162,42 @@
       `${data.attention === "cross" ? "Cross" : "Self"}-attention`,
       `weights (B, H, L_q, L_k) = (${B}, ${H}, ${Lq}, ${Lk})`,
       `d_model ${data.d_model}, d_k ${data.d_k}`,
-      `mask ${data.mask}`,
+      `mask ${data.mask} (fill ${data.mask_fill})`,
       `${data.num_parameters.toLocaleString()} attention parameters`,
       `${data.device} ${data.dtype}, ${data.compute_ms.toFixed(2)} ms`,
     ];
     if (fullyMasked > 0) {
-      parts.push(`${fullyMasked} fully-masked query row(s): weights set to 0`);
+      const rule = data.mask_fill === "-inf" ? "weights set to 0" : "uniform weights (finite fill)";
+      parts.push(`${fullyMasked} fully-masked query row(s): ${rule}`);
     }
     return parts.join(" · ");
+  }
+
+  function formatDiff(x) {
+    return x === 0 ? "0" : x.toExponential(1);
+  }
+
+  function renderBadge(data) {
+    const badge = document.getElementById("verify-badge");
+    const v = data.verification;
+    if (!v) {
+      badge.hidden = true;
+      return;
+    }
+    const largest = Math.max(v.mha_weights_max_abs_diff, v.mha_output_max_abs_diff,
+      v.sdpa_output_max_abs_diff);
+    badge.textContent = v.matches
+      ? `✓ matches PyTorch (max |Δ| = ${formatDiff(largest)})`
+      : `✗ differs from PyTorch (max |Δ| = ${formatDiff(largest)} > ${formatDiff(v.tolerance)})`;
+    badge.className = v.matches ? "badge ok" : "badge bad";
+    badge.title = [
+      `torch ${v.torch_version}, tolerance ${v.tolerance}`,
+      `nn.MultiheadAttention weights: ${formatDiff(v.mha_weights_max_abs_diff)}`,
+      `nn.MultiheadAttention output: ${formatDiff(v.mha_output_max_abs_diff)}`,
+      `scaled_dot_product_attention output: ${formatDiff(v.sdpa_output_max_abs_diff)}`,
+      `fully-masked rows compared under AttnViz's rule: ${v.fully_masked_rows}`,
+    ].join("\n");
+    badge.hidden = false;
   }
 
   function headTraces(data, b, h, zmax) {
@@ -160,10 +207,17 @@
     const keyLabels = data.key_labels[b].map(escapeForPlotly);
     const rows = queryLabels.map((_, i) => i);
     const cols = keyLabels.map((_, j) => j);
-    const customdata = rows.map((i) => cols.map((j) => [queryLabels[i], keyLabels[j]]));
     const annotate = Math.max(rows.length, cols.length) <= ANNOTATE_MAX_LEN;
-    const visible = weights.map((row, i) => row.map((w, j) => (mask[i][j] ? w : null)));
-    const masked = mask.map((row) => row.map((attend) => (attend ? null : 1)));
+    // A masked cell is drawn gray when its weight is 0. Under a finite mask fill,
+    // a fully-masked row is uniform (as in the seeds): its weights are drawn.
+    const shown = weights.map((row, i) => row.map((w, j) => mask[i][j] || w !== 0));
+    const visible = weights.map((row, i) => row.map((w, j) => (shown[i][j] ? w : null)));
+    const masked = shown.map((row) => row.map((s) => (s ? null : 1)));
+    const customdata = rows.map((i) => cols.map((j) => [
+      queryLabels[i],
+      keyLabels[j],
+      mask[i][j] ? "" : "<br>masked key; the row is fully masked, so a finite fill spreads it uniformly",
+    ]));
     const hoverHead = "query %{customdata[0]} (row %{y})<br>key %{customdata[1]} (col %{x})<br>";
     return [
       {
@@ -177,7 +231,7 @@
         showscale: h === data.shape[1] - 1,
         colorbar: { title: { text: "weight" }, thickness: 12 },
         customdata: customdata,
-        hovertemplate: hoverHead + "weight %{z:.4f}<extra></extra>",
+        hovertemplate: hoverHead + "weight %{z:.4f}%{customdata[2]}<extra></extra>",
         texttemplate: annotate ? "%{z:.2f}" : "",
         hoverongaps: false,
         xgap: 1,
@@ -236,6 +290,7 @@
     const b = Number(sequenceSelect.value || 0);
     const numHeads = data.shape[1];
     summary.textContent = describe(data);
+    renderBadge(data);
     let zmax = 0;
     data.weights[b].forEach((head) => head.forEach((row) => row.forEach((w) => { zmax = Math.max(zmax, w); })));
     zmax = zmax > 0 ? zmax : 1;

@@ -1,36 +1,18 @@
-"""Independent references: PyTorch's own nn.MultiheadAttention, and the seed's code."""
+"""References for the engine tests: PyTorch's nn.MultiheadAttention, and the seed's code.
+
+The nn.MultiheadAttention is loaded by app.attention.verify's loader. A wrong loader
+could not produce agreement to 1e-6 by accident, so the agreement tests check it too.
+"""
 
 from __future__ import annotations
 
 import math
 
 import torch
-from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 from app.attention import AttentionModel
-
-
-def torch_mha_from(model: AttentionModel) -> nn.MultiheadAttention:
-    """nn.MultiheadAttention loaded with the model's W_q, W_k, W_v and W_o."""
-    attention = model.attention
-    weight = attention.W_q.weight
-    reference = nn.MultiheadAttention(
-        attention.d_model,
-        attention.num_heads,
-        batch_first=True,
-        dtype=weight.dtype,
-    )
-    with torch.no_grad():
-        reference.in_proj_weight.copy_(
-            torch.cat([attention.W_q.weight, attention.W_k.weight, attention.W_v.weight])
-        )
-        reference.in_proj_bias.copy_(
-            torch.cat([attention.W_q.bias, attention.W_k.bias, attention.W_v.bias])
-        )
-        reference.out_proj.weight.copy_(attention.W_o.weight)
-        reference.out_proj.bias.copy_(attention.W_o.bias)
-    return reference.eval()
+from app.attention.verify import torch_multihead_attention_from
 
 
 def torch_mha_attention(
@@ -44,7 +26,7 @@ def torch_mha_attention(
 
     key_padding: (B, L_k) bool, True = real token (converted to PyTorch's True = ignore).
     """
-    reference = torch_mha_from(model)
+    reference = torch_multihead_attention_from(model.attention)
     query = model.embedding(query_ids)
     key = model.embedding(key_ids)
     len_q = query.shape[1]
@@ -67,10 +49,12 @@ def seed_multihead_attention(
     query_ids: torch.Tensor,
     key_ids: torch.Tensor,
     mask: torch.Tensor | None,
+    inf: float = 1e12,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed 000 section 7.7's MultiHeadAttention, line for line (inf = 1e12), returning
-    the weights too. mask: (B, L_q, L_k) or (B, 1, L_k) bool, True = attend."""
-    inf = 1e12
+    """Seed 000 section 7.7's MultiHeadAttention, line for line, returning the weights too.
+
+    mask: (B, L_q, L_k) or (B, 1, L_k) bool, True = attend.
+    """
     att = model.attention
     d_model, num_heads, d_k = att.d_model, att.num_heads, att.d_k
     q_in = model.embedding(query_ids)

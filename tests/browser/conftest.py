@@ -3,7 +3,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.support import CHROMIUM_ARGS, chromium_path, live_server
+from tests.browser.support import CHROMIUM_ARGS, chromium_path
+from tests.live_server import live_server
 
 
 @pytest.fixture(scope="session")

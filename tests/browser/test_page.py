@@ -95,3 +95,46 @@ def test_cross_attention_preset(page, server_url) -> None:  # type: ignore[no-un
     rows = page.evaluate("() => document.querySelector('#heads .head-plot').data[0].z.length")
     assert rows == 12
     assert page.errors == []
+
+
+def test_verify_badge_shows_the_pytorch_agreement(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    badge = page.locator("#verify-badge")
+    badge.wait_for(state="visible")
+    text = badge.text_content()
+    assert text.startswith("✓ matches PyTorch (max |Δ| = ")
+    verification = page.evaluate("() => window.attnviz.lastResponse.verification")
+    largest = max(
+        verification["mha_weights_max_abs_diff"],
+        verification["mha_output_max_abs_diff"],
+        verification["sdpa_output_max_abs_diff"],
+    )
+    assert largest < 1e-6
+    assert f"{largest:.1e}".replace("e-0", "e-") in text
+    assert "scaled_dot_product_attention" in badge.get_attribute("title")
+    # Unchecking verify hides the badge.
+    page.uncheck("#verify")
+    page.click("#compute")
+    page.wait_for_function("window.attnviz.lastResponse.verification === null")
+    assert badge.is_hidden()
+
+
+def test_mask_fill_switches_fully_masked_rows_from_zero_to_uniform(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.select_option("#preset", "fully-masked-rows")
+    page.wait_for_function("window.attnviz.lastResponse.fully_masked[0][0] === true")
+    wait_for_heads(page, 2)
+    first_row = "() => document.querySelector('#heads .head-plot').data[0].z[0]"
+    assert page.evaluate(first_row) == [None] * 6  # drawn as masked: weight 0
+    assert "weights set to 0" in page.locator("#summary").text_content()
+    page.select_option("#mask_fill", "-1e9")
+    page.click("#compute")
+    page.wait_for_function("window.attnviz.lastResponse.mask_fill === -1e9")
+    wait_for_heads(page, 2)
+    row = page.evaluate(first_row)
+    assert row == [pytest.approx(1 / 6)] * 6  # the seeds' finite fill: uniform
+    assert "uniform weights" in page.locator("#summary").text_content()
+    assert page.locator("#verify-badge").text_content().startswith("✓ matches PyTorch")
+    assert page.errors == []

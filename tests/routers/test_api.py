@@ -55,12 +55,48 @@ def test_every_preset_computes(client: TestClient) -> None:
         "seed-padding-causal": [5, 2, 10, 10],
         "i-love-deep-learning": [1, 8, 4, 4],
         "seed-encoder-decoder": [5, 2, 12, 10],
+        "fully-masked-rows": [2, 2, 6, 6],
     }
-    for preset in client.get("/api/v1/presets").json():
-        response = post(client, preset["request"])
+    presets = client.get("/api/v1/presets").json()
+    assert sorted(p["name"] for p in presets) == sorted(expected_shapes)
+    for preset in presets:
+        response = post(client, {**preset["request"], "verify": True})
         assert response.status_code == 200, response.text
-        assert response.json()["shape"] == expected_shapes[preset["name"]]
+        body = response.json()
+        assert body["shape"] == expected_shapes[preset["name"]]
         assert_no_nan_or_inf(response.content)
+        verification = body["verification"]
+        assert verification["matches"] is True
+        for key in (
+            "mha_weights_max_abs_diff",
+            "mha_output_max_abs_diff",
+            "sdpa_output_max_abs_diff",
+        ):
+            assert verification[key] < 1e-6, (preset["name"], key, verification[key])
+
+
+def test_verification_is_absent_unless_asked_for(client: TestClient) -> None:
+    assert post(client, {"sequences": [[1, 2]]}).json()["verification"] is None
+
+
+@pytest.mark.parametrize(("mask_fill", "row0"), [("-inf", [0.0, 0.0]), (-1e9, [0.5, 0.5])])
+def test_mask_fill_decides_fully_masked_rows(
+    client: TestClient, mask_fill: Any, row0: list[float]
+) -> None:
+    body = {
+        "sequences": [[0, 3], [4, 5]],
+        "mask": "padding_causal",
+        "mask_fill": mask_fill,
+        "verify": True,
+    }
+    response = post(client, body)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["mask_fill"] == mask_fill
+    assert data["fully_masked"][0] == [True, False]
+    assert data["weights"][0][0][0] == row0
+    assert data["verification"]["fully_masked_rows"] == 1
+    assert data["verification"]["matches"] is True
 
 
 def test_response_carries_the_engine_numbers_and_everything_to_draw_them(
@@ -132,6 +168,9 @@ def error_locs(response: Any) -> list[list[Any]]:
         ({"sequences": [[1]], "colour": "red"}, ["body", "colour"], "Extra inputs"),
         ({"sequences": [[1, 2]], "vocab_size": 2}, ["body", "sequences", 0], "2 is outside"),
         ({"sequences": [[1]], "device": "tpu"}, ["body", "device"], ""),
+        ({"sequences": [[1]], "mask_fill": 5}, ["body", "mask_fill"], "less than or equal"),
+        ({"sequences": [[1]], "mask_fill": "inf"}, ["body", "mask_fill"], "finite"),
+        ({"sequences": [[1]], "verify": "maybe"}, ["body", "verify"], "boolean"),
     ],
 )
 def test_bad_input_is_422_naming_the_field(

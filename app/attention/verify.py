@@ -1,0 +1,211 @@
+"""Check an AttnViz result against attention implementations we did not write.
+
+References, both loaded with the model's own W_q, W_k, W_v and W_o:
+
+1. ``torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)`` called with
+   ``need_weights=True, average_attn_weights=False``: per-head weights and output.
+   Its masks are built here independently from the ids and the mask name, in
+   PyTorch's polarity (True = ignore): ``key_padding_mask`` (B, L_k) for padding and
+   a (L, L) upper-triangular ``attn_mask`` for causal.
+2. ``torch.nn.functional.scaled_dot_product_attention`` (boolean mask, True = attend):
+   the attention output (it returns no weights), concatenated and passed through W_o.
+
+Fully-masked query rows are compared under AttnViz's documented rule
+(:mod:`app.attention.mha`). PyTorch's MultiheadAttention gives NaN there. With the
+default -inf fill, the expected weights are 0 and the expected output is W_o's bias.
+With a finite fill (the seeds' behaviour), the expected weights are uniform, 1 / L_k,
+and the expected output is W_o applied to the mean of V over all keys.
+``scaled_dot_product_attention`` itself returns 0 for such rows, which matches the
+-inf rule. With a finite fill, its fully-masked rows are compared under the same
+rule as above.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
+
+from app.attention.mha import MultiHeadAttention
+
+TOLERANCE: Final[dict[torch.dtype, float]] = {torch.float32: 1e-6, torch.float64: 1e-12}
+"""Largest absolute difference that still counts as a match, per dtype."""
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Maximum absolute differences between AttnViz and PyTorch's references.
+
+    Attributes:
+        mha_weights_max_abs_diff: weights vs nn.MultiheadAttention, over (B, H, L_q, L_k).
+        mha_output_max_abs_diff: output vs nn.MultiheadAttention, over (B, L_q, d_model).
+        sdpa_output_max_abs_diff: output vs scaled_dot_product_attention + W_o.
+        fully_masked_rows: query rows (over B and L_q) that the reference masks
+            entirely; they are compared under AttnViz's rule.
+        tolerance: 1e-6 for float32, 1e-12 for float64.
+        matches: every difference is at most ``tolerance``.
+        torch_version: the PyTorch that computed the references.
+    """
+
+    mha_weights_max_abs_diff: float
+    mha_output_max_abs_diff: float
+    sdpa_output_max_abs_diff: float
+    fully_masked_rows: int
+    tolerance: float
+    matches: bool
+    torch_version: str
+
+
+def torch_multihead_attention_from(attention: MultiHeadAttention) -> nn.MultiheadAttention:
+    """A ``torch.nn.MultiheadAttention`` holding ``attention``'s parameters.
+
+    in_proj_weight = [W_q; W_k; W_v] (3 * d_model, d_model), in_proj_bias likewise,
+    and out_proj = W_o. The module is in eval mode, on the same device and dtype.
+    """
+    weight = attention.W_q.weight
+    reference = nn.MultiheadAttention(
+        attention.d_model,
+        attention.num_heads,
+        batch_first=True,
+        device=weight.device,
+        dtype=weight.dtype,
+    )
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(
+            torch.cat([attention.W_q.weight, attention.W_k.weight, attention.W_v.weight])
+        )
+        assert reference.in_proj_bias is not None  # bias=True by construction
+        reference.in_proj_bias.copy_(
+            torch.cat([attention.W_q.bias, attention.W_k.bias, attention.W_v.bias])
+        )
+        reference.out_proj.weight.copy_(attention.W_o.weight)
+        reference.out_proj.bias.copy_(attention.W_o.bias)
+    return reference.eval()
+
+
+def pytorch_masks(
+    mask_name: str, query_ids: torch.Tensor, key_ids: torch.Tensor, pad_id: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """PyTorch-polarity masks (True = ignore) for a mask name, built from the ids.
+
+    Returns:
+        key_padding_mask (B, L_k) bool or None, and attn_mask (L_q, L_k) bool or None.
+    """
+    key_padding_mask = (key_ids == pad_id) if "padding" in mask_name else None
+    attn_mask = None
+    if "causal" in mask_name:
+        len_q, len_k = query_ids.shape[1], key_ids.shape[1]
+        ones = torch.ones(len_q, len_k, dtype=torch.bool, device=query_ids.device)
+        attn_mask = torch.triu(ones, diagonal=1)
+    return key_padding_mask, attn_mask
+
+
+def verify_attention(
+    attention: MultiHeadAttention,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    query_ids: torch.Tensor,
+    key_ids: torch.Tensor,
+    *,
+    mask_name: str,
+    pad_id: int,
+    mask_fill: float,
+    attn_weights: torch.Tensor,
+    attn_output: torch.Tensor,
+) -> Verification:
+    """Compare AttnViz's weights and output with PyTorch's references.
+
+    Args:
+        attention: the layer that produced the result.
+        query: (B, L_q, d_model) embedded queries.
+        key: (B, L_k, d_model) embedded keys, which are also the values.
+        query_ids: (B, L_q) int64, for building the masks.
+        key_ids: (B, L_k) int64, for building the masks.
+        mask_name: "none", "padding", "causal" or "padding_causal".
+        pad_id: the padding id.
+        mask_fill: the fill AttnViz used (-inf, or finite as in the seeds).
+        attn_weights: (B, H, L_q, L_k) AttnViz weights, on any device.
+        attn_output: (B, L_q, d_model) AttnViz output.
+
+    Returns:
+        The maximum absolute differences, as a :class:`Verification`.
+    """
+    device = query.device
+    attn_weights = attn_weights.to(device)
+    attn_output = attn_output.to(device)
+    reference = torch_multihead_attention_from(attention)
+    key_padding_mask, attn_mask = pytorch_masks(mask_name, query_ids, key_ids, pad_id)
+    batch_size, num_heads, len_q, len_k = attn_weights.shape
+
+    ignore = torch.zeros(batch_size, len_q, len_k, dtype=torch.bool, device=device)
+    if key_padding_mask is not None:
+        ignore = ignore | key_padding_mask[:, None, :]
+    if attn_mask is not None:
+        ignore = ignore | attn_mask[None, :, :]
+    fully_masked = ignore.all(dim=-1)  # (B, L_q)
+
+    with torch.inference_mode():
+        mha_output, mha_weights = reference(
+            query,
+            key,
+            key,
+            key_padding_mask=key_padding_mask,
+            attn_mask=attn_mask,
+            need_weights=True,
+            average_attn_weights=False,
+        )
+        # scaled_dot_product_attention: the same projections, True = attend.
+        w_q, w_k, w_v = reference.in_proj_weight.chunk(3)
+        assert reference.in_proj_bias is not None
+        b_q, b_k, b_v = reference.in_proj_bias.chunk(3)
+        d_k = attention.d_k
+
+        def heads(x: torch.Tensor) -> torch.Tensor:
+            return x.view(batch_size, -1, num_heads, d_k).transpose(1, 2)  # (B, H, L, d_k)
+
+        sdpa_heads = F.scaled_dot_product_attention(
+            heads(F.linear(query, w_q, b_q)),
+            heads(F.linear(key, w_k, b_k)),
+            heads(F.linear(key, w_v, b_v)),
+            attn_mask=(~ignore)[:, None, :, :],
+        )  # (B, H, L_q, d_k)
+        sdpa_concat = sdpa_heads.transpose(1, 2).reshape(batch_size, len_q, -1)
+        sdpa_output = reference.out_proj(sdpa_concat)  # (B, L_q, d_model)
+
+        # AttnViz's rule for fully-masked rows, from PyTorch's own parts.
+        rows = fully_masked[:, None, :].expand(batch_size, num_heads, len_q)
+        if math.isinf(mask_fill):
+            rule_weights = torch.zeros_like(mha_weights)
+            rule_output = reference.out_proj.bias.expand_as(mha_output)
+        else:
+            rule_weights = torch.full_like(mha_weights, 1.0 / len_k)
+            mean_value = F.linear(key, w_v, b_v).mean(dim=1, keepdim=True)  # (B, 1, d_model)
+            rule_output = reference.out_proj(mean_value).expand_as(mha_output)
+            sdpa_output = torch.where(fully_masked[..., None], rule_output, sdpa_output)
+        mha_weights = torch.where(rows[..., None], rule_weights, mha_weights)
+        mha_output = torch.where(fully_masked[..., None], rule_output, mha_output)
+
+    def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+        if a.numel() == 0:
+            return 0.0
+        return float((a.to(torch.float64) - b.to(torch.float64)).abs().max())
+
+    diffs = (
+        max_abs(attn_weights, mha_weights),
+        max_abs(attn_output, mha_output),
+        max_abs(attn_output, sdpa_output),
+    )
+    tolerance = TOLERANCE[attn_weights.dtype]
+    return Verification(
+        mha_weights_max_abs_diff=diffs[0],
+        mha_output_max_abs_diff=diffs[1],
+        sdpa_output_max_abs_diff=diffs[2],
+        fully_masked_rows=int(fully_masked.sum()),
+        tolerance=tolerance,
+        matches=all(math.isfinite(d) and d <= tolerance for d in diffs),
+        torch_version=torch.__version__,
+    )

@@ -1,0 +1,120 @@
+import math
+
+import pytest
+import torch
+
+from app.attention import AttentionModel, compute_attention
+from app.attention.verify import torch_multihead_attention_from, verify_attention
+from app.seed_data import SEED_BATCH, SEED_TARGETS
+from tests.attention.reference import seed_multihead_attention
+
+MASKS = ["none", "padding", "causal", "padding_causal"]
+FILLS = [float("-inf"), -1e9, -1e10, -1e12]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mask_fill", FILLS)
+@pytest.mark.parametrize("mask", MASKS)
+def test_every_mask_matches_torch_references(mask: str, mask_fill: float, dtype: str) -> None:
+    result = compute_attention(
+        SEED_BATCH, mask=mask, mask_fill=mask_fill, dtype=dtype, seed=1, verify=True
+    )
+    v = result.verification
+    assert v is not None
+    tolerance = 1e-6 if dtype == "float32" else 1e-12
+    assert v.tolerance == tolerance
+    assert v.mha_weights_max_abs_diff <= tolerance
+    assert v.mha_output_max_abs_diff <= tolerance
+    assert v.sdpa_output_max_abs_diff <= tolerance
+    assert v.matches
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mask", ["none", "padding"])
+def test_cross_attention_with_different_lengths_matches(mask: str, dtype: str) -> None:
+    result = compute_attention(
+        SEED_BATCH, targets=SEED_TARGETS, mask=mask, dtype=dtype, verify=True
+    )
+    assert result.attn_weights.shape == (5, 2, 12, 10)
+    v = result.verification
+    assert v is not None and v.matches, v
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mask_fill", [float("-inf"), -1e9])
+def test_fully_masked_rows_are_compared_under_the_documented_rule(
+    mask_fill: float, dtype: str
+) -> None:
+    # Sequence 0 is all padding; sequence 1 starts with padding, so its first query
+    # has no key under padding & causal.
+    sequences = [[0, 0, 0, 0], [0, 7, 8, 0], [5, 6, 7, 8]]
+    result = compute_attention(
+        sequences, mask="padding_causal", mask_fill=mask_fill, dtype=dtype, verify=True
+    )
+    v = result.verification
+    assert v is not None
+    assert v.fully_masked_rows == 5 == int(result.fully_masked.sum())
+    assert v.matches, v
+    rows = result.attn_weights[0]
+    if math.isinf(mask_fill):
+        assert torch.all(rows == 0.0)
+    else:  # the seeds' behaviour: uniform over the L_k keys
+        torch.testing.assert_close(rows, torch.full_like(rows, 0.25), atol=0, rtol=0)
+
+
+def test_finite_fill_is_the_seed_code_exactly() -> None:
+    # Seed 000 uses -1e12, fully-masked rows included: AttnViz gives the same bits.
+    sequences = [[0, 0, 0], [4, 0, 9]]
+    result = compute_attention(sequences, mask="padding_causal", mask_fill=-1e12)
+    model = AttentionModel(100, 8, 2, seed=0)
+    ids = torch.tensor(sequences)
+    mask = (ids != 0).unsqueeze(1) & torch.tril(torch.ones(1, 3, 3, dtype=torch.bool))
+    weights, output = seed_multihead_attention(model, ids, ids, mask, inf=1e12)
+    assert torch.equal(result.attn_weights, weights)
+    torch.testing.assert_close(result.attn_output, output, atol=1e-6, rtol=0)
+
+
+def test_verification_fails_on_wrong_numbers() -> None:
+    model = AttentionModel(100, 8, 2, seed=0)
+    ids = torch.tensor(SEED_BATCH[2:3])  # 10 tokens, no padding
+    with torch.inference_mode():
+        output, weights = model(ids, ids, None)
+        embedded = model.embedding(ids)
+    wrong = weights.clone()
+    wrong[0, 1, 3, 4] += 1e-3
+    v = verify_attention(
+        model.attention,
+        embedded,
+        embedded,
+        ids,
+        ids,
+        mask_name="none",
+        pad_id=0,
+        mask_fill=float("-inf"),
+        attn_weights=wrong,
+        attn_output=output,
+    )
+    assert not v.matches
+    assert v.mha_weights_max_abs_diff == pytest.approx(1e-3, rel=1e-3)
+    v = verify_attention(
+        model.attention,
+        embedded,
+        embedded,
+        ids,
+        ids,
+        mask_name="causal",
+        pad_id=0,
+        mask_fill=float("-inf"),
+        attn_weights=weights,
+        attn_output=output,
+    )
+    assert not v.matches, "unmasked weights must not pass as causal ones"
+
+
+def test_loader_copies_w_q_w_k_w_v_w_o_into_torch_multihead_attention() -> None:
+    attention = AttentionModel(100, 16, 4, seed=2).attention
+    reference = torch_multihead_attention_from(attention)
+    expected = torch.cat([attention.W_q.weight, attention.W_k.weight, attention.W_v.weight])
+    assert torch.equal(reference.in_proj_weight, expected)
+    assert torch.equal(reference.out_proj.weight, attention.W_o.weight)
+    assert reference.num_heads == 4 and reference.head_dim == 4
