@@ -8,10 +8,8 @@ from the target batch (L_q = T_L) and keys and values from the source batch
 (L_k = S_L), with the source padding mask.
 
 Reproducibility: every parameter is drawn on the CPU from one ``torch.Generator``
-seeded with ``seed``, in a fixed order (embedding, then W_q, W_k, W_v, W_o, weight
-before bias), with PyTorch's default initialisers: N(0, 1) for the embedding and
-U(-1/sqrt(d_model), 1/sqrt(d_model)) for the linear weights and biases
-(``kaiming_uniform_(a=sqrt(5))``). The same request therefore gives the same
+seeded with ``seed`` (:mod:`app.attention.init`), in a fixed order: embedding, then
+W_q, W_k, W_v, W_o, weight before bias. The same request therefore gives the same
 parameters on every call and machine, and the global RNG is never touched.
 """
 
@@ -19,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
@@ -27,53 +25,50 @@ import torch
 from torch import nn
 
 from app.attention.errors import AttentionInputError
+from app.attention.init import build_seeded
 from app.attention.masks import build_mask
 from app.attention.mha import MultiHeadAttention, count_parameters
+from app.attention.summary import dropout_weights, head_summary
 from app.attention.tokens import SequenceInput, encode_batches
 from app.attention.verify import Verification, verify_attention
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 DEVICE_NAMES: Final[tuple[str, ...]] = get_args(DeviceName)
+StageName = Literal["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"]
+STAGE_NAMES: Final[tuple[str, ...]] = get_args(StageName)
+"""Step-through stages a request can ask for (``include``)."""
 DtypeName = Literal["float32", "float64"]
 DTYPES: Final[dict[str, torch.dtype]] = {"float32": torch.float32, "float64": torch.float64}
 
 
 class AttentionModel(nn.Module):
-    """An embedding table and one multi-head attention layer, seeded.
+    """An embedding table and one multi-head attention layer.
+
+    Build it seeded with :meth:`seeded`; plain construction leaves PyTorch's own
+    (global-RNG) initialisation.
 
     Args:
         vocab_size: rows of the embedding table.
         d_model: model width.
         num_heads: H; must divide d_model.
-        seed: seed of the ``torch.Generator`` that draws every parameter.
 
     Raises:
         AttentionInputError: (field ``num_heads``) if num_heads does not divide d_model.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, num_heads: int, seed: int) -> None:
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int) -> None:
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
             raise AttentionInputError(
                 "num_heads", f"d_model={d_model} is not divisible by num_heads={num_heads}"
             )
-        # Built on the meta device, so that PyTorch's own init does not consume the
-        # global RNG; the seeded init below fills every parameter.
-        self.embedding = nn.Embedding(vocab_size, d_model, device="meta")
-        self.attention = MultiHeadAttention(d_model, num_heads, device="meta")
-        self.to_empty(device="cpu")
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            nn.init.normal_(self.embedding.weight, generator=generator)
-            bound = 1.0 / math.sqrt(d_model)
-            for linear in (
-                self.attention.W_q,
-                self.attention.W_k,
-                self.attention.W_v,
-                self.attention.W_o,
-            ):
-                nn.init.kaiming_uniform_(linear.weight, a=math.sqrt(5), generator=generator)
-                nn.init.uniform_(linear.bias, -bound, bound, generator=generator)
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.attention = MultiHeadAttention(d_model, num_heads)
+
+    @classmethod
+    def seeded(cls, vocab_size: int, d_model: int, num_heads: int, seed: int) -> AttentionModel:
+        """The model with every parameter drawn from ``seed`` (:mod:`app.attention.init`)."""
+        return build_seeded(lambda: cls(vocab_size, d_model, num_heads), seed)
 
     def forward(
         self,
@@ -81,6 +76,9 @@ class AttentionModel(nn.Module):
         key_ids: torch.Tensor,
         mask: torch.Tensor | None,
         mask_fill: float = float("-inf"),
+        *,
+        scale: bool = True,
+        stages: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Embed and attend.
 
@@ -89,13 +87,18 @@ class AttentionModel(nn.Module):
             key_ids: (B, L_k) int64 (the same tensor as query_ids for self-attention).
             mask: bool broadcastable to (B, L_q, L_k), True = attend; or None.
             mask_fill: score of masked entries (-inf, or finite as in the seeds).
+            scale: divide the scores by sqrt(d_k).
+            stages: if given, filled with the step-through tensors
+                (:meth:`MultiHeadAttention.forward`).
 
         Returns:
             attn_output (B, L_q, d_model) and attn_weights (B, H, L_q, L_k).
         """
         query = self.embedding(query_ids)  # (B, L_q, d_model)
         key = query if key_ids is query_ids else self.embedding(key_ids)  # (B, L_k, d_model)
-        attn_output, attn_weights = self.attention(query, key, key, mask, mask_fill)
+        attn_output, attn_weights = self.attention(
+            query, key, key, mask, mask_fill, scale=scale, stages=stages
+        )
         return attn_output, attn_weights
 
 
@@ -120,6 +123,16 @@ class AttentionResult:
         mask_fill: the score masked entries were given (-inf or finite).
         verification: differences from PyTorch's references when asked for
             (``verify=True``), else None.
+        scale: whether the scores were divided by sqrt(d_k).
+        stages: the step-through tensors asked for in ``stages``, by name
+            (:data:`STAGE_NAMES`): q, k, v, head_output (B, H, L, d_k); scores,
+            scaled_scores, masked_scores (B, H, L_q, L_k).
+        dropout: the dropout probability applied to ``dropped_weights``.
+        dropped_weights: (B, H, L_q, L_k) the weights after dropout in training
+            mode, when dropout > 0, else None.
+        head_entropy_bits: (B, H) mean row entropy in bits, fully-masked rows left out.
+        head_max_weight: (B, H) largest weight of each head.
+        head_mean_weights: (B, L_q, L_k) the average of the heads.
     """
 
     attn_weights: torch.Tensor
@@ -137,6 +150,13 @@ class AttentionResult:
     compute_ms: float
     mask_fill: float
     verification: Verification | None
+    scale: bool
+    stages: dict[str, torch.Tensor]
+    dropout: float
+    dropped_weights: torch.Tensor | None
+    head_entropy_bits: torch.Tensor
+    head_max_weight: torch.Tensor
+    head_mean_weights: torch.Tensor
 
 
 def resolve_device(name: str) -> torch.device:
@@ -177,6 +197,10 @@ def compute_attention(
     dtype: str = "float32",
     mask_fill: float = float("-inf"),
     verify: bool = False,
+    scale: bool = True,
+    stages: Collection[str] = (),
+    dropout: float = 0.0,
+    dropout_seed: int = 0,
 ) -> AttentionResult:
     """Run seeded multi-head attention over a batch, as the seeds do.
 
@@ -198,6 +222,14 @@ def compute_attention(
             -1e9 (fully-masked rows become uniform), see :mod:`app.attention.mha`.
         verify: also run PyTorch's references (:mod:`app.attention.verify`) and
             report the differences in ``verification``.
+        scale: divide the scores by sqrt(d_k) (the paper); False turns it off
+            (seed 001 section 7).
+        stages: names from :data:`STAGE_NAMES` to return in ``stages`` (the
+            step-through of seeds 000, 003 and 004).
+        dropout: probability 0 <= p < 1 of dropout on the weights in training mode,
+            returned in ``dropped_weights`` (seeds 001 and 004); the output is the
+            eval-mode output either way.
+        dropout_seed: seed of the dropout mask.
 
     Returns:
         An :class:`AttentionResult` with weights of shape (B, H, L_q, L_k): L_q = L_k
@@ -207,8 +239,8 @@ def compute_attention(
         AttentionInputError (a ValueError) naming the field: d_model or num_heads
             below 1 or not divisible, an empty batch or sequence, an id outside
             [0, vocab_size), an unknown mask, device or dtype, "cuda" without CUDA,
-            a mask_fill that is NaN or above 0, or a target batch whose size differs
-            from the source batch.
+            a mask_fill that is NaN or above 0, an unknown stage, a dropout outside
+            [0, 1), or a target batch whose size differs from the source batch.
     """
     if d_model < 1:
         raise AttentionInputError("d_model", f"must be >= 1, got {d_model}")
@@ -224,6 +256,13 @@ def compute_attention(
         )
     if vocab_size < 1:
         raise AttentionInputError("vocab_size", f"must be >= 1, got {vocab_size}")
+    unknown = sorted(set(stages) - set(STAGE_NAMES))
+    if unknown:
+        raise AttentionInputError(
+            "include", f"unknown stage {unknown[0]!r}; choose from {', '.join(STAGE_NAMES)}"
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise AttentionInputError("dropout", f"must lie in [0, 1), got {dropout}")
     if math.isnan(mask_fill) or mask_fill > 0:
         raise AttentionInputError(
             "mask_fill", f"must be -inf or a finite number <= 0 (e.g. -1e9), got {mask_fill}"
@@ -246,14 +285,17 @@ def compute_attention(
     attn_mask = build_mask(mask, target.ids, source.ids, pad_id, cross=cross)
     run_on = resolve_device(device)
 
-    model = AttentionModel(vocab_size, d_model, num_heads, seed).to(run_on, DTYPES[dtype])
+    model = AttentionModel.seeded(vocab_size, d_model, num_heads, seed).to(run_on, DTYPES[dtype])
     query_ids = target.ids.to(run_on)
     key_ids = query_ids if not cross else source.ids.to(run_on)
     on_device_mask = None if attn_mask is None else attn_mask.to(run_on)
 
     with torch.inference_mode():
         start = time.perf_counter()
-        attn_output, attn_weights = model(query_ids, key_ids, on_device_mask, mask_fill)
+        recorded: dict[str, torch.Tensor] | None = {} if stages else None
+        attn_output, attn_weights = model(
+            query_ids, key_ids, on_device_mask, mask_fill, scale=scale, stages=recorded
+        )
         if run_on.type == "cuda":
             torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
@@ -270,6 +312,7 @@ def compute_attention(
                 mask_fill=mask_fill,
                 attn_weights=attn_weights,
                 attn_output=attn_output,
+                scale=scale,
             )
 
     batch_size, _, len_q, len_k = attn_weights.shape
@@ -278,11 +321,14 @@ def compute_attention(
         if attn_mask is None
         else attn_mask.expand(batch_size, len_q, len_k).clone()
     )
+    fully_masked = ~full_mask.any(dim=-1)
+    weights_cpu = attn_weights.cpu()
+    entropy_bits, max_weight, mean_weights = head_summary(weights_cpu, fully_masked)
     return AttentionResult(
-        attn_weights=attn_weights.cpu(),
+        attn_weights=weights_cpu,
         attn_output=attn_output.cpu(),
         mask=full_mask,
-        fully_masked=~full_mask.any(dim=-1),
+        fully_masked=fully_masked,
         query_ids=target.ids,
         key_ids=source.ids,
         query_labels=target.labels,
@@ -294,4 +340,11 @@ def compute_attention(
         compute_ms=compute_ms,
         mask_fill=mask_fill,
         verification=verification,
+        scale=scale,
+        stages={name: recorded[name].cpu() for name in stages} if recorded else {},
+        dropout=dropout,
+        dropped_weights=dropout_weights(weights_cpu, dropout, dropout_seed) if dropout else None,
+        head_entropy_bits=entropy_bits,
+        head_max_weight=max_weight,
+        head_mean_weights=mean_weights,
     )

@@ -34,6 +34,9 @@ def scaled_dot_product_attention(
     value: torch.Tensor,
     mask: torch.Tensor | None = None,
     mask_fill: float = float("-inf"),
+    *,
+    scale: bool = True,
+    stages: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V, with the weights returned (Vaswani et al., eq. 1).
 
@@ -45,6 +48,11 @@ def scaled_dot_product_attention(
             everywhere.
         mask_fill: the score given to masked entries: -inf, or a finite negative
             number such as the seeds' -1e9 (module docstring).
+        scale: divide the scores by sqrt(d_k) (True, the paper); False shows why
+            (seed 001 section 7: without it, softmax turns one-hot as d_k grows).
+        stages: if given, filled with the intermediate tensors of the step-through
+            (seeds 000, 003, 004): "scores" Q K^T and "scaled_scores" (both
+            (B, H, L_q, L_k)), "masked_scores" (masked entries set to mask_fill).
 
     Returns:
         attn_output (B, H, L_q, d_k) and attn_weights (B, H, L_q, L_k). Each row of
@@ -53,15 +61,16 @@ def scaled_dot_product_attention(
         fill, which are uniform (module docstring).
     """
     d_k = query.shape[-1]
-    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)  # (B, H, L_q, L_k)
-    if mask is None:
-        attn_weights = F.softmax(scores, dim=-1)
-    else:
-        scores = scores.masked_fill(~mask, mask_fill)
-        attn_weights = F.softmax(scores, dim=-1)
-        if math.isinf(mask_fill):  # fully-masked rows are NaN here: make them 0
-            attn_weights = attn_weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    raw_scores = torch.matmul(query, key.transpose(-2, -1))  # (B, H, L_q, L_k)
+    scores = raw_scores / math.sqrt(d_k) if scale else raw_scores
+    masked_scores = scores if mask is None else scores.masked_fill(~mask, mask_fill)
+    attn_weights = F.softmax(masked_scores, dim=-1)
+    if mask is not None and math.isinf(mask_fill):
+        # Fully-masked rows are NaN here: make them 0.
+        attn_weights = attn_weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     attn_output = torch.matmul(attn_weights, value)  # (B, H, L_q, d_k)
+    if stages is not None:
+        stages.update(scores=raw_scores, scaled_scores=scores, masked_scores=masked_scores)
     return attn_output, attn_weights
 
 
@@ -116,6 +125,9 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
         mask_fill: float = float("-inf"),
+        *,
+        scale: bool = True,
+        stages: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -126,6 +138,10 @@ class MultiHeadAttention(nn.Module):
             mask: bool, True = attend; (B, 1, L_k), (1, L_q, L_k) or (B, L_q, L_k),
                 broadcast over heads. None attends everywhere.
             mask_fill: score of masked entries, see :func:`scaled_dot_product_attention`.
+            scale: divide scores by sqrt(d_k), see :func:`scaled_dot_product_attention`.
+            stages: if given, filled with "q", "k", "v" and "head_output"
+                ((B, H, L, d_k) each) and the score stages of
+                :func:`scaled_dot_product_attention`.
 
         Returns:
             attn_output (B, L_q, d_model) after W_o, and attn_weights
@@ -138,7 +154,11 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.W_v(value))  # (B, H, L_k, d_k)
         # 2) Scaled dot-product attention in every head at once.
         head_mask = None if mask is None else mask.unsqueeze(1)  # (B|1, 1, L_q|1, L_k)
-        attn_output, attn_weights = scaled_dot_product_attention(q, k, v, head_mask, mask_fill)
+        attn_output, attn_weights = scaled_dot_product_attention(
+            q, k, v, head_mask, mask_fill, scale=scale, stages=stages
+        )
+        if stages is not None:
+            stages.update(q=q, k=k, v=v, head_output=attn_output)
         # 3) Concatenate the heads and project with W_o.
         attn_output = attn_output.transpose(1, 2).contiguous()  # (B, L_q, H, d_k)
         attn_output = attn_output.view(batch_size, -1, self.d_model)  # (B, L_q, d_model)

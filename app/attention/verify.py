@@ -60,11 +60,15 @@ class Verification:
     torch_version: str
 
 
-def torch_multihead_attention_from(attention: MultiHeadAttention) -> nn.MultiheadAttention:
+def torch_multihead_attention_from(
+    attention: MultiHeadAttention, *, scale: bool = True
+) -> nn.MultiheadAttention:
     """A ``torch.nn.MultiheadAttention`` holding ``attention``'s parameters.
 
     in_proj_weight = [W_q; W_k; W_v] (3 * d_model, d_model), in_proj_bias likewise,
     and out_proj = W_o. The module is in eval mode, on the same device and dtype.
+    With ``scale=False`` the W_q rows and bias are multiplied by sqrt(d_k), so that
+    PyTorch's 1/sqrt(d_k) cancels and the scores are the unscaled Q K^T.
     """
     weight = attention.W_q.weight
     reference = nn.MultiheadAttention(
@@ -84,6 +88,10 @@ def torch_multihead_attention_from(attention: MultiHeadAttention) -> nn.Multihea
         )
         reference.out_proj.weight.copy_(attention.W_o.weight)
         reference.out_proj.bias.copy_(attention.W_o.bias)
+        if not scale:
+            d_model = attention.d_model
+            reference.in_proj_weight[:d_model] *= math.sqrt(attention.d_k)
+            reference.in_proj_bias[:d_model] *= math.sqrt(attention.d_k)
     return reference.eval()
 
 
@@ -116,6 +124,7 @@ def verify_attention(
     mask_fill: float,
     attn_weights: torch.Tensor,
     attn_output: torch.Tensor,
+    scale: bool = True,
 ) -> Verification:
     """Compare AttnViz's weights and output with PyTorch's references.
 
@@ -130,6 +139,7 @@ def verify_attention(
         mask_fill: the fill AttnViz used (-inf, or finite as in the seeds).
         attn_weights: (B, H, L_q, L_k) AttnViz weights, on any device.
         attn_output: (B, L_q, d_model) AttnViz output.
+        scale: whether AttnViz divided the scores by sqrt(d_k).
 
     Returns:
         The maximum absolute differences, as a :class:`Verification`.
@@ -137,7 +147,7 @@ def verify_attention(
     device = query.device
     attn_weights = attn_weights.to(device)
     attn_output = attn_output.to(device)
-    reference = torch_multihead_attention_from(attention)
+    reference = torch_multihead_attention_from(attention, scale=scale)
     key_padding_mask, attn_mask = pytorch_masks(mask_name, query_ids, key_ids, pad_id)
     batch_size, num_heads, len_q, len_k = attn_weights.shape
 

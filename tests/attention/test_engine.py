@@ -37,7 +37,7 @@ def test_seed_batch_padding_causal_zeroes_padded_and_future_keys() -> None:
 )
 def test_matches_torch_multihead_attention(mask: str, uses_padding: bool, causal: bool) -> None:
     result = compute_attention(SEED_BATCH, d_model=8, num_heads=2, seed=3, mask=mask)
-    model = AttentionModel(100, 8, 2, seed=3)
+    model = AttentionModel.seeded(100, 8, 2, seed=3)
     ids = seed_ids(SEED_BATCH)
     key_padding = padding_mask(ids, 0)[:, 0] if uses_padding else None
     ref_weights, ref_output = torch_mha_attention(model, ids, ids, key_padding, causal)
@@ -47,7 +47,7 @@ def test_matches_torch_multihead_attention(mask: str, uses_padding: bool, causal
 
 def test_matches_the_seed_code_line_for_line() -> None:
     result = compute_attention(SEED_BATCH, d_model=8, num_heads=2, seed=7, mask="padding_causal")
-    model = AttentionModel(100, 8, 2, seed=7)
+    model = AttentionModel.seeded(100, 8, 2, seed=7)
     ids = seed_ids(SEED_BATCH)
     mask = padding_mask(ids, 0) & torch.tril(torch.ones(1, 10, 10, dtype=torch.bool))
     ref_weights, ref_output = seed_multihead_attention(model, ids, ids, mask)
@@ -67,7 +67,7 @@ def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
     assert result.query_labels[0] == ["33", "11", "49", "10"] + ["<pad>"] * 8
     assert result.key_labels[3] == ["66", "88", "98", "47"] + ["<pad>"] * 6
 
-    model = AttentionModel(100, 8, 2, seed=0)
+    model = AttentionModel.seeded(100, 8, 2, seed=0)
     src, trg = seed_ids(SEED_BATCH), seed_ids(SEED_TARGETS)
     ref_weights, ref_output = torch_mha_attention(
         model, trg, src, padding_mask(src, 0)[:, 0], causal=False
@@ -78,7 +78,7 @@ def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
 
 def test_cross_attention_without_mask_is_the_seed_section_7_8() -> None:
     result = compute_attention(SEED_BATCH, targets=SEED_TARGETS, mask="none")
-    model = AttentionModel(100, 8, 2, seed=0)
+    model = AttentionModel.seeded(100, 8, 2, seed=0)
     ref_weights, _ = seed_multihead_attention(
         model, seed_ids(SEED_TARGETS), seed_ids(SEED_BATCH), None
     )
@@ -88,7 +88,7 @@ def test_cross_attention_without_mask_is_the_seed_section_7_8() -> None:
 def test_float64_matches_reference_to_1e_12() -> None:
     result = compute_attention(SEED_BATCH, mask="padding_causal", dtype="float64")
     assert result.attn_weights.dtype == torch.float64
-    model = AttentionModel(100, 8, 2, seed=0).double()
+    model = AttentionModel.seeded(100, 8, 2, seed=0).double()
     ids = seed_ids(SEED_BATCH)
     ref_weights, ref_output = torch_mha_attention(
         model, ids, ids, padding_mask(ids, 0)[:, 0], causal=True
@@ -109,7 +109,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers() -> None:
 
 
 def test_parameters_are_drawn_from_the_seeded_generator_in_documented_order() -> None:
-    model = AttentionModel(100, 8, 2, seed=5)
+    model = AttentionModel.seeded(100, 8, 2, seed=5)
     generator = torch.Generator().manual_seed(5)
     embedding = torch.empty(100, 8).normal_(generator=generator)
     bound = 8**-0.5
@@ -133,7 +133,7 @@ def test_fully_masked_rows_are_zero_never_nan() -> None:
     assert torch.isfinite(result.attn_weights).all()
     assert torch.isfinite(result.attn_output).all()
     # The row's attention output before W_o is 0, so the layer output is W_o's bias.
-    model = AttentionModel(100, 8, 2, seed=0)
+    model = AttentionModel.seeded(100, 8, 2, seed=0)
     bias = model.attention.W_o.bias.detach().expand(3, 8)
     torch.testing.assert_close(result.attn_output[0], bias, atol=1e-7, rtol=0)
     assert torch.allclose(result.attn_weights[1].sum(-1), torch.ones(2, 3), atol=1e-6)

@@ -66,7 +66,7 @@ def test_finite_fill_is_the_seed_code_exactly() -> None:
     # Seed 000 uses -1e12, fully-masked rows included: AttnViz gives the same bits.
     sequences = [[0, 0, 0], [4, 0, 9]]
     result = compute_attention(sequences, mask="padding_causal", mask_fill=-1e12)
-    model = AttentionModel(100, 8, 2, seed=0)
+    model = AttentionModel.seeded(100, 8, 2, seed=0)
     ids = torch.tensor(sequences)
     mask = (ids != 0).unsqueeze(1) & torch.tril(torch.ones(1, 3, 3, dtype=torch.bool))
     weights, output = seed_multihead_attention(model, ids, ids, mask, inf=1e12)
@@ -75,7 +75,7 @@ def test_finite_fill_is_the_seed_code_exactly() -> None:
 
 
 def test_verification_fails_on_wrong_numbers() -> None:
-    model = AttentionModel(100, 8, 2, seed=0)
+    model = AttentionModel.seeded(100, 8, 2, seed=0)
     ids = torch.tensor(SEED_BATCH[2:3])  # 10 tokens, no padding
     with torch.inference_mode():
         output, weights = model(ids, ids, None)
@@ -112,7 +112,7 @@ def test_verification_fails_on_wrong_numbers() -> None:
 
 
 def test_loader_copies_w_q_w_k_w_v_w_o_into_torch_multihead_attention() -> None:
-    attention = AttentionModel(100, 16, 4, seed=2).attention
+    attention = AttentionModel.seeded(100, 16, 4, seed=2).attention
     reference = torch_multihead_attention_from(attention)
     expected = torch.cat([attention.W_q.weight, attention.W_k.weight, attention.W_v.weight])
     assert torch.equal(reference.in_proj_weight, expected)
