@@ -29,7 +29,7 @@ from app.attention.init import build_seeded
 from app.attention.masks import build_mask
 from app.attention.mha import MultiHeadAttention, count_parameters
 from app.attention.summary import dropout_weights, head_summary
-from app.attention.tokens import SequenceInput, encode_batches
+from app.attention.tokens import SequenceInput, encode_source_target
 from app.attention.verify import Verification, verify_attention
 
 DeviceName = Literal["auto", "cpu", "cuda"]
@@ -58,10 +58,7 @@ class AttentionModel(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int) -> None:
         super().__init__()
-        if num_heads < 1 or d_model % num_heads != 0:
-            raise AttentionInputError(
-                "num_heads", f"d_model={d_model} is not divisible by num_heads={num_heads}"
-            )
+        check_widths(d_model, num_heads)
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.attention = MultiHeadAttention(d_model, num_heads)
 
@@ -159,6 +156,23 @@ class AttentionResult:
     head_mean_weights: torch.Tensor
 
 
+def check_widths(d_model: int, num_heads: int) -> None:
+    """Validate d_model and num_heads.
+
+    Raises:
+        AttentionInputError: d_model or num_heads below 1 (field named after it),
+            or num_heads not dividing d_model (field ``num_heads``).
+    """
+    if d_model < 1:
+        raise AttentionInputError("d_model", f"must be >= 1, got {d_model}")
+    if num_heads < 1:
+        raise AttentionInputError("num_heads", f"must be >= 1, got {num_heads}")
+    if d_model % num_heads != 0:
+        raise AttentionInputError(
+            "num_heads", f"d_model={d_model} is not divisible by num_heads={num_heads}"
+        )
+
+
 def resolve_device(name: str) -> torch.device:
     """Map "auto" | "cpu" | "cuda" to a torch.device.
 
@@ -242,14 +256,7 @@ def compute_attention(
             a mask_fill that is NaN or above 0, an unknown stage, a dropout outside
             [0, 1), or a target batch whose size differs from the source batch.
     """
-    if d_model < 1:
-        raise AttentionInputError("d_model", f"must be >= 1, got {d_model}")
-    if num_heads < 1:
-        raise AttentionInputError("num_heads", f"must be >= 1, got {num_heads}")
-    if d_model % num_heads != 0:
-        raise AttentionInputError(
-            "num_heads", f"d_model={d_model} is not divisible by num_heads={num_heads}"
-        )
+    check_widths(d_model, num_heads)
     if dtype not in DTYPES:
         raise AttentionInputError(
             "dtype", f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}"
@@ -268,20 +275,10 @@ def compute_attention(
             "mask_fill", f"must be -inf or a finite number <= 0 (e.g. -1e9), got {mask_fill}"
         )
     cross = targets is not None
-    if targets is not None and len(targets) != len(sequences):
-        raise AttentionInputError(
-            "targets",
-            f"the target batch has {len(targets)} sequences but the source batch has "
-            f"{len(sequences)}; cross attention pairs them one to one",
-        )
-    batches = (
-        {"sequences": sequences}
-        if targets is None
-        else {"sequences": sequences, "targets": targets}
+    source, maybe_target = encode_source_target(
+        sequences, targets, pad_id=pad_id, vocab_size=vocab_size
     )
-    encoded = encode_batches(batches, pad_id=pad_id, vocab_size=vocab_size)
-    source = encoded["sequences"]
-    target = encoded.get("targets", source)
+    target = source if maybe_target is None else maybe_target
     attn_mask = build_mask(mask, target.ids, source.ids, pad_id, cross=cross)
     run_on = resolve_device(device)
 

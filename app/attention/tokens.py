@@ -135,3 +135,35 @@ def encode_batches(
 def _next_word_id(n_words: int, pad_id: int) -> int:
     """The id of the (n_words + 1)-th distinct word: 0, 1, 2, ... skipping pad_id."""
     return n_words if n_words < pad_id else n_words + 1
+
+
+def encode_source_target(
+    sequences: Sequence[SequenceInput],
+    targets: Sequence[SequenceInput] | None,
+    *,
+    pad_id: int,
+    vocab_size: int,
+) -> tuple[TokenBatch, TokenBatch | None]:
+    """Encode a source batch and an optional target batch with one vocabulary.
+
+    Returns:
+        (source, target), target None when ``targets`` is None.
+
+    Raises:
+        AttentionInputError: as :func:`encode_batches`, or (field ``targets``) a
+            target batch whose size differs from the source batch.
+    """
+    if targets is None:
+        return encode_batches({"sequences": sequences}, pad_id=pad_id, vocab_size=vocab_size)[
+            "sequences"
+        ], None
+    if len(targets) != len(sequences):
+        raise AttentionInputError(
+            "targets",
+            f"the target batch has {len(targets)} sequences but the source batch has "
+            f"{len(sequences)}; they pair one to one",
+        )
+    encoded = encode_batches(
+        {"sequences": sequences, "targets": targets}, pad_id=pad_id, vocab_size=vocab_size
+    )
+    return encoded["sequences"], encoded["targets"]
