@@ -3,11 +3,79 @@
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request, status
+import torch
+from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+
+from app.attention import AttentionInputError
+
+_FIELD_PART = re.compile(r"[^\[\]]+|\[(\d+)\]")
+
+
+def field_loc(field: str, location: str = "body") -> list[str | int]:
+    """``"sequences[3]"`` -> ``["body", "sequences", 3]``, FastAPI's error location form."""
+    loc: list[str | int] = [location]
+    for match in _FIELD_PART.finditer(field):
+        loc.append(int(match.group(1)) if match.group(1) else match.group(0))
+    return loc
+
+
+def field_error(
+    status_code: int, field: str, message: str, location: str = "body"
+) -> HTTPException:
+    """An HTTPException whose detail has the shape of FastAPI's validation errors.
+
+    ``location`` is "body" for JSON fields, "query" for query parameters.
+    """
+    detail: list[dict[str, Any]] = [
+        {"loc": field_loc(field, location), "msg": message, "type": "value_error"}
+    ]
+    return HTTPException(status_code=status_code, detail=detail)
+
+
+def check_cells(cells: int, limit: int) -> None:
+    """Refuse a response larger than ``limit`` numbers.
+
+    Raises:
+        HTTPException: 413 naming ``sequences``, the size and the limit.
+    """
+    if cells > limit:
+        raise field_error(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            "sequences",
+            f"the response would carry {cells} numbers (attention weights and the stages "
+            f"asked for), over the limit of {limit} (ATTNVIZ_MAX_WEIGHT_CELLS); use fewer "
+            "or shorter sequences, fewer heads or fewer stages",
+        )
+
+
+@contextmanager
+def engine_errors(device: str, location: str = "body") -> Iterator[None]:
+    """Turn engine errors into HTTP errors: bad input 422 naming the field, out of memory 503.
+
+    Args:
+        device: the device the request asked for, named in the 503 message.
+        location: where the fields came from, "body" or "query".
+    """
+    try:
+        yield
+    except AttentionInputError as error:
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, error.field, error.message, location
+        ) from error
+    except torch.OutOfMemoryError as error:
+        raise field_error(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "device",
+            f"the {device} device ran out of memory; try a smaller request",
+            location,
+        ) from error
 
 
 def _json_safe(value: Any) -> bool:

@@ -9,7 +9,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.errors import install_error_handlers
-from app.routers import attention, health, pages, presets
+from app.routers import attention, health, lessons, pages, presets
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 
@@ -30,6 +30,7 @@ def create_app() -> FastAPI:
     application.include_router(health.router)
     application.include_router(presets.router)
     application.include_router(attention.router)
+    application.include_router(lessons.router)
     return application
 
 

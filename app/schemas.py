@@ -10,14 +10,17 @@ from typing import Annotated, Final, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, StrictStr, field_validator
 
-from app.attention.engine import DeviceName, DtypeName
+from app.attention.engine import STAGE_NAMES, DeviceName, DtypeName, StageName
 from app.attention.masks import MaskName
+from app.attention.transformer import MAX_LAYERS, PositionalEncodingName
 from app.seed_data import SEED_BATCH, SEED_TARGETS
 
 MAX_TOKENS: Final = 1024
 """The most tokens one sequence may have."""
 MAX_BATCH: Final = 64
 """The most sequences one batch may have."""
+MAX_DECODING_TOKENS: Final = 128
+"""The most tokens of the step-by-step decoding lesson (one forward pass per token)."""
 
 MaskFill = Literal["-inf"] | Annotated[float, Field(le=0, allow_inf_nan=False)]
 """The string "-inf", or a finite number <= 0."""
@@ -37,7 +40,61 @@ def _json(batch: list[list[int]]) -> JsonValue:
     return cast(JsonValue, batch)
 
 
-class AttentionRequest(BaseModel):
+class LayerConfig(BaseModel):
+    """The seeded attention layer: widths, seed, vocabulary and device."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    d_model: int = Field(8, ge=1, le=1024, description="Model width; num_heads must divide it.")
+    num_heads: int = Field(2, ge=1, le=64, description="H; d_k = d_model // num_heads.")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds every parameter.")
+    pad_id: int = Field(0, ge=0, description="The padding token id; must be < vocab_size.")
+    vocab_size: int = Field(
+        100, ge=1, le=32768, description="Rows of the embedding table; ids lie in [0, vocab_size)."
+    )
+    device: DeviceName = Field("auto", description="auto (CUDA if available) | cpu | cuda.")
+
+
+def _token_count(sequence: list[int] | str) -> int:
+    return len(sequence.split()) if isinstance(sequence, str) else len(sequence)
+
+
+class BatchInput(LayerConfig):
+    """A source batch, an optional target batch, and the layer to run them through."""
+
+    sequences: list[SequenceIn] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="B source sequences, right-padded with pad_id to the longest (L). "
+        "All sequences of a request are ids, or all are words.",
+    )
+    targets: list[SequenceIn] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="Optional B target sequences for cross (encoder-decoder) attention: "
+        "queries come from the targets (L_q = T_L), keys and values from `sequences` "
+        "(L_k = S_L), with the source padding mask.",
+    )
+    dtype: DtypeName = Field("float32", description="Floating-point type of the computation.")
+
+    @field_validator("sequences", "targets")
+    @classmethod
+    def _bounded_lengths(cls, value: list[list[int] | str] | None) -> list[list[int] | str] | None:
+        for i, seq in enumerate(value or []):
+            n = _token_count(seq)
+            if n > MAX_TOKENS:
+                raise ValueError(f"sequence {i} has {n} tokens; the limit is {MAX_TOKENS}")
+        return value
+
+    def lengths(self) -> tuple[int, int, int]:
+        """(B, L_q, L_k): L_k the longest source, L_q the longest target (or L_k)."""
+        len_k = max(_token_count(s) for s in self.sequences)
+        len_q = len_k if self.targets is None else max(_token_count(s) for s in self.targets)
+        return len(self.sequences), len_q, len_k
+
+
+class AttentionRequest(BatchInput):
     """One batch to run through seeded multi-head attention."""
 
     model_config = ConfigDict(
@@ -55,40 +112,24 @@ class AttentionRequest(BaseModel):
                     "d_model": 64,
                     "num_heads": 8,
                     "mask": "none",
+                    "include": ["q", "k", "v", "scores", "masked_scores", "head_output"],
                 },
                 {"sequences": _json(SEED_BATCH), "targets": _json(SEED_TARGETS), "mask": "padding"},
+                {
+                    "sequences": _json(SEED_BATCH),
+                    "mask": "padding",
+                    "dropout": 0.1,
+                    "dropout_seed": 1,
+                },
             ]
         },
     )
 
-    sequences: list[SequenceIn] = Field(
-        min_length=1,
-        max_length=MAX_BATCH,
-        description="B source sequences, right-padded with pad_id to the longest (L). "
-        "All sequences of a request are ids, or all are words.",
-    )
-    targets: list[SequenceIn] | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_BATCH,
-        description="Optional B target sequences for cross (encoder-decoder) attention: "
-        "queries come from the targets (L_q = T_L), keys and values from `sequences` "
-        "(L_k = S_L), with the source padding mask.",
-    )
-    d_model: int = Field(8, ge=1, le=1024, description="Model width; num_heads must divide it.")
-    num_heads: int = Field(2, ge=1, le=64, description="H; d_k = d_model // num_heads.")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds every parameter.")
     mask: MaskName = Field(
         "padding",
         description="none | padding (keys that are pad_id) | causal (no-peak, tril) | "
         "padding_causal (both). Cross attention takes none or padding.",
     )
-    pad_id: int = Field(0, ge=0, description="The padding token id; must be < vocab_size.")
-    vocab_size: int = Field(
-        100, ge=1, le=32768, description="Rows of the embedding table; ids lie in [0, vocab_size)."
-    )
-    device: DeviceName = Field("auto", description="auto (CUDA if available) | cpu | cuda.")
-    dtype: DtypeName = Field("float32", description="Floating-point type of the computation.")
     mask_fill: MaskFill = Field(
         "-inf",
         description='Score given to masked entries before the softmax: "-inf" (default), or '
@@ -103,25 +144,47 @@ class AttentionRequest(BaseModel):
         "torch.nn.functional.scaled_dot_product_attention with the same parameters and "
         "report the largest differences in `verification`.",
     )
-
-    @field_validator("sequences", "targets")
-    @classmethod
-    def _bounded_lengths(cls, value: list[list[int] | str] | None) -> list[list[int] | str] | None:
-        for i, seq in enumerate(value or []):
-            n = len(seq.split()) if isinstance(seq, str) else len(seq)
-            if n > MAX_TOKENS:
-                raise ValueError(f"sequence {i} has {n} tokens; the limit is {MAX_TOKENS}")
-        return value
+    scale: bool = Field(
+        True,
+        description="Divide the scores by sqrt(d_k) (the paper). false shows why: without "
+        "it, softmax turns one-hot as d_k grows (seed 001 section 7).",
+    )
+    include: list[StageName] = Field(
+        default_factory=list,
+        max_length=len(STAGE_NAMES),
+        description="Step-through stages to return in `stages`: q, k, v, head_output "
+        "(B, H, L, d_k); scores (Q K^T), scaled_scores (/ sqrt(d_k)), masked_scores "
+        "(B, H, L_q, L_k). Weights only by default.",
+    )
+    dropout: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        allow_inf_nan=False,
+        description="Dropout probability on the weights in training mode, returned in "
+        "`dropped_weights` (PyTorch's definition: zero with probability p, scale the rest "
+        "by 1/(1-p), so rows sum to 1 in expectation).",
+    )
+    dropout_seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the dropout mask.")
 
     def weight_cells(self) -> int:
-        """B * H * L_q * L_k: how many weights the response will carry."""
+        """How many numbers the response's matrices will carry, weights included.
 
-        def longest(batch: list[list[int] | str]) -> int:
-            return max(len(s.split()) if isinstance(s, str) else len(s) for s in batch)
-
-        len_k = longest(self.sequences)
-        len_q = len_k if self.targets is None else longest(self.targets)
-        return len(self.sequences) * self.num_heads * len_q * len_k
+        B*H*L_q*L_k per (B, H, L_q, L_k) matrix (weights, dropped weights, score
+        stages), B*H*L*d_k per head stage (q, k, v, head_output) and B*L_q*L_k
+        for the head average.
+        """
+        batch, len_q, len_k = self.lengths()
+        square = batch * self.num_heads * len_q * len_k
+        matrices = (
+            1
+            + (self.dropout > 0)
+            + sum(name in ("scores", "scaled_scores", "masked_scores") for name in self.include)
+        )
+        d_k = self.d_model // max(self.num_heads, 1)
+        per_head = {"q": len_q, "k": len_k, "v": len_k, "head_output": len_q}
+        head_cells = sum(batch * self.num_heads * per_head.get(n, 0) * d_k for n in self.include)
+        return matrices * square + head_cells + batch * len_q * len_k
 
 
 class VerificationResult(BaseModel):
@@ -143,6 +206,23 @@ class VerificationResult(BaseModel):
     tolerance: float = Field(description="1e-6 for float32, 1e-12 for float64.")
     matches: bool = Field(description="Every difference is at most `tolerance`.")
     torch_version: str
+
+
+Tensor4 = list[list[list[list[float | None]]]]
+"""A 4-d array as nested lists; null marks a masked entry where one is documented."""
+
+
+class HeadSummary(BaseModel):
+    """Sharp and diffuse heads at a glance."""
+
+    entropy_bits: list[list[float]] = Field(
+        description="(B, H) mean row entropy in bits, fully-masked rows left out: 0 is "
+        "one-hot, log2(L_k) uniform."
+    )
+    max_weight: list[list[float]] = Field(description="(B, H) the largest weight of each head.")
+    mean_weights: list[list[list[float]]] = Field(
+        description="(B, L_q, L_k) the head-averaged map."
+    )
 
 
 class AttentionResponse(BaseModel):
@@ -179,6 +259,188 @@ class AttentionResponse(BaseModel):
     verification: VerificationResult | None = Field(
         None, description="Present when the request asked for `verify`."
     )
+    scale: bool = Field(description="Whether the scores were divided by sqrt(d_k).")
+    stages: dict[StageName, Tensor4] = Field(
+        default_factory=dict,
+        description="The stages asked for in `include`. masked_scores has null where "
+        "the mask hides a key (not the fill value).",
+    )
+    dropout: float
+    dropped_weights: Tensor4 | None = Field(
+        None, description="(B, H, L_q, L_k) weights after dropout, when dropout > 0."
+    )
+    head_summary: HeadSummary
+
+
+class ScalingRequest(BaseModel):
+    """The scaling experiment of seed 001 section 7."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    d_k_values: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [8, 64, 512],
+        min_length=1,
+        max_length=8,
+        description="Head widths to compare.",
+    )
+    length: int = Field(16, ge=1, le=128, description="L, queries and keys per sample.")
+    num_samples: int = Field(32, ge=1, le=256, description="Random (Q, K) draws per d_k.")
+    bins: int = Field(20, ge=2, le=100, description="Histogram bins over [0, 1].")
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+
+
+class WeightStatsOut(BaseModel):
+    """Softmax weights of random scores, summarised."""
+
+    counts: list[int] = Field(description="Histogram counts of all weights.")
+    bin_edges: list[float] = Field(description="bins + 1 edges over [0, 1].")
+    mean_entropy_bits: float = Field(description="Mean row entropy in bits.")
+    mean_max_weight: float = Field(description="Mean over rows of the largest weight.")
+    one_hot_fraction: float = Field(description="Fraction of rows whose largest weight > 0.99.")
+
+
+class ScalingCaseOut(BaseModel):
+    """One d_k: weights with and without the 1/sqrt(d_k) scale."""
+
+    d_k: int
+    scaled: WeightStatsOut
+    unscaled: WeightStatsOut
+
+
+class ScalingResponse(BaseModel):
+    """Per d_k, how the scale keeps softmax from turning one-hot."""
+
+    length: int
+    num_samples: int
+    cases: list[ScalingCaseOut]
+
+
+class DecodingRequest(LayerConfig):
+    """Seed 002 section 3.4: step-by-step decoding vs one (un)masked pass."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"sequence": "机 器 学 习 真 好 玩"}]},
+    )
+
+    sequence: SequenceIn = Field(description="One sequence, ids or words (at most 128 tokens).")
+
+    @field_validator("sequence")
+    @classmethod
+    def _bounded(cls, value: list[int] | str) -> list[int] | str:
+        if _token_count(value) > MAX_DECODING_TOKENS:
+            raise ValueError(
+                f"{_token_count(value)} tokens; step-by-step decoding takes at most "
+                f"{MAX_DECODING_TOKENS}"
+            )
+        return value
+
+
+class DecodingResponse(BaseModel):
+    """Weights of step-by-step decoding, one masked pass and one unmasked pass."""
+
+    labels: list[str]
+    step_weights: list[list[list[float]]] = Field(
+        description="(H, L, L); row t from the pass over the first t + 1 tokens."
+    )
+    masked_weights: list[list[list[float]]] = Field(description="(H, L, L), causal mask.")
+    unmasked_weights: list[list[list[float]]] = Field(description="(H, L, L), no mask.")
+    masked_max_abs_diff: float = Field(
+        description="max |step - masked| over weights and outputs: 0 up to rounding."
+    )
+    unmasked_max_abs_diff: float = Field(description="max |step - unmasked|: what breaks.")
+    unmasked_output_diff: list[float] = Field(
+        description="(L,) per position, how far its output moves when it sees the future."
+    )
+
+
+class ParameterRowOut(BaseModel):
+    """One parameter tensor."""
+
+    name: str = Field(description="e.g. W_q.weight")
+    shape: list[int]
+    count: int
+
+
+class ParameterCountOut(BaseModel):
+    """The layer's total for one num_heads."""
+
+    num_heads: int
+    d_k: int
+    total: int
+
+
+class ParameterTableResponse(BaseModel):
+    """Parameters per matrix and in total; the total is the same for every num_heads."""
+
+    d_model: int
+    num_heads: int
+    rows: list[ParameterRowOut]
+    total: int = Field(description="4 * d_model^2 + 4 * d_model.")
+    by_num_heads: list[ParameterCountOut] = Field(
+        description="Every num_heads dividing d_model, with its total."
+    )
+
+
+class TransformerRequest(BatchInput):
+    """A stack of encoder layers (and decoder layers when targets are given)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"sequences": _json(SEED_BATCH), "num_layers": 2},
+                {
+                    "sequences": _json(SEED_BATCH),
+                    "targets": _json(SEED_TARGETS),
+                    "num_layers": 3,
+                    "positional_encoding": "sinusoidal",
+                },
+            ]
+        },
+    )
+
+    d_ff: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Hidden width of the feed-forward; default 2 * d_model (seed 004: "
+        "d_model 8, pf_dim 16).",
+    )
+    num_layers: int = Field(2, ge=1, le=MAX_LAYERS, description="N encoder (and decoder) layers.")
+    positional_encoding: PositionalEncodingName = Field(
+        "sinusoidal", description="Added to the embeddings: sinusoidal (Vaswani 3.5) or none."
+    )
+
+    def weight_cells(self) -> int:
+        """N * B * H * (S*S + T*T + T*S): the weights the response will carry."""
+        batch, len_t, len_s = self.lengths()
+        per_layer = len_s * len_s + (0 if self.targets is None else len_t * len_t + len_t * len_s)
+        return self.num_layers * batch * self.num_heads * per_layer
+
+
+class TransformerResponse(BaseModel):
+    """Attention of every layer and head of the stack."""
+
+    shape: list[int] = Field(description="[N, B, H, S, S], the shape of encoder_weights.")
+    d_model: int
+    num_heads: int
+    d_ff: int
+    num_layers: int
+    positional_encoding: PositionalEncodingName
+    source_labels: list[list[str]]
+    target_labels: list[list[str]] | None
+    encoder_weights: list[Tensor4] = Field(description="(N, B, H, S, S) self-attention.")
+    decoder_self_weights: list[Tensor4] | None = Field(
+        None, description="(N, B, H, T, T) masked self-attention, when targets are given."
+    )
+    cross_weights: list[Tensor4] | None = Field(
+        None, description="(N, B, H, T, S) cross attention, when targets are given."
+    )
+    num_parameters: int = Field(description="Every parameter of the stack, embedding included.")
+    device: str
+    dtype: DtypeName
+    compute_ms: float
 
 
 class Preset(BaseModel):

@@ -3,66 +3,53 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-from typing import Annotated, Any
+from typing import Annotated
 
 import torch
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, Depends
 
-from app.attention import AttentionInputError, compute_attention
+from app.attention import compute_attention
 from app.config import Settings, get_settings
-from app.schemas import AttentionRequest, AttentionResponse, VerificationResult
+from app.errors import check_cells, engine_errors
+from app.schemas import AttentionRequest, AttentionResponse, HeadSummary, VerificationResult
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
-_FIELD_PART = re.compile(r"[^\[\]]+|\[(\d+)\]")
+ERROR_RESPONSES: dict[int | str, dict[str, str]] = {
+    413: {"description": "The response would exceed ATTNVIZ_MAX_WEIGHT_CELLS."},
+    422: {"description": "Invalid input; `detail[].loc` names the field."},
+    503: {"description": "The device ran out of memory."},
+}
 
 
-def field_loc(field: str) -> list[str | int]:
-    """``"sequences[3]"`` -> ``["body", "sequences", 3]``, FastAPI's error location form."""
-    loc: list[str | int] = ["body"]
-    for match in _FIELD_PART.finditer(field):
-        loc.append(int(match.group(1)) if match.group(1) else match.group(0))
-    return loc
-
-
-def field_error(status_code: int, field: str, message: str) -> HTTPException:
-    """An HTTPException whose detail has the shape of FastAPI's validation errors."""
-    detail: list[dict[str, Any]] = [
-        {"loc": field_loc(field), "msg": message, "type": "value_error"}
-    ]
-    return HTTPException(status_code=status_code, detail=detail)
+def masked_as_null(scores: torch.Tensor, mask: torch.Tensor) -> list[object]:
+    """(B, H, L_q, L_k) scores as nested lists, None where ``mask`` (B, L_q, L_k) hides a key."""
+    hidden = ~mask[:, None].expand_as(scores)
+    rows = scores.tolist()
+    for b, h, i, j in hidden.nonzero().tolist():
+        rows[b][h][i][j] = None
+    return rows
 
 
 @router.post(
     "/attention",
     response_model=AttentionResponse,
     summary="Per-head attention weights of a batch",
-    responses={
-        413: {"description": "The response would exceed max_weight_cells."},
-        422: {"description": "Invalid input; `detail[].loc` names the field."},
-        503: {"description": "The device ran out of memory."},
-    },
+    responses=ERROR_RESPONSES,
 )
 def compute_attention_weights(
     request: AttentionRequest, settings: SettingsDep
 ) -> AttentionResponse:
     """Run seeded multi-head attention and return every head's weights.
 
-    Runs in FastAPI's thread pool (a plain ``def``), off the event loop.
+    With ``include``, also the step-through stages; with ``dropout``, the weights
+    after dropout; always a per-head summary. Runs in FastAPI's thread pool (a
+    plain ``def``), off the event loop.
     """
-    cells = request.weight_cells()
-    if cells > settings.max_weight_cells:
-        raise field_error(
-            status.HTTP_413_CONTENT_TOO_LARGE,
-            "sequences",
-            f"B*H*L_q*L_k = {cells} attention weights exceed the limit of "
-            f"{settings.max_weight_cells} (ATTNVIZ_MAX_WEIGHT_CELLS); use fewer or shorter "
-            "sequences or fewer heads",
-        )
-    try:
+    check_cells(request.weight_cells(), settings.max_weight_cells)
+    with engine_errors(request.device):
         result = compute_attention(
             request.sequences,
             targets=request.targets,
@@ -76,18 +63,16 @@ def compute_attention_weights(
             dtype=request.dtype,
             mask_fill=float(request.mask_fill),
             verify=request.verify,
+            scale=request.scale,
+            stages=request.include,
+            dropout=request.dropout,
+            dropout_seed=request.dropout_seed,
         )
-    except AttentionInputError as error:
-        raise field_error(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, error.field, error.message
-        ) from error
-    except torch.OutOfMemoryError as error:
-        raise field_error(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            "device",
-            f"the {request.device} device ran out of memory; try a smaller request",
-        ) from error
 
+    stages = {
+        name: masked_as_null(t, result.mask) if name == "masked_scores" else t.tolist()
+        for name, t in result.stages.items()
+    }
     return AttentionResponse(
         attention="self" if request.targets is None else "cross",
         shape=list(result.attn_weights.shape),
@@ -114,5 +99,14 @@ def compute_attention_weights(
             None
             if result.verification is None
             else VerificationResult(**dataclasses.asdict(result.verification))
+        ),
+        scale=result.scale,
+        stages=stages,
+        dropout=result.dropout,
+        dropped_weights=None if result.dropped_weights is None else result.dropped_weights.tolist(),
+        head_summary=HeadSummary(
+            entropy_bits=result.head_entropy_bits.tolist(),
+            max_weight=result.head_max_weight.tolist(),
+            mean_weights=result.head_mean_weights.tolist(),
         ),
     )

@@ -202,11 +202,12 @@ def test_cuda_without_a_gpu_is_422_naming_device(client: TestClient) -> None:
 
 def test_too_many_weights_is_413_with_the_limit(client: TestClient) -> None:
     client.app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=150)
-    response = post(client, {"sequences": SEED_BATCH})  # 5 * 2 * 10 * 10 = 1000 cells
+    # 5 * 2 * 10 * 10 = 1000 weights and 5 * 10 * 10 = 500 for the head average
+    response = post(client, {"sequences": SEED_BATCH})
     assert response.status_code == 413
     detail = response.json()["detail"][0]
     assert detail["loc"] == ["body", "sequences"]
-    assert "1000" in detail["msg"] and "150" in detail["msg"]
+    assert "1500" in detail["msg"] and "150" in detail["msg"]
 
 
 def test_page_embeds_presets_and_serves_plotly_offline(client: TestClient) -> None:

@@ -1,0 +1,175 @@
+"""The seeds' lessons as API views, under /api/v1/lessons."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from app.attention.lessons import decoding_experiment, parameter_table, scaling_experiment
+from app.attention.transformer import compute_transformer
+from app.config import Settings, get_settings
+from app.errors import check_cells, engine_errors
+from app.routers.attention import ERROR_RESPONSES
+from app.schemas import (
+    DecodingRequest,
+    DecodingResponse,
+    ParameterCountOut,
+    ParameterRowOut,
+    ParameterTableResponse,
+    ScalingCaseOut,
+    ScalingRequest,
+    ScalingResponse,
+    TransformerRequest,
+    TransformerResponse,
+    WeightStatsOut,
+)
+
+router = APIRouter(prefix="/api/v1/lessons", tags=["lessons"])
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+@router.post(
+    "/scaling",
+    response_model=ScalingResponse,
+    responses=ERROR_RESPONSES,
+    summary="Why 1/sqrt(d_k): weights with and without the scale",
+)
+def compute_scaling(request: ScalingRequest) -> ScalingResponse:
+    """Seed 001 section 7: softmax(Q K^T) of random Q, K, with and without the scale.
+
+    Per d_k: histograms of the weights and their mean row entropy.
+    """
+    with engine_errors("cpu"):
+        cases = scaling_experiment(
+            request.d_k_values,
+            length=request.length,
+            num_samples=request.num_samples,
+            bins=request.bins,
+            seed=request.seed,
+        )
+    return ScalingResponse(
+        length=request.length,
+        num_samples=request.num_samples,
+        cases=[
+            ScalingCaseOut(
+                d_k=case.d_k,
+                scaled=WeightStatsOut(**dataclasses.asdict(case.scaled)),
+                unscaled=WeightStatsOut(**dataclasses.asdict(case.unscaled)),
+            )
+            for case in cases
+        ],
+    )
+
+
+@router.post(
+    "/decoding",
+    response_model=DecodingResponse,
+    responses=ERROR_RESPONSES,
+    summary="Why the causal mask: step-by-step decoding vs one pass",
+)
+def compute_decoding(request: DecodingRequest) -> DecodingResponse:
+    """Seed 002 section 3.4: step-by-step decoding against one pass.
+
+    One forward pass per prefix, compared with one masked pass (equal) and one
+    unmasked pass (not equal).
+    """
+    with engine_errors(request.device):
+        result = decoding_experiment(
+            request.sequence,
+            d_model=request.d_model,
+            num_heads=request.num_heads,
+            seed=request.seed,
+            pad_id=request.pad_id,
+            vocab_size=request.vocab_size,
+            device=request.device,
+        )
+    return DecodingResponse(
+        labels=result.labels,
+        step_weights=result.step_weights.tolist(),
+        masked_weights=result.masked_weights.tolist(),
+        unmasked_weights=result.unmasked_weights.tolist(),
+        masked_max_abs_diff=result.masked_max_abs_diff,
+        unmasked_max_abs_diff=result.unmasked_max_abs_diff,
+        unmasked_output_diff=result.unmasked_output_diff.tolist(),
+    )
+
+
+@router.get(
+    "/parameters",
+    response_model=ParameterTableResponse,
+    responses=ERROR_RESPONSES,
+    summary="Parameters per matrix, for every num_heads",
+)
+def read_parameters(
+    d_model: Annotated[int, Query(ge=1, le=1024, description="Model width.")] = 8,
+    num_heads: Annotated[int, Query(ge=1, le=64, description="Heads; must divide d_model.")] = 2,
+) -> ParameterTableResponse:
+    """Seed 001 section 5: W_q, W_k, W_v, W_o and biases, counted from the module.
+
+    The total, 4 d_model^2 + 4 d_model, does not change with num_heads.
+    """
+    with engine_errors("cpu", location="query"):
+        table = parameter_table(d_model, num_heads)
+    return ParameterTableResponse(
+        d_model=table.d_model,
+        num_heads=table.num_heads,
+        rows=[ParameterRowOut(**dataclasses.asdict(row)) for row in table.rows],
+        total=table.total,
+        by_num_heads=[
+            ParameterCountOut(num_heads=h, d_k=d_k, total=total)
+            for h, d_k, total in table.by_num_heads
+        ],
+    )
+
+
+@router.post(
+    "/transformer",
+    response_model=TransformerResponse,
+    responses=ERROR_RESPONSES,
+    summary="Encoder (and decoder) stack: attention of every layer and head",
+)
+def compute_stack(request: TransformerRequest, settings: SettingsDep) -> TransformerResponse:
+    """Seed 004's encoder layer stacked N times, and N decoder layers with targets.
+
+    Encoder layer: self-attention, add & norm, feed-forward, add & norm. Decoder
+    layer: masked self-attention, cross attention, feed-forward, each with add & norm.
+    """
+    check_cells(request.weight_cells(), settings.max_weight_cells)
+    d_ff = request.d_ff or 2 * request.d_model
+    with engine_errors(request.device):
+        result = compute_transformer(
+            request.sequences,
+            targets=request.targets,
+            d_model=request.d_model,
+            num_heads=request.num_heads,
+            d_ff=d_ff,
+            num_layers=request.num_layers,
+            positional_encoding=request.positional_encoding,
+            seed=request.seed,
+            pad_id=request.pad_id,
+            vocab_size=request.vocab_size,
+            device=request.device,
+            dtype=request.dtype,
+        )
+    return TransformerResponse(
+        shape=list(result.encoder_weights.shape),
+        d_model=request.d_model,
+        num_heads=request.num_heads,
+        d_ff=d_ff,
+        num_layers=request.num_layers,
+        positional_encoding=request.positional_encoding,
+        source_labels=result.source_labels,
+        target_labels=result.target_labels,
+        encoder_weights=result.encoder_weights.tolist(),
+        decoder_self_weights=(
+            None if result.decoder_self_weights is None else result.decoder_self_weights.tolist()
+        ),
+        cross_weights=None if result.cross_weights is None else result.cross_weights.tolist(),
+        num_parameters=result.num_parameters,
+        device=result.device,
+        dtype=result.dtype,
+        compute_ms=result.compute_ms,
+    )
