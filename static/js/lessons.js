@@ -1,0 +1,345 @@
+// The lesson views of the seeds, one renderer each. Every renderer gets
+// ctx = {data, request, sequence, head, fetchJson}: the last /attention response,
+// the request read from the form, the selected sequence and head, and the fetch
+// helper that reports API errors beside the form.
+import {
+  addPlot, clearPlots, escapeForPlotly, heatmapFigure, maxOf, newPlot, visibleWeights,
+  MASKED_COLOR, WEIGHT_COLORSCALE,
+} from "./heatmap.js";
+
+const ALL_STAGES = ["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"];
+const PAD = "<pad>";
+
+function range(n) {
+  return [...Array(n).keys()];
+}
+
+function note(container, text) {
+  const p = document.createElement("p");
+  p.className = "view-note";
+  p.textContent = text;
+  container.append(p);
+  return p;
+}
+
+function table(container, header, rows, highlight = () => false) {
+  const element = document.createElement("table");
+  element.className = "data-table";
+  const head = element.createTHead().insertRow();
+  for (const cell of header) {
+    const th = document.createElement("th");
+    th.textContent = cell;
+    head.append(th);
+  }
+  const body = element.createTBody();
+  for (const row of rows) {
+    const tr = body.insertRow();
+    if (highlight(row)) tr.className = "current";
+    for (const cell of row) tr.insertCell().textContent = String(cell);
+  }
+  container.append(element);
+  return element;
+}
+
+function layerFields(request) {
+  const { d_model, num_heads, seed, pad_id, vocab_size, device } = request;
+  return { d_model, num_heads, seed, pad_id, vocab_size, device };
+}
+
+function controlValue(id) {
+  return document.getElementById(id).value.trim();
+}
+
+function sendable(raw) {
+  return raw === "" || Number.isNaN(Number(raw)) ? raw : Number(raw);
+}
+
+// 1. Step-through of one head (seeds 000, 003, 004).
+async function renderStepThrough(body, ctx) {
+  const res = await ctx.fetchJson("/api/v1/attention", { ...ctx.request, include: ALL_STAGES });
+  clearPlots(body);
+  if (!res) return;
+  const b = ctx.sequence;
+  const h = ctx.head;
+  const q = res.query_labels[b];
+  const k = res.key_labels[b];
+  const dims = range(res.d_k).map(String);
+  const st = res.stages;
+  note(body, `Head ${h} of sequence ${b}, stage by stage: Q, K and V are (L, d_k) = ` +
+    `(${q.length}|${k.length}, ${res.d_k}); the scores are (L_q, L_k). Masked cells are ` +
+    `shown as masked, not as the fill value.`);
+  const grid = document.createElement("div");
+  grid.className = "plots";
+  body.append(grid);
+  const figures = [
+    { z: st.q[b][h], rowLabels: q, colLabels: dims, title: "Q (head slice of x W_q)", xTitle: "d_k", signed: true },
+    { z: st.k[b][h], rowLabels: k, colLabels: dims, title: "K (head slice of x W_k)", xTitle: "d_k", yTitle: "Key", signed: true },
+    { z: st.v[b][h], rowLabels: k, colLabels: dims, title: "V (head slice of x W_v)", xTitle: "d_k", yTitle: "Key", signed: true },
+    { z: st.scores[b][h], rowLabels: q, colLabels: k, title: "1. scores Q Kᵀ", signed: true, valueName: "score" },
+    {
+      z: st.scaled_scores[b][h], rowLabels: q, colLabels: k, signed: true, valueName: "score",
+      title: res.scale ? `2. scaled Q Kᵀ / √${res.d_k}` : "2. not scaled (scale is off)",
+    },
+    {
+      z: st.masked_scores[b][h], rowLabels: q, colLabels: k, signed: true, valueName: "score",
+      title: `3. masked (${res.mask})`, maskedNote: `masked: set to ${res.mask_fill} before softmax`,
+    },
+    {
+      z: visibleWeights(res.weights[b][h], res.attn_mask[b]), rowLabels: q, colLabels: k,
+      title: "4. softmax weights", zmin: 0, zmax: 1, valueName: "weight", maskedNote: "masked: weight 0",
+    },
+    { z: st.head_output[b][h], rowLabels: q, colLabels: dims, title: "5. head output = weights · V", xTitle: "d_k", signed: true },
+  ];
+  for (const options of figures) addPlot(grid, heatmapFigure(options), "plot stage-plot");
+}
+
+// 2. The scale (seed 001 section 7).
+async function renderScaling(body, ctx) {
+  const seed = typeof ctx.request.seed === "number" ? ctx.request.seed : 0;
+  const res = await ctx.fetchJson("/api/v1/lessons/scaling", { seed });
+  clearPlots(body);
+  if (!res) return;
+  note(body, `Random Q, K ~ N(0, 1), ${res.num_samples} draws of ${res.length} × ${res.length} ` +
+    "scores per d_k. Q·K has variance d_k: without 1/√d_k, softmax turns one-hot as d_k " +
+    "grows; with it, the weights stay spread. Turn the scale off in the form (\"scale by " +
+    "1/√d_k\") to see it on your own input.");
+  const grid = document.createElement("div");
+  grid.className = "plots";
+  body.append(grid);
+  for (const [kind, label] of [["unscaled", "no scaling"], ["scaled", "with 1/√d_k"]]) {
+    for (const c of res.cases) {
+      const stats = c[kind];
+      const centres = stats.counts.map((_, i) => (stats.bin_edges[i] + stats.bin_edges[i + 1]) / 2);
+      const div = document.createElement("div");
+      div.className = "plot scaling-plot";
+      grid.append(div);
+      newPlot(div, [{ type: "bar", x: centres, y: stats.counts, marker: { color: kind === "scaled" ? "#4292c6" : "#b2182b" } }], {
+        title: { text: `d_k = ${c.d_k}, ${label}<br>entropy ${stats.mean_entropy_bits.toFixed(2)} bits`, font: { size: 12 } },
+        margin: { l: 50, r: 8, t: 48, b: 40 },
+        xaxis: { title: { text: "attention weight" }, range: [0, 1] },
+        yaxis: { title: { text: "count" } },
+        bargap: 0.05,
+      });
+    }
+  }
+  table(body, ["d_k", "entropy with scale (bits)", "entropy without (bits)",
+    "rows one-hot without scale (max > 0.99)", "uniform would be (bits)"],
+  res.cases.map((c) => [c.d_k, c.scaled.mean_entropy_bits.toFixed(3), c.unscaled.mean_entropy_bits.toFixed(3),
+    `${(100 * c.unscaled.one_hot_fraction).toFixed(1)}%`, Math.log2(res.length).toFixed(3)]));
+}
+
+// 3. Why the causal mask (seed 002 section 3.4).
+async function renderDecoding(body, ctx) {
+  const sequence = ctx.request.sequences[ctx.sequence];
+  const res = await ctx.fetchJson("/api/v1/lessons/decoding", { sequence, ...layerFields(ctx.request) });
+  clearPlots(body);
+  if (!res) return;
+  const h = ctx.head;
+  note(body, `Sequence ${ctx.sequence}, head ${h}. Step by step: ${res.labels.length} forward ` +
+    "passes, one per prefix, each adding the newest token's row. With the causal mask, one pass " +
+    `gives the same: max |Δ| = ${res.masked_max_abs_diff.toExponential(1)} (0 up to rounding). ` +
+    `Without the mask, max |Δ| = ${res.unmasked_max_abs_diff.toExponential(2)}: earlier ` +
+    "tokens see later ones and their outputs change.").dataset.maskedDiff = String(res.masked_max_abs_diff);
+  const grid = document.createElement("div");
+  grid.className = "plots";
+  body.append(grid);
+  const common = { rowLabels: res.labels, colLabels: res.labels, zmin: 0, zmax: 1, valueName: "weight" };
+  addPlot(grid, heatmapFigure({ ...common, z: res.step_weights[h], title: "step by step (one pass per prefix)" }), "plot decoding-plot");
+  addPlot(grid, heatmapFigure({ ...common, z: res.masked_weights[h], title: "one pass, causal mask: identical" }), "plot decoding-plot");
+  addPlot(grid, heatmapFigure({ ...common, z: res.unmasked_weights[h], title: "one pass, no mask: sees the future" }), "plot decoding-plot");
+  const div = document.createElement("div");
+  div.className = "plot decoding-plot";
+  grid.append(div);
+  newPlot(div, [{ type: "bar", x: res.labels.map((_, i) => i), y: res.unmasked_output_diff, marker: { color: "#b2182b" } }], {
+    title: { text: "how far each output moves without the mask", font: { size: 12 } },
+    margin: { l: 50, r: 8, t: 36, b: 64 },
+    xaxis: { tickvals: res.labels.map((_, i) => i), ticktext: res.labels.map(escapeForPlotly), tickangle: -45 },
+    yaxis: { title: { text: "max |Δ output|" } },
+  });
+}
+
+// 4. Parameters (seed 001 section 5, seed 002 point 1).
+async function renderParameters(body, ctx) {
+  const { d_model, num_heads } = ctx.request;
+  const res = await ctx.fetchJson(`/api/v1/lessons/parameters?d_model=${encodeURIComponent(d_model)}&num_heads=${encodeURIComponent(num_heads)}`);
+  clearPlots(body);
+  if (!res) return;
+  note(body, `d_model = ${res.d_model}, num_heads = ${res.num_heads}: each of W_q, W_k, W_v, ` +
+    `W_o is a ${res.d_model} × ${res.d_model} matrix plus a bias of ${res.d_model}. The heads are ` +
+    "slices of these matrices, so the total does not change with num_heads.");
+  table(body, ["parameter", "shape", "count"],
+    res.rows.map((r) => [r.name, r.shape.join(" × "), r.count.toLocaleString()])
+      .concat([["total", `4·${res.d_model}² + 4·${res.d_model}`, res.total.toLocaleString()]]));
+  table(body, ["num_heads", "d_k", "total parameters"],
+    res.by_num_heads.map((r) => [r.num_heads, r.d_k, r.total.toLocaleString()]),
+    (row) => row[0] === res.num_heads).classList.add("by-heads");
+}
+
+// 5. Head summaries: head average, entropy and max weight per head.
+async function renderSummary(body, ctx) {
+  const data = ctx.data;
+  const b = ctx.sequence;
+  const s = data.head_summary;
+  clearPlots(body);
+  const entropy = s.entropy_bits[b];
+  const heads = entropy.map((_, h) => h);
+  const sharpest = heads.reduce((a, h) => (entropy[h] < entropy[a] ? h : a), 0);
+  const diffuse = heads.reduce((a, h) => (entropy[h] > entropy[a] ? h : a), 0);
+  note(body, `Sequence ${b}: the sharpest head is ${sharpest} (${entropy[sharpest].toFixed(2)} ` +
+    `bits), the most diffuse ${diffuse} (${entropy[diffuse].toFixed(2)} bits). Entropy is the ` +
+    "mean over query rows of −Σ w log₂ w: 0 = one-hot, log₂(#keys) = uniform.");
+  const grid = document.createElement("div");
+  grid.className = "plots";
+  body.append(grid);
+  addPlot(grid, heatmapFigure({
+    z: visibleWeights(s.mean_weights[b], data.attn_mask[b]), rowLabels: data.query_labels[b],
+    colLabels: data.key_labels[b], title: "average of the heads", zmin: 0, valueName: "mean weight",
+    maskedNote: "masked: weight 0",
+  }), "plot summary-plot");
+  for (const [values, title, color] of [
+    [entropy, "mean row entropy (bits)", "#4292c6"],
+    [s.max_weight[b], "max weight", "#08519c"],
+  ]) {
+    const div = document.createElement("div");
+    div.className = "plot summary-plot";
+    grid.append(div);
+    newPlot(div, [{ type: "bar", x: heads.map((h) => `Head ${h}`), y: values, marker: { color } }], {
+      title: { text: title, font: { size: 12 } }, margin: { l: 50, r: 8, t: 36, b: 50 },
+    });
+  }
+}
+
+// 6. Dropout on the weights (seeds 001, 004).
+async function renderDropout(body, ctx) {
+  const p = sendable(controlValue("dropout-p"));
+  const seed = sendable(controlValue("dropout-seed"));
+  const res = await ctx.fetchJson("/api/v1/attention", { ...ctx.request, dropout: p, dropout_seed: seed });
+  clearPlots(body);
+  if (!res) return;
+  const b = ctx.sequence;
+  const h = ctx.head;
+  const after = res.dropped_weights ? res.dropped_weights[b][h] : res.weights[b][h];
+  const sums = after.filter((_, i) => !res.fully_masked[b][i]).map((row) => row.reduce((x, y) => x + y, 0));
+  const scale = 1 / (1 - res.dropout);
+  note(body, `Dropout in training mode, as torch.nn.functional.dropout defines it: each weight ` +
+    `is zeroed with probability p = ${res.dropout} and the rest are multiplied by 1/(1−p) = ` +
+    `${scale.toFixed(3)}, so each row sums to 1 in expectation (here between ` +
+    `${Math.min(...sums).toFixed(3)} and ${Math.max(...sums).toFixed(3)}). The layer output shown ` +
+    "elsewhere is the eval-mode one.");
+  const grid = document.createElement("div");
+  grid.className = "plots";
+  body.append(grid);
+  const zmax = Math.max(maxOf(after), maxOf(res.weights[b][h]), 1e-12);
+  const common = { rowLabels: res.query_labels[b], colLabels: res.key_labels[b], zmin: 0, zmax, valueName: "weight", maskedNote: "masked: weight 0" };
+  addPlot(grid, heatmapFigure({ ...common, z: visibleWeights(res.weights[b][h], res.attn_mask[b]), title: `head ${h} before dropout` }), "plot dropout-plot");
+  addPlot(grid, heatmapFigure({ ...common, z: visibleWeights(after, res.attn_mask[b]), title: `after dropout (p = ${res.dropout})` }), "plot dropout-plot");
+}
+
+function blockMask(queryLabels, keyLabels, causal) {
+  return queryLabels.map((_, i) => keyLabels.map((key, j) => key !== PAD && (!causal || j <= i)));
+}
+
+// One figure of N x H thumbnails; clicking one enlarges it into `enlarged`.
+function drawGrid(container, enlarged, block) {
+  const { weights, b, queryLabels, keyLabels, causal, name } = block;
+  const numLayers = weights.length;
+  const numHeads = weights[0][b].length;
+  const mask = blockMask(queryLabels, keyLabels, causal);
+  const traces = [];
+  const layout = {
+    grid: { rows: numLayers, columns: numHeads, pattern: "independent", xgap: 0.06, ygap: 0.08 },
+    margin: { l: 60, r: 8, t: 30, b: 30 },
+    title: { text: name, font: { size: 13 } },
+    height: 40 + numLayers * Math.max(70, 320 / numLayers),
+    showlegend: false,
+    plot_bgcolor: MASKED_COLOR, // masked cells are null: the background shows through
+  };
+  let zmax = 0;
+  for (const layer of weights) for (const head of layer[b]) zmax = Math.max(zmax, maxOf(head));
+  for (let l = 0; l < numLayers; l += 1) {
+    for (let h = 0; h < numHeads; h += 1) {
+      const n = l * numHeads + h + 1;
+      traces.push({
+        type: "heatmap",
+        z: visibleWeights(weights[l][b][h], mask),
+        zmin: 0,
+        zmax: zmax || 1,
+        colorscale: WEIGHT_COLORSCALE,
+        showscale: false,
+        xaxis: `x${n}`,
+        yaxis: `y${n}`,
+        meta: [l, h],
+        hovertemplate: `layer ${l}, head ${h}<br>query row %{y}, key col %{x}<br>weight %{z:.3f}<extra>click to enlarge</extra>`,
+      });
+      layout[`xaxis${n}`] = { showticklabels: false, showgrid: false, zeroline: false, ticks: "", title: l === numLayers - 1 ? { text: `H${h}`, standoff: 2 } : undefined };
+      layout[`yaxis${n}`] = { showticklabels: false, showgrid: false, zeroline: false, ticks: "", autorange: "reversed", title: h === 0 ? { text: `L${l}`, standoff: 2 } : undefined };
+    }
+  }
+  const div = document.createElement("div");
+  div.className = "plot grid-plot";
+  div.dataset.block = name;
+  container.append(div);
+  newPlot(div, traces, layout).then(() => {
+    div.on("plotly_click", (event) => {
+      const [l, h] = event.points[0].data.meta;
+      showEnlarged(enlarged, block, l, h, mask);
+    });
+  });
+  return div;
+}
+
+function showEnlarged(enlarged, block, l, h, mask) {
+  clearPlots(enlarged);
+  enlarged.dataset.layer = String(l);
+  enlarged.dataset.head = String(h);
+  addPlot(enlarged, heatmapFigure({
+    z: visibleWeights(block.weights[l][block.b][h], mask),
+    rowLabels: block.queryLabels, colLabels: block.keyLabels,
+    title: `${block.name}: layer ${l}, head ${h}`, zmin: 0, valueName: "weight",
+    maskedNote: "masked: weight 0",
+  }), "plot enlarged-plot");
+}
+
+// 7. The encoder layer and the decoder side (seed 004).
+async function renderLayers(body, ctx) {
+  const request = {
+    sequences: ctx.request.sequences,
+    ...layerFields(ctx.request),
+    num_layers: sendable(controlValue("num-layers")),
+    positional_encoding: controlValue("positional-encoding"),
+  };
+  if (ctx.request.targets) request.targets = ctx.request.targets;
+  const dff = controlValue("d-ff");
+  if (dff !== "") request.d_ff = sendable(dff);
+  const res = await ctx.fetchJson("/api/v1/lessons/transformer", request);
+  clearPlots(body);
+  if (!res) return;
+  const b = ctx.sequence;
+  note(body, `${res.num_layers} encoder layer(s)${res.target_labels ? " and as many decoder layers" : ""}: ` +
+    "self-attention → add & norm → feed-forward (d_ff " + `${res.d_ff}, ReLU) → add & norm; ` +
+    `positional encoding: ${res.positional_encoding}. ${res.num_parameters.toLocaleString()} ` +
+    "parameters. Rows are layers (L), columns heads (H); click a thumbnail to enlarge it.");
+  const enlarged = document.createElement("div");
+  enlarged.className = "enlarged";
+  const grids = document.createElement("div");
+  body.append(grids, enlarged);
+  const source = res.source_labels[b];
+  const blocks = [{ name: "encoder self-attention", weights: res.encoder_weights, b, queryLabels: source, keyLabels: source, causal: false }];
+  if (res.target_labels) {
+    const target = res.target_labels[b];
+    blocks.push({ name: "decoder masked self-attention", weights: res.decoder_self_weights, b, queryLabels: target, keyLabels: target, causal: true });
+    blocks.push({ name: "decoder cross attention", weights: res.cross_weights, b, queryLabels: target, keyLabels: source, causal: false });
+  }
+  for (const block of blocks) drawGrid(grids, enlarged, block);
+  showEnlarged(enlarged, blocks[0], 0, 0, blockMask(source, source, false));
+}
+
+export const VIEWS = {
+  step: { usesHead: true, render: renderStepThrough },
+  scaling: { usesHead: false, render: renderScaling },
+  decoding: { usesHead: true, render: renderDecoding },
+  parameters: { usesHead: false, render: renderParameters },
+  summary: { usesHead: false, render: renderSummary },
+  dropout: { usesHead: true, render: renderDropout },
+  layers: { usesHead: false, render: renderLayers },
+};
