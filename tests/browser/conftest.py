@@ -32,6 +32,7 @@ def browser() -> Iterator[object]:
 @pytest.fixture
 def page(browser, server_url):  # type: ignore[no-untyped-def]
     context = browser.new_context(viewport={"width": 1400, "height": 950})
+    context.set_default_timeout(10_000)
     page = context.new_page()
     page.errors = []  # uncaught JS errors, checked by the tests
     page.on("pageerror", lambda error: page.errors.append(str(error)))

@@ -1,0 +1,145 @@
+"""Each lesson view, opened from the page in a real Chromium, is drawn."""
+
+import pytest
+
+from tests.browser.test_page import wait_for_heads
+
+pytestmark = pytest.mark.browser
+
+# view -> (CSS selector of its plots, the least number drawn for the default preset)
+VIEWS = {
+    "step": (".stage-plot", 8),
+    "scaling": (".scaling-plot", 6),
+    "decoding": (".decoding-plot", 4),
+    "summary": (".summary-plot", 3),
+    "dropout": (".dropout-plot", 2),
+    "layers": (".grid-plot", 1),
+}
+
+
+def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
+    page.click(f".tabs button[data-view={view}]")
+    page.wait_for_function(
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=15_000
+    )
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_each_plot_view_is_drawn_on_the_default_preset(page, server_url, view: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    open_view(page, view)
+    selector, least = VIEWS[view]
+    plots = page.locator(f"#view-{view} {selector}")
+    assert plots.count() >= least
+    assert page.locator(f"#view-{view} {selector} .main-svg").count() >= least
+    assert page.locator("#error").is_hidden()
+    assert page.locator("#view-heads").is_hidden()
+    assert page.errors == []
+
+
+def test_step_through_titles_follow_the_stages(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    open_view(page, "step")
+    page.evaluate("document.getElementById('view-step').dataset.drawn = 'stale'")
+    page.select_option("#head-index", "1")
+    page.wait_for_function("document.getElementById('view-step').dataset.drawn === 'true'")
+    assert "Head 1 of sequence 0" in page.locator("#view-step .view-note").text_content()
+    titles = page.locator("#view-step .gtitle").all_text_contents()
+    assert titles[3:] == [
+        "1. scores Q Kᵀ",
+        "2. scaled Q Kᵀ / √4",
+        "3. masked (padding_causal)",
+        "4. softmax weights",
+        "5. head output = weights · V",
+    ]
+    # Masked scores are drawn as masked: null in the trace, not -inf.
+    masked = page.evaluate(
+        "() => document.querySelectorAll('#view-step .stage-plot')[5].data[0].z[0]"
+    )
+    assert masked[0] is not None and all(v is None for v in masked[1:])
+
+
+def test_decoding_view_reports_zero_difference_with_the_mask(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    open_view(page, "decoding")
+    note = page.locator("#view-decoding .view-note")
+    assert float(note.get_attribute("data-masked-diff")) < 1e-6
+    assert "Without the mask" in note.text_content()
+
+
+def test_parameters_view_shows_the_same_total_for_every_num_heads(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    open_view(page, "parameters")
+    totals = page.locator("#view-parameters table.by-heads tbody tr td:nth-child(3)")
+    assert set(totals.all_text_contents()) == {"288"}
+    assert page.locator("#view-parameters table.by-heads tr.current td").first.text_content() == "2"
+
+
+def test_dropout_view_follows_its_controls(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    open_view(page, "dropout")
+    page.evaluate("document.getElementById('view-dropout').dataset.drawn = 'stale'")
+    page.fill("#dropout-p", "0.5")
+    page.dispatch_event("#dropout-p", "change")
+    page.wait_for_function("document.getElementById('view-dropout').dataset.drawn === 'true'")
+    assert "p = 0.5" in page.locator("#view-dropout .view-note").text_content()
+    assert "after dropout (p = 0.5)" in page.locator("#view-dropout .gtitle").all_text_contents()
+
+
+def test_layers_view_grid_and_click_to_enlarge(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.select_option("#preset", "seed-encoder-decoder")
+    page.wait_for_function("window.attnviz.lastResponse.attention === 'cross'")
+    open_view(page, "layers")
+    page.evaluate("document.getElementById('view-layers').dataset.drawn = 'stale'")
+    page.fill("#num-layers", "3")
+    page.dispatch_event("#num-layers", "change")
+    page.wait_for_function("document.getElementById('view-layers').dataset.drawn === 'true'")
+    blocks = page.locator("#view-layers .grid-plot")
+    assert blocks.count() == 3  # encoder self, decoder self, cross
+    traces = page.evaluate(
+        "() => [...document.querySelectorAll('#view-layers .grid-plot')].map(d => d.data.length)"
+    )
+    assert traces == [6, 6, 6]  # 3 layers x 2 heads, one figure each
+    enlarged = page.locator("#view-layers .enlarged")
+    assert enlarged.get_attribute("data-layer") == "0"
+    # Click the thumbnail of layer 2, head 1 of the cross-attention block.
+    page.evaluate(
+        """() => {
+            const div = document.querySelectorAll('#view-layers .grid-plot')[2];
+            div.emit('plotly_click', {points: [{data: div.data[5]}]});
+        }"""
+    )
+    page.wait_for_function("document.querySelector('#view-layers .enlarged').dataset.layer === '2'")
+    assert enlarged.get_attribute("data-head") == "1"
+    title = page.locator("#view-layers .enlarged .gtitle").text_content()
+    assert title == "decoder cross attention: layer 2, head 1"
+    assert page.errors == []
+
+
+def test_views_follow_the_users_own_input(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.fill("#sequences", "the cat sat on the mat")
+    page.fill("#d_model", "16")
+    page.fill("#num_heads", "4")
+    page.click("#compute")
+    wait_for_heads(page, 4)
+    open_view(page, "decoding")
+    ticks = page.evaluate(
+        "() => document.querySelector('#view-decoding .decoding-plot').layout.xaxis.ticktext"
+    )
+    assert ticks == ["the", "cat", "sat", "on", "the", "mat"]
+    open_view(page, "summary")
+    bars = page.evaluate(
+        "() => document.querySelectorAll('#view-summary .summary-plot')[1].data[0].x"
+    )
+    assert bars == ["Head 0", "Head 1", "Head 2", "Head 3"]
+    assert page.errors == []
