@@ -14,15 +14,19 @@ class Settings(BaseSettings):
     Attributes:
         host: interface uvicorn binds to (``python -m app``).
         port: TCP port.
-        max_weight_cells: the most attention weights one request may return,
-            B * H * L_q * L_k; a larger request is refused with HTTP 413.
+        max_weight_cells: the most numbers one request may compute for its response,
+            B * H * L_q * L_k for the weights plus any stages asked for; a larger
+            request is refused with HTTP 413. The default, 2**25, admits B=1, H=8,
+            L=2048 (134 MB of float32 weights).
+        model_cache_bytes: parameter bytes of seeded modules kept between requests.
     """
 
     model_config = SettingsConfigDict(env_prefix="ATTNVIZ_", env_file=".env", extra="ignore")
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    max_weight_cells: int = Field(2_097_152, ge=1)
+    max_weight_cells: int = Field(33_554_432, ge=1)
+    model_cache_bytes: int = Field(512 * 1024 * 1024, ge=0)
 
 
 @lru_cache

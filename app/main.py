@@ -2,21 +2,52 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
 from fastapi.staticfiles import StaticFiles
 
 from app import __version__
+from app.attention import compute_attention
+from app.attention.cache import MODULES
+from app.config import get_settings
 from app.errors import install_error_handlers
+from app.presets import DEFAULT_PRESET
 from app.routers import attention, health, lessons, pages, presets
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 
 
+@asynccontextmanager
+async def lifespan(application: FastAPI) -> AsyncIterator[None]:
+    """Size the module cache, and warm it (and torch) with the default preset.
+
+    The first forward pass of a process pays for torch's lazy initialisation
+    (about a second here); doing it at start-up keeps it off the first page load.
+    """
+    MODULES.resize(get_settings().model_cache_bytes)
+    preset = DEFAULT_PRESET.request
+    await run_in_threadpool(
+        compute_attention,
+        preset.sequences,
+        d_model=preset.d_model,
+        num_heads=preset.num_heads,
+        seed=preset.seed,
+        mask=preset.mask,
+        device=preset.device,
+        verify=True,
+    )
+    yield
+    MODULES.clear()
+
+
 def create_app() -> FastAPI:
     """The AttnViz app: page at /, JSON API at /api/v1, docs at /docs and /redoc."""
     application = FastAPI(
+        lifespan=lifespan,
         title="AttnViz",
         version=__version__,
         description="Multi-head attention visualizer: per-head attention weights of "

@@ -14,8 +14,9 @@ from app.attention.engine import STAGE_NAMES, DeviceName, DtypeName, StageName
 from app.attention.masks import MaskName
 from app.attention.transformer import MAX_LAYERS, PositionalEncodingName
 from app.seed_data import SEED_BATCH, SEED_TARGETS
+from app.serialize import Encoding
 
-MAX_TOKENS: Final = 1024
+MAX_TOKENS: Final = 4096
 """The most tokens one sequence may have."""
 MAX_BATCH: Final = 64
 """The most sequences one batch may have."""
@@ -33,6 +34,10 @@ SequenceIn = Annotated[
         examples=[[62, 13, 47, 39], "I love deep learning"],
     ),
 ]
+
+
+IncludeName = StageName | Literal["head_mean"]
+"""What ``include`` can ask for: a step-through stage, or the head-averaged map."""
 
 
 def _json(batch: list[list[int]]) -> JsonValue:
@@ -149,13 +154,34 @@ class AttentionRequest(BatchInput):
         description="Divide the scores by sqrt(d_k) (the paper). false shows why: without "
         "it, softmax turns one-hot as d_k grows (seed 001 section 7).",
     )
-    include: list[StageName] = Field(
+    include: list[IncludeName] = Field(
         default_factory=list,
-        max_length=len(STAGE_NAMES),
+        max_length=len(STAGE_NAMES) + 1,
         description="Step-through stages to return in `stages`: q, k, v, head_output "
         "(B, H, L, d_k); scores (Q K^T), scaled_scores (/ sqrt(d_k)), masked_scores "
-        "(B, H, L_q, L_k). Weights only by default.",
+        "(B, H, L_q, L_k); and head_mean, the head-averaged map in "
+        "`head_summary.mean_weights`. Weights only by default.",
     )
+    encoding: Encoding = Field(
+        "json",
+        description="How arrays travel: json (nested numbers), or base64_float32 / "
+        "base64_float16: {dtype: f4|f2, bdata: base64, shape}, Plotly.js's typed-array "
+        "form (masks as u1). base64_float32 is about 3x smaller and much faster.",
+    )
+    display_size: int | None = Field(
+        None,
+        ge=8,
+        le=4096,
+        description="Downsample the weights, mask and labels for display to at most this "
+        "many rows and columns, by blocks (see `downsample`). Stages are never downsampled.",
+    )
+    downsample: Literal["max", "mean"] = Field(
+        "max", description="Block statistic when display_size applies: max keeps sharp weights."
+    )
+    sequence_index: int | None = Field(
+        None, ge=0, description="Return only this sequence of the batch (all are computed)."
+    )
+    head_index: int | None = Field(None, ge=0, description="Return only this head.")
     dropout: float = Field(
         0.0,
         ge=0.0,
@@ -168,23 +194,22 @@ class AttentionRequest(BatchInput):
     dropout_seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the dropout mask.")
 
     def weight_cells(self) -> int:
-        """How many numbers the response's matrices will carry, weights included.
+        """How many numbers the computation holds for the response, weights included.
 
         B*H*L_q*L_k per (B, H, L_q, L_k) matrix (weights, dropped weights, score
         stages), B*H*L*d_k per head stage (q, k, v, head_output) and B*L_q*L_k
-        for the head average.
+        for the head average. Counted before any selection or downsampling: the
+        whole batch is computed either way.
         """
         batch, len_q, len_k = self.lengths()
         square = batch * self.num_heads * len_q * len_k
-        matrices = (
-            1
-            + (self.dropout > 0)
-            + sum(name in ("scores", "scaled_scores", "masked_scores") for name in self.include)
-        )
+        score_stages = ("scores", "scaled_scores", "masked_scores")
+        matrices = 1 + (self.dropout > 0) + sum(name in score_stages for name in self.include)
         d_k = self.d_model // max(self.num_heads, 1)
         per_head = {"q": len_q, "k": len_k, "v": len_k, "head_output": len_q}
         head_cells = sum(batch * self.num_heads * per_head.get(n, 0) * d_k for n in self.include)
-        return matrices * square + head_cells + batch * len_q * len_k
+        mean = batch * len_q * len_k if "head_mean" in self.include else 0
+        return matrices * square + head_cells + mean
 
 
 class VerificationResult(BaseModel):
@@ -212,6 +237,23 @@ Tensor4 = list[list[list[list[float | None]]]]
 """A 4-d array as nested lists; null marks a masked entry where one is documented."""
 
 
+class EncodedArray(BaseModel):
+    """An array as Plotly.js's typed-array spec (request ``encoding`` base64_*)."""
+
+    dtype: Literal["f4", "f2", "u1"] = Field(description="float32, float16 or uint8 (masks).")
+    bdata: str = Field(description="base64 of the little-endian bytes in C order.")
+    shape: list[int]
+
+
+class DownsampleInfo(BaseModel):
+    """How the weights were reduced for display (request ``display_size``)."""
+
+    method: Literal["max", "mean"]
+    factor_q: int = Field(description="Query positions per displayed row.")
+    factor_k: int = Field(description="Key positions per displayed column.")
+    full_shape: list[int] = Field(description="[B, H, L_q, L_k] before downsampling.")
+
+
 class HeadSummary(BaseModel):
     """Sharp and diffuse heads at a glance."""
 
@@ -220,8 +262,8 @@ class HeadSummary(BaseModel):
         "one-hot, log2(L_k) uniform."
     )
     max_weight: list[list[float]] = Field(description="(B, H) the largest weight of each head.")
-    mean_weights: list[list[list[float]]] = Field(
-        description="(B, L_q, L_k) the head-averaged map."
+    mean_weights: list[list[list[float]]] | EncodedArray | None = Field(
+        None, description="(B, L_q, L_k) the head-averaged map, with include head_mean."
     )
 
 
@@ -229,7 +271,10 @@ class AttentionResponse(BaseModel):
     """Every head's attention weights for every sequence, with what produced them."""
 
     attention: Literal["self", "cross"] = Field(description="Self- or cross attention.")
-    shape: list[int] = Field(description="[B, H, L_q, L_k], the shape of `weights`.")
+    shape: list[int] = Field(
+        description="The shape of `weights` as returned: [B, H, L_q, L_k] after any "
+        "selection and downsampling."
+    )
     d_model: int
     num_heads: int
     d_k: int = Field(description="d_model // num_heads.")
@@ -240,11 +285,12 @@ class AttentionResponse(BaseModel):
     key_labels: list[list[str]] = Field(description="(B, L_k) token labels.")
     query_ids: list[list[int]] = Field(description="(B, L_q) padded token ids.")
     key_ids: list[list[int]] = Field(description="(B, L_k) padded token ids.")
-    weights: list[list[list[list[float]]]] = Field(
+    weights: Tensor4 | EncodedArray = Field(
         description="(B, H, L_q, L_k) softmax weights; row i of head h is query i's "
-        "distribution over the keys."
+        "distribution over the keys. Sliced by sequence_index / head_index and block-"
+        "pooled by display_size when asked."
     )
-    attn_mask: list[list[list[bool]]] = Field(
+    attn_mask: list[list[list[bool]]] | EncodedArray = Field(
         description="(B, L_q, L_k) the mask applied, True = attend."
     )
     fully_masked: list[list[bool]] = Field(
@@ -260,16 +306,20 @@ class AttentionResponse(BaseModel):
         None, description="Present when the request asked for `verify`."
     )
     scale: bool = Field(description="Whether the scores were divided by sqrt(d_k).")
-    stages: dict[StageName, Tensor4] = Field(
+    stages: dict[StageName, Tensor4 | EncodedArray] = Field(
         default_factory=dict,
         description="The stages asked for in `include`. masked_scores has null where "
         "the mask hides a key (not the fill value).",
     )
     dropout: float
-    dropped_weights: Tensor4 | None = Field(
+    dropped_weights: Tensor4 | EncodedArray | None = Field(
         None, description="(B, H, L_q, L_k) weights after dropout, when dropout > 0."
     )
     head_summary: HeadSummary
+    full_shape: list[int] = Field(description="[B, H, L_q, L_k] as computed.")
+    downsample: DownsampleInfo | None = Field(
+        None, description="Present when the weights were block-pooled for display."
+    )
 
 
 class ScalingRequest(BaseModel):
@@ -411,6 +461,7 @@ class TransformerRequest(BatchInput):
     positional_encoding: PositionalEncodingName = Field(
         "sinusoidal", description="Added to the embeddings: sinusoidal (Vaswani 3.5) or none."
     )
+    encoding: Encoding = Field("json", description="As in the attention request.")
 
     def weight_cells(self) -> int:
         """N * B * H * (S*S + T*T + T*S): the weights the response will carry."""
@@ -430,11 +481,13 @@ class TransformerResponse(BaseModel):
     positional_encoding: PositionalEncodingName
     source_labels: list[list[str]]
     target_labels: list[list[str]] | None
-    encoder_weights: list[Tensor4] = Field(description="(N, B, H, S, S) self-attention.")
-    decoder_self_weights: list[Tensor4] | None = Field(
+    encoder_weights: list[Tensor4] | EncodedArray = Field(
+        description="(N, B, H, S, S) self-attention."
+    )
+    decoder_self_weights: list[Tensor4] | EncodedArray | None = Field(
         None, description="(N, B, H, T, T) masked self-attention, when targets are given."
     )
-    cross_weights: list[Tensor4] | None = Field(
+    cross_weights: list[Tensor4] | EncodedArray | None = Field(
         None, description="(N, B, H, T, S) cross attention, when targets are given."
     )
     num_parameters: int = Field(description="Every parameter of the stack, embedding included.")

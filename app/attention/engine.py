@@ -24,6 +24,7 @@ from typing import Final, Literal, get_args
 import torch
 from torch import nn
 
+from app.attention.cache import MODULES
 from app.attention.errors import AttentionInputError
 from app.attention.init import build_seeded
 from app.attention.masks import build_mask
@@ -37,8 +38,14 @@ DEVICE_NAMES: Final[tuple[str, ...]] = get_args(DeviceName)
 StageName = Literal["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"]
 STAGE_NAMES: Final[tuple[str, ...]] = get_args(StageName)
 """Step-through stages a request can ask for (``include``)."""
-DtypeName = Literal["float32", "float64"]
-DTYPES: Final[dict[str, torch.dtype]] = {"float32": torch.float32, "float64": torch.float64}
+DtypeName = Literal["float32", "float64", "float16", "bfloat16"]
+DTYPES: Final[dict[str, torch.dtype]] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+"""Parameter and activation dtypes; with half precision the softmax runs in float32."""
 
 
 class AttentionModel(nn.Module):
@@ -66,6 +73,26 @@ class AttentionModel(nn.Module):
     def seeded(cls, vocab_size: int, d_model: int, num_heads: int, seed: int) -> AttentionModel:
         """The model with every parameter drawn from ``seed`` (:mod:`app.attention.init`)."""
         return build_seeded(lambda: cls(vocab_size, d_model, num_heads), seed)
+
+    @classmethod
+    def cached(
+        cls,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        seed: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> AttentionModel:
+        """:meth:`seeded`, on ``device`` in ``dtype``, from the module cache.
+
+        Parameters are drawn in float32 on the CPU, then cast, so every dtype and
+        device starts from the same numbers.
+        """
+        key = (cls.__name__, vocab_size, d_model, num_heads, seed, str(device), str(dtype))
+        return MODULES.get(
+            key, lambda: cls.seeded(vocab_size, d_model, num_heads, seed).to(device, dtype)
+        )
 
     def forward(
         self,
@@ -282,7 +309,7 @@ def compute_attention(
     attn_mask = build_mask(mask, target.ids, source.ids, pad_id, cross=cross)
     run_on = resolve_device(device)
 
-    model = AttentionModel.seeded(vocab_size, d_model, num_heads, seed).to(run_on, DTYPES[dtype])
+    model = AttentionModel.cached(vocab_size, d_model, num_heads, seed, run_on, DTYPES[dtype])
     query_ids = target.ids.to(run_on)
     key_ids = query_ids if not cross else source.ids.to(run_on)
     on_device_mask = None if attn_mask is None else attn_mask.to(run_on)

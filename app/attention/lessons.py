@@ -168,7 +168,7 @@ def decoding_experiment(
     ids = batch["sequence"].ids
     length = ids.shape[1]
     run_on = resolve_device(device)
-    model = AttentionModel.seeded(vocab_size, d_model, num_heads, seed).to(run_on)
+    model = AttentionModel.cached(vocab_size, d_model, num_heads, seed, run_on, torch.float32)
     ids = ids.to(run_on)
     step_weights = torch.zeros(num_heads, length, length, device=run_on)
     step_output = torch.zeros(length, d_model, device=run_on)

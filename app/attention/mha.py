@@ -55,7 +55,8 @@ def scaled_dot_product_attention(
             (B, H, L_q, L_k)), "masked_scores" (masked entries set to mask_fill).
 
     Returns:
-        attn_output (B, H, L_q, d_k) and attn_weights (B, H, L_q, L_k). Each row of
+        attn_output (B, H, L_q, d_k) in the inputs' dtype, and attn_weights
+        (B, H, L_q, L_k) in float32 for half-precision inputs, else their dtype. Each row of
         attn_weights sums to 1, except a fully-masked row under -inf, which is all 0.
         Masked entries are exactly 0, except in fully-masked rows under a finite
         fill, which are uniform (module docstring).
@@ -63,12 +64,15 @@ def scaled_dot_product_attention(
     d_k = query.shape[-1]
     raw_scores = torch.matmul(query, key.transpose(-2, -1))  # (B, H, L_q, L_k)
     scores = raw_scores / math.sqrt(d_k) if scale else raw_scores
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        # Half precision: mask and softmax in float32 (a -1e9 fill overflows float16).
+        scores = scores.float()
     masked_scores = scores if mask is None else scores.masked_fill(~mask, mask_fill)
     attn_weights = F.softmax(masked_scores, dim=-1)
     if mask is not None and math.isinf(mask_fill):
         # Fully-masked rows are NaN here: make them 0.
         attn_weights = attn_weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    attn_output = torch.matmul(attn_weights, value)  # (B, H, L_q, d_k)
+    attn_output = torch.matmul(attn_weights.to(value.dtype), value)  # (B, H, L_q, d_k)
     if stages is not None:
         stages.update(scores=raw_scores, scaled_scores=scores, masked_scores=masked_scores)
     return attn_output, attn_weights

@@ -5,11 +5,17 @@ Shapes use the legend of :mod:`app.attention`: weights are (B, H, L_q, L_k).
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
 
 
 def row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
     """Shannon entropy of each row, in bits: -sum_k w log2 w, with 0 log 0 = 0.
+
+    Computed with ``torch.special.entr`` (-w ln w, 0 at 0) in the weights' dtype
+    (float32 at least), divided by ln 2.
 
     Args:
         weights: (..., L_k) float, rows of non-negative weights.
@@ -17,9 +23,8 @@ def row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
     Returns:
         (...) float64, 0 for a one-hot row, log2(L_k) for a uniform one.
     """
-    w = weights.to(torch.float64)
-    terms = torch.where(w > 0, w * torch.log2(w.clamp_min(torch.finfo(w.dtype).tiny)), 0.0)
-    return -terms.sum(dim=-1)
+    w = weights if weights.dtype in (torch.float32, torch.float64) else weights.float()
+    return (torch.special.entr(w).sum(dim=-1) / math.log(2)).to(torch.float64)
 
 
 def head_summary(
@@ -67,3 +72,44 @@ def dropout_weights(weights: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     keep = torch.empty_like(weights).bernoulli_(1.0 - p, generator=generator)
     return weights * keep * (1.0 / (1.0 - p))
+
+
+def block_pool(
+    weights: torch.Tensor, mask: torch.Tensor, size: int, method: str
+) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """Downsample (B, H, L_q, L_k) weights to at most size x size blocks for display.
+
+    Each block of factor_q x factor_k cells becomes its maximum ("max", so that a
+    sharp weight stays visible) or its mean ("mean"); the last block of a side may
+    be partial. A block attends if any of its cells does.
+
+    Args:
+        weights: (B, H, L_q, L_k) float.
+        mask: (B, L_q, L_k) bool, True = attend.
+        size: the largest side to draw.
+        method: "max" or "mean".
+
+    Returns:
+        pooled weights (B, H, ceil(L_q / factor_q), ceil(L_k / factor_k)), the pooled
+        mask (B, same, same), factor_q and factor_k (1 where a side fits).
+    """
+    batch, heads, len_q, len_k = weights.shape
+    factor_q, factor_k = -(-len_q // size), -(-len_k // size)
+    if factor_q == factor_k == 1:
+        return weights, mask, 1, 1
+    kernel = (factor_q, factor_k)
+    flat = weights.reshape(batch * heads, 1, len_q, len_k).float()
+    if method == "max":
+        pooled = F.max_pool2d(flat, kernel, ceil_mode=True)
+    else:
+        pooled = F.avg_pool2d(flat, kernel, ceil_mode=True, count_include_pad=False)
+    pooled_mask = F.max_pool2d(mask[:, None].float(), kernel, ceil_mode=True)[:, 0] > 0
+    return pooled.reshape(batch, heads, *pooled.shape[-2:]), pooled_mask, factor_q, factor_k
+
+
+def block_labels(labels: list[str], factor: int) -> list[str]:
+    """Labels of blocks of ``factor`` positions: the first and last token, "a…b"."""
+    if factor == 1:
+        return labels
+    blocks = [labels[i : i + factor] for i in range(0, len(labels), factor)]
+    return [block[0] if len(block) == 1 else f"{block[0]}…{block[-1]}" for block in blocks]

@@ -32,7 +32,12 @@ from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
 
 from app.attention.mha import MultiHeadAttention
 
-TOLERANCE: Final[dict[torch.dtype, float]] = {torch.float32: 1e-6, torch.float64: 1e-12}
+TOLERANCE: Final[dict[torch.dtype, float]] = {
+    torch.float32: 1e-6,
+    torch.float64: 1e-12,
+    torch.float16: 1e-2,
+    torch.bfloat16: 5e-2,
+}
 """Largest absolute difference that still counts as a match, per dtype."""
 
 
@@ -46,7 +51,8 @@ class Verification:
         sdpa_output_max_abs_diff: output vs scaled_dot_product_attention + W_o.
         fully_masked_rows: query rows (over B and L_q) that the reference masks
             entirely; they are compared under AttnViz's rule.
-        tolerance: 1e-6 for float32, 1e-12 for float64.
+        tolerance: 1e-6 for float32, 1e-12 for float64, 1e-2 for float16 and 5e-2
+            for bfloat16 (whose 8-bit mantissa rounds at about 4e-3).
         matches: every difference is at most ``tolerance``.
         torch_version: the PyTorch that computed the references.
     """
@@ -209,7 +215,7 @@ def verify_attention(
         max_abs(attn_output, mha_output),
         max_abs(attn_output, sdpa_output),
     )
-    tolerance = TOLERANCE[attn_weights.dtype]
+    tolerance = TOLERANCE[attn_output.dtype]
     return Verification(
         mha_weights_max_abs_diff=diffs[0],
         mha_output_max_abs_diff=diffs[1],

@@ -3,34 +3,41 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+import math
+from typing import Annotated, Any
 
-import torch
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, status
+from fastapi.responses import Response
 
 from app.attention import compute_attention
+from app.attention.engine import STAGE_NAMES
+from app.attention.summary import block_labels, block_pool
 from app.config import Settings, get_settings
-from app.errors import check_cells, engine_errors
-from app.schemas import AttentionRequest, AttentionResponse, HeadSummary, VerificationResult
+from app.errors import check_cells, engine_errors, field_error
+from app.schemas import AttentionRequest, AttentionResponse
+from app.serialize import encode_bools, encode_floats, json_response
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
-ERROR_RESPONSES: dict[int | str, dict[str, str]] = {
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"description": "The response would exceed ATTNVIZ_MAX_WEIGHT_CELLS."},
     422: {"description": "Invalid input; `detail[].loc` names the field."},
     503: {"description": "The device ran out of memory."},
 }
 
 
-def masked_as_null(scores: torch.Tensor, mask: torch.Tensor) -> list[object]:
-    """(B, H, L_q, L_k) scores as nested lists, None where ``mask`` (B, L_q, L_k) hides a key."""
-    hidden = ~mask[:, None].expand_as(scores)
-    rows = scores.tolist()
-    for b, h, i, j in hidden.nonzero().tolist():
-        rows[b][h][i][j] = None
-    return rows
+def check_selection(request: AttentionRequest) -> None:
+    """Refuse a sequence_index or head_index outside the batch (422 naming it)."""
+    for field, index, size in (
+        ("sequence_index", request.sequence_index, len(request.sequences)),
+        ("head_index", request.head_index, request.num_heads),
+    ):
+        if index is not None and index >= size:
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT, field, f"{index} is not below {size}"
+            )
 
 
 @router.post(
@@ -39,16 +46,18 @@ def masked_as_null(scores: torch.Tensor, mask: torch.Tensor) -> list[object]:
     summary="Per-head attention weights of a batch",
     responses=ERROR_RESPONSES,
 )
-def compute_attention_weights(
-    request: AttentionRequest, settings: SettingsDep
-) -> AttentionResponse:
+def compute_attention_weights(request: AttentionRequest, settings: SettingsDep) -> Response:
     """Run seeded multi-head attention and return every head's weights.
 
     With ``include``, also the step-through stages; with ``dropout``, the weights
-    after dropout; always a per-head summary. Runs in FastAPI's thread pool (a
-    plain ``def``), off the event loop.
+    after dropout; always a per-head summary. ``sequence_index`` / ``head_index``
+    select, ``display_size`` block-pools for display, ``encoding`` picks JSON
+    numbers or base64 typed arrays. Runs in FastAPI's thread pool (a plain
+    ``def``), off the event loop; the body is serialised by orjson.
     """
     check_cells(request.weight_cells(), settings.max_weight_cells)
+    check_selection(request)
+    stage_names = [name for name in request.include if name in STAGE_NAMES]
     with engine_errors(request.device):
         result = compute_attention(
             request.sequences,
@@ -64,49 +73,92 @@ def compute_attention_weights(
             mask_fill=float(request.mask_fill),
             verify=request.verify,
             scale=request.scale,
-            stages=request.include,
+            stages=stage_names,
             dropout=request.dropout,
             dropout_seed=request.dropout_seed,
         )
 
-    stages = {
-        name: masked_as_null(t, result.mask) if name == "masked_scores" else t.tolist()
-        for name, t in result.stages.items()
-    }
-    return AttentionResponse(
-        attention="self" if request.targets is None else "cross",
-        shape=list(result.attn_weights.shape),
-        d_model=request.d_model,
-        num_heads=request.num_heads,
-        d_k=request.d_model // request.num_heads,
-        seed=request.seed,
-        mask=request.mask,
-        pad_id=request.pad_id,
-        query_labels=result.query_labels,
-        key_labels=result.key_labels,
-        query_ids=result.query_ids.tolist(),
-        key_ids=result.key_ids.tolist(),
-        weights=result.attn_weights.tolist(),
-        attn_mask=result.mask.tolist(),
-        fully_masked=result.fully_masked.tolist(),
-        num_parameters=result.num_parameters,
-        num_embedding_parameters=result.num_embedding_parameters,
-        device=result.device,
-        dtype=result.dtype,
-        compute_ms=result.compute_ms,
-        mask_fill=request.mask_fill,
-        verification=(
-            None
-            if result.verification is None
-            else VerificationResult(**dataclasses.asdict(result.verification))
-        ),
-        scale=result.scale,
-        stages=stages,
-        dropout=result.dropout,
-        dropped_weights=None if result.dropped_weights is None else result.dropped_weights.tolist(),
-        head_summary=HeadSummary(
-            entropy_bits=result.head_entropy_bits.tolist(),
-            max_weight=result.head_max_weight.tolist(),
-            mean_weights=result.head_mean_weights.tolist(),
-        ),
+    enc = request.encoding
+    seqs = (
+        slice(None)
+        if request.sequence_index is None
+        else slice(request.sequence_index, request.sequence_index + 1)
     )
+    heads = (
+        slice(None)
+        if request.head_index is None
+        else slice(request.head_index, request.head_index + 1)
+    )
+    weights = result.attn_weights[seqs, heads]
+    mask = result.mask[seqs]
+    query_labels = result.query_labels[seqs]
+    key_labels = result.key_labels[seqs]
+    dropped = None if result.dropped_weights is None else result.dropped_weights[seqs, heads]
+    mean = result.head_mean_weights[seqs] if "head_mean" in request.include else None
+
+    downsample = None
+    if request.display_size is not None:
+        pooled, pooled_mask, factor_q, factor_k = block_pool(
+            weights, mask, request.display_size, request.downsample
+        )
+        if factor_q > 1 or factor_k > 1:
+            downsample = {
+                "method": request.downsample,
+                "factor_q": factor_q,
+                "factor_k": factor_k,
+                "full_shape": list(result.attn_weights.shape),
+            }
+            weights, mask = pooled, pooled_mask
+            size, method = request.display_size, request.downsample
+            if dropped is not None:
+                dropped = block_pool(dropped, result.mask[seqs], size, method)[0]
+            if mean is not None:
+                mean = block_pool(mean[:, None], result.mask[seqs], size, method)[0][:, 0]
+            query_labels = [block_labels(labels, factor_q) for labels in query_labels]
+            key_labels = [block_labels(labels, factor_k) for labels in key_labels]
+
+    stages: dict[str, Any] = {}
+    for name, tensor in result.stages.items():
+        tensor = tensor[seqs, heads]
+        if name == "masked_scores":  # masked cells travel as null (NaN in binary)
+            hidden = ~result.mask[seqs][:, None].expand_as(tensor)
+            tensor = tensor.masked_fill(hidden, math.nan)
+        stages[name] = encode_floats(tensor, enc)
+
+    verification = result.verification
+    payload: dict[str, Any] = {
+        "attention": "self" if request.targets is None else "cross",
+        "shape": list(weights.shape),
+        "full_shape": list(result.attn_weights.shape),
+        "d_model": request.d_model,
+        "num_heads": request.num_heads,
+        "d_k": request.d_model // request.num_heads,
+        "seed": request.seed,
+        "mask": request.mask,
+        "pad_id": request.pad_id,
+        "query_labels": query_labels,
+        "key_labels": key_labels,
+        "query_ids": result.query_ids[seqs].tolist(),
+        "key_ids": result.key_ids[seqs].tolist(),
+        "weights": encode_floats(weights, enc),
+        "attn_mask": encode_bools(mask, enc),
+        "fully_masked": (~mask.any(dim=-1)).tolist(),
+        "num_parameters": result.num_parameters,
+        "num_embedding_parameters": result.num_embedding_parameters,
+        "device": result.device,
+        "dtype": result.dtype,
+        "compute_ms": result.compute_ms,
+        "mask_fill": request.mask_fill,
+        "verification": None if verification is None else dataclasses.asdict(verification),
+        "scale": result.scale,
+        "stages": stages,
+        "dropout": result.dropout,
+        "dropped_weights": None if dropped is None else encode_floats(dropped, enc),
+        "head_summary": {
+            "entropy_bits": result.head_entropy_bits[seqs, heads].tolist(),
+            "max_weight": result.head_max_weight[seqs, heads].float().tolist(),
+            "mean_weights": None if mean is None else encode_floats(mean, enc),
+        },
+        "downsample": downsample,
+    }
+    return json_response(payload)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import Annotated, Any
 
+import torch
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
 
 from app.attention.lessons import decoding_experiment, parameter_table, scaling_experiment
 from app.attention.transformer import compute_transformer
@@ -25,6 +27,7 @@ from app.schemas import (
     TransformerResponse,
     WeightStatsOut,
 )
+from app.serialize import encode_floats, json_response
 
 router = APIRouter(prefix="/api/v1/lessons", tags=["lessons"])
 
@@ -131,7 +134,7 @@ def read_parameters(
     responses=ERROR_RESPONSES,
     summary="Encoder (and decoder) stack: attention of every layer and head",
 )
-def compute_stack(request: TransformerRequest, settings: SettingsDep) -> TransformerResponse:
+def compute_stack(request: TransformerRequest, settings: SettingsDep) -> Response:
     """Seed 004's encoder layer stacked N times, and N decoder layers with targets.
 
     Encoder layer: self-attention, add & norm, feed-forward, add & norm. Decoder
@@ -154,22 +157,27 @@ def compute_stack(request: TransformerRequest, settings: SettingsDep) -> Transfo
             device=request.device,
             dtype=request.dtype,
         )
-    return TransformerResponse(
-        shape=list(result.encoder_weights.shape),
-        d_model=request.d_model,
-        num_heads=request.num_heads,
-        d_ff=d_ff,
-        num_layers=request.num_layers,
-        positional_encoding=request.positional_encoding,
-        source_labels=result.source_labels,
-        target_labels=result.target_labels,
-        encoder_weights=result.encoder_weights.tolist(),
-        decoder_self_weights=(
-            None if result.decoder_self_weights is None else result.decoder_self_weights.tolist()
-        ),
-        cross_weights=None if result.cross_weights is None else result.cross_weights.tolist(),
-        num_parameters=result.num_parameters,
-        device=result.device,
-        dtype=result.dtype,
-        compute_ms=result.compute_ms,
+    enc = request.encoding
+
+    def optional(tensor: torch.Tensor | None) -> Any:
+        return None if tensor is None else encode_floats(tensor, enc)
+
+    return json_response(
+        {
+            "shape": list(result.encoder_weights.shape),
+            "d_model": request.d_model,
+            "num_heads": request.num_heads,
+            "d_ff": d_ff,
+            "num_layers": request.num_layers,
+            "positional_encoding": request.positional_encoding,
+            "source_labels": result.source_labels,
+            "target_labels": result.target_labels,
+            "encoder_weights": encode_floats(result.encoder_weights, enc),
+            "decoder_self_weights": optional(result.decoder_self_weights),
+            "cross_weights": optional(result.cross_weights),
+            "num_parameters": result.num_parameters,
+            "device": result.device,
+            "dtype": result.dtype,
+            "compute_ms": result.compute_ms,
+        }
     )

@@ -1,9 +1,18 @@
 // AttnViz page: the form, the per-head heatmaps, and the tabs of the lesson views.
 // JSON from the API is snake_case; camelCase names are used only for JS locals.
-import { addPlot, clearPlots, heatmapFigure, maxOf, visibleWeights } from "./heatmap.js";
+import {
+  addPlot, clearPlots, decodeArrays, heatmapFigure, maxOf, visibleWeights,
+} from "./heatmap.js";
 import { VIEWS } from "./lessons.js";
 
+const SCRIPT_START = performance.now();
 const INT_TOKEN = /^-?\d+$/;
+// The heads grid draws at most this many rows and columns per head; larger
+// matrices are block-pooled on the server (block max) and a click on a head
+// fetches it at up to ZOOM_SIZE.
+const DISPLAY_SIZE = 128;
+const ZOOM_SIZE = 1024;
+const COMPACT = { encoding: "base64_float32" };
 
 const form = document.getElementById("attn-form");
 const presetSelect = document.getElementById("preset");
@@ -14,6 +23,7 @@ const sequenceSelect = document.getElementById("sequence-index");
 const headSelect = document.getElementById("head-index");
 const headControl = document.getElementById("head-control");
 const headsContainer = document.getElementById("heads");
+const zoomContainer = document.getElementById("head-zoom");
 const computeButton = document.getElementById("compute");
 const tabs = [...document.querySelectorAll(".tabs button")];
 
@@ -112,7 +122,7 @@ export async function fetchJson(url, body) {
     : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
   try {
     const response = await fetch(url, init);
-    const data = await response.json().catch(() => null);
+    const data = decodeArrays(await response.json().catch(() => null));
     if (!response.ok) {
       const detail = data && data.detail;
       showError(Array.isArray(detail)
@@ -132,13 +142,27 @@ async function compute() {
   computeButton.disabled = true;
   try {
     const request = readRequest();
-    const body = await fetchJson("/api/v1/attention", { ...request, verify: form.verify.checked });
+    const started = performance.now();
+    const body = await fetchJson("/api/v1/attention", {
+      ...request, ...COMPACT, verify: form.verify.checked, display_size: DISPLAY_SIZE,
+    });
     if (body === null) return;
+    const received = performance.now();
     state.response = body;
     state.request = request;
     window.attnviz.lastResponse = body;
     populateSelectors(body);
     await renderView();
+    const drawn = performance.now();
+    // Milliseconds: request + decode, drawing after the response, since this
+    // script started (the page and Plotly.js loaded), and since navigation began.
+    window.attnviz.timings = {
+      responseMs: received - started,
+      drawMs: drawn - received,
+      sinceScriptMs: drawn - SCRIPT_START,
+      sinceLoadMs: drawn,
+    };
+    headsContainer.dataset.drawMs = (drawn - received).toFixed(1);
   } finally {
     computeButton.disabled = false;
   }
@@ -167,7 +191,8 @@ function populateSelectors(data) {
 }
 
 function describe(data) {
-  const [B, H, Lq, Lk] = data.shape;
+  const [B, H, Lq, Lk] = data.full_shape;
+  const [, , shownQ, shownK] = data.shape;
   const fullyMasked = data.fully_masked.flat().filter(Boolean).length;
   const parts = [
     `${data.attention === "cross" ? "Cross" : "Self"}-attention`,
@@ -181,6 +206,11 @@ function describe(data) {
   if (fullyMasked > 0) {
     const rule = data.mask_fill === "-inf" ? "weights set to 0" : "uniform weights (finite fill)";
     parts.push(`${fullyMasked} fully-masked query row(s): ${rule}`);
+  }
+  if (data.downsample) {
+    const d = data.downsample;
+    parts.push(`drawn as ${shownQ} × ${shownK} blocks of ${d.factor_q} × ${d.factor_k} (block ` +
+      `${d.method}) of the full ${d.full_shape[2]} × ${d.full_shape[3]}: click a head for full resolution`);
   }
   return parts.join(" · ");
 }
@@ -212,11 +242,13 @@ function renderBadge(data) {
   badge.hidden = false;
 }
 
-function renderHeads(data, b) {
+async function renderHeads(data, b) {
   clearPlots(headsContainer);
+  clearPlots(zoomContainer);
   let zmax = 0;
   for (const head of data.weights[b]) zmax = Math.max(zmax, maxOf(head));
   const numHeads = data.shape[1];
+  const plots = [];
   for (let h = 0; h < numHeads; h += 1) {
     const figure = heatmapFigure({
       z: visibleWeights(data.weights[b][h], data.attn_mask[b]),
@@ -229,10 +261,37 @@ function renderHeads(data, b) {
       valueName: "weight",
       maskedNote: "masked: weight 0",
     });
-    addPlot(headsContainer, figure, "head-plot").dataset.head = String(h);
+    const div = addPlot(headsContainer, figure, "head-plot");
+    div.dataset.head = String(h);
+    if (data.downsample) {
+      div.classList.add("zoomable");
+      div.drawn.then(() => div.on("plotly_click", () => zoomHead(b, h)));
+    }
+    plots.push(div.drawn);
   }
+  await Promise.all(plots);
   headsContainer.dataset.drawnSequence = String(b);
   headsContainer.dataset.drawnHeads = String(numHeads);
+}
+
+// One head of one sequence at full resolution (up to ZOOM_SIZE per side).
+async function zoomHead(b, h) {
+  const res = await fetchJson("/api/v1/attention", {
+    ...state.request, ...COMPACT, sequence_index: b, head_index: h, display_size: ZOOM_SIZE,
+  });
+  if (!res) return;
+  clearPlots(zoomContainer);
+  const [, , Lq, Lk] = res.shape;
+  const title = res.downsample
+    ? `Head ${h}, sequence ${b}: ${Lq} × ${Lk} blocks (block ${res.downsample.method})`
+    : `Head ${h}, sequence ${b}: full resolution ${Lq} × ${Lk}`;
+  const div = addPlot(zoomContainer, heatmapFigure({
+    z: visibleWeights(res.weights[0][0], res.attn_mask[0]),
+    rowLabels: res.query_labels[0], colLabels: res.key_labels[0], title,
+    zmin: 0, valueName: "weight", maskedNote: "masked: weight 0",
+  }), "plot zoom-plot");
+  await div.drawn;
+  zoomContainer.dataset.head = String(h);
 }
 
 async function renderView() {
@@ -252,7 +311,7 @@ async function renderView() {
   const container = document.getElementById(`view-${state.view}`);
   container.dataset.drawn = "false";
   if (state.view === "heads") {
-    renderHeads(data, b);
+    await renderHeads(data, b);
   } else {
     clearError();
     await view.render(container.querySelector(".view-body"), {

@@ -3,6 +3,17 @@
 // never as markup.
 
 export const ANNOTATE_MAX_LEN = 16; // print the value in each cell up to this size
+// Above this many rows or columns a heatmap drops per-cell hover labels and cell
+// gaps, and labels every k-th tick only: drawing cost then scales with the cells.
+const DETAIL_MAX_LEN = 64;
+const MAX_TICKS = 32;
+
+function ticks(labels) {
+  const stride = Math.max(1, Math.ceil(labels.length / MAX_TICKS));
+  const tickvals = [];
+  for (let i = 0; i < labels.length; i += stride) tickvals.push(i);
+  return { tickvals, ticktext: tickvals.map((i) => labels[i]) };
+}
 export const MASKED_COLOR = "#c8c8c8";
 // ColorBrewer "Blues" (9 classes), white at 0: Plotly's own "Blues" ends in gray,
 // which would look like a masked cell.
@@ -49,11 +60,16 @@ export function heatmapFigure(options) {
   const colLabels = (options.colLabels || (z[0] || []).map((_, j) => String(j))).map(escapeForPlotly);
   const rows = rowLabels.map((_, i) => i);
   const cols = colLabels.map((_, j) => j);
-  const annotate = Math.max(rows.length, cols.length) <= ANNOTATE_MAX_LEN;
-  const customdata = rows.map((i) => cols.map((j) => [rowLabels[i], colLabels[j]]));
+  const size = Math.max(rows.length, cols.length);
+  const annotate = size <= ANNOTATE_MAX_LEN;
+  const detailed = size <= DETAIL_MAX_LEN;
+  const customdata = detailed ? rows.map((i) => cols.map((j) => [rowLabels[i], colLabels[j]])) : undefined;
+  const gap = detailed ? 1 : 0;
   const yName = options.yTitle || "Query";
   const xName = options.xTitle || "Key";
-  const hoverHead = `${yName} %{customdata[0]} (row %{y})<br>${xName} %{customdata[1]} (col %{x})<br>`;
+  const hoverHead = detailed
+    ? `${yName} %{customdata[0]} (row %{y})<br>${xName} %{customdata[1]} (col %{x})<br>`
+    : `${yName} row %{y}<br>${xName} col %{x}<br>`;
   const extreme = options.signed ? Math.max(maxAbsOf(z), 1e-12) : null;
   const traces = [
     {
@@ -70,8 +86,8 @@ export function heatmapFigure(options) {
       hovertemplate: hoverHead + `${options.valueName || "value"} %{z:.4f}<extra></extra>`,
       texttemplate: annotate ? (options.textFormat || "%{z:.2f}") : "",
       hoverongaps: false,
-      xgap: 1,
-      ygap: 1,
+      xgap: gap,
+      ygap: gap,
     },
   ];
   if (z.some((row) => row.some((v) => v === null))) {
@@ -88,27 +104,28 @@ export function heatmapFigure(options) {
       texttemplate: annotate ? "%{text}" : "",
       textfont: { color: "#6b6b6b" },
       hoverongaps: false,
-      xgap: 1,
-      ygap: 1,
+      xgap: gap,
+      ygap: gap,
     });
   }
   const layout = {
     title: { text: escapeForPlotly(options.title || ""), font: { size: 13 } },
     margin: { l: 64, r: 8, t: 34, b: 64 },
-    xaxis: { title: { text: xName }, tickvals: cols, ticktext: colLabels, tickangle: -45 },
-    yaxis: { title: { text: yName }, tickvals: rows, ticktext: rowLabels, autorange: "reversed" },
+    xaxis: { title: { text: xName }, ...ticks(colLabels), tickangle: -45 },
+    yaxis: { title: { text: yName }, ...ticks(rowLabels), autorange: "reversed" },
     plot_bgcolor: "#ffffff",
     paper_bgcolor: "rgba(0,0,0,0)",
   };
   return { traces, layout };
 }
 
-// Draw a figure into a new div appended to container; returns the div.
+// Draw a figure into a new div appended to container; returns the div, whose
+// `drawn` promise resolves once Plotly has drawn it.
 export function addPlot(container, figure, className = "plot") {
   const div = document.createElement("div");
   div.className = className;
   container.append(div);
-  Plotly.newPlot(div, figure.traces, figure.layout, PLOT_CONFIG);
+  div.drawn = Plotly.newPlot(div, figure.traces, figure.layout, PLOT_CONFIG);
   return div;
 }
 
@@ -119,4 +136,60 @@ export function clearPlots(container) {
 
 export function newPlot(div, traces, layout) {
   return Plotly.newPlot(div, traces, layout, PLOT_CONFIG);
+}
+
+function base64Bytes(text) {
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+function halfToFloat(bits) {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exponent = (bits >> 10) & 0x1f;
+  const fraction = bits & 0x3ff;
+  if (exponent === 0) return sign * 2 ** -14 * (fraction / 1024);
+  if (exponent === 31) return fraction ? NaN : sign * Infinity;
+  return sign * 2 ** (exponent - 15) * (1 + fraction / 1024);
+}
+
+// {dtype, bdata, shape} (Plotly.js's typed-array spec) -> nested arrays; NaN -> null
+// (a masked entry), u1 -> booleans.
+function decodeTypedArray(spec) {
+  const bytes = base64Bytes(spec.bdata);
+  let flat;
+  if (spec.dtype === "f4") {
+    flat = new Float32Array(bytes.buffer);
+  } else if (spec.dtype === "f2") {
+    const halves = new Uint16Array(bytes.buffer);
+    flat = new Float32Array(halves.length);
+    for (let i = 0; i < halves.length; i += 1) flat[i] = halfToFloat(halves[i]);
+  } else {
+    flat = bytes;
+  }
+  const boolean = spec.dtype === "u1";
+  const shape = spec.shape;
+  function build(offset, axis) {
+    const size = shape[axis];
+    if (axis === shape.length - 1) {
+      const row = new Array(size);
+      for (let i = 0; i < size; i += 1) {
+        const v = flat[offset + i];
+        row[i] = boolean ? v !== 0 : (Number.isNaN(v) ? null : v);
+      }
+      return row;
+    }
+    const stride = shape.slice(axis + 1).reduce((a, b) => a * b, 1);
+    return Array.from({ length: size }, (_, i) => build(offset + i * stride, axis + 1));
+  }
+  return shape.length === 0 ? [] : build(0, 0);
+}
+
+// Replace every typed-array spec in an API response by nested arrays, in place.
+export function decodeArrays(value) {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
+  if (typeof value.bdata === "string" && Array.isArray(value.shape)) return decodeTypedArray(value);
+  for (const key of Object.keys(value)) value[key] = decodeArrays(value[key]);
+  return value;
 }

@@ -41,6 +41,11 @@ function table(container, header, rows, highlight = () => false) {
   return element;
 }
 
+// Only the selected sequence and head travel back, as base64 float32.
+function oneHead(ctx) {
+  return { sequence_index: ctx.sequence, head_index: ctx.head, encoding: "base64_float32" };
+}
+
 function layerFields(request) {
   const { d_model, num_heads, seed, pad_id, vocab_size, device } = request;
   return { d_model, num_heads, seed, pad_id, vocab_size, device };
@@ -56,16 +61,18 @@ function sendable(raw) {
 
 // 1. Step-through of one head (seeds 000, 003, 004).
 async function renderStepThrough(body, ctx) {
-  const res = await ctx.fetchJson("/api/v1/attention", { ...ctx.request, include: ALL_STAGES });
+  const res = await ctx.fetchJson("/api/v1/attention", {
+    ...ctx.request, include: ALL_STAGES, ...oneHead(ctx),
+  });
   clearPlots(body);
   if (!res) return;
-  const b = ctx.sequence;
-  const h = ctx.head;
+  const b = 0;
+  const h = 0;
   const q = res.query_labels[b];
   const k = res.key_labels[b];
   const dims = range(res.d_k).map(String);
   const st = res.stages;
-  note(body, `Head ${h} of sequence ${b}, stage by stage: Q, K and V are (L, d_k) = ` +
+  note(body, `Head ${ctx.head} of sequence ${ctx.sequence}, stage by stage: Q, K and V are (L, d_k) = ` +
     `(${q.length}|${k.length}, ${res.d_k}); the scores are (L_q, L_k). Masked cells are ` +
     `shown as masked, not as the fill value.`);
   const grid = document.createElement("div");
@@ -177,15 +184,19 @@ async function renderParameters(body, ctx) {
 
 // 5. Head summaries: head average, entropy and max weight per head.
 async function renderSummary(body, ctx) {
-  const data = ctx.data;
-  const b = ctx.sequence;
-  const s = data.head_summary;
+  const data = await ctx.fetchJson("/api/v1/attention", {
+    ...ctx.request, include: ["head_mean"], sequence_index: ctx.sequence,
+    display_size: 128, encoding: "base64_float32",
+  });
   clearPlots(body);
+  if (!data) return;
+  const b = 0;
+  const s = data.head_summary;
   const entropy = s.entropy_bits[b];
   const heads = entropy.map((_, h) => h);
   const sharpest = heads.reduce((a, h) => (entropy[h] < entropy[a] ? h : a), 0);
   const diffuse = heads.reduce((a, h) => (entropy[h] > entropy[a] ? h : a), 0);
-  note(body, `Sequence ${b}: the sharpest head is ${sharpest} (${entropy[sharpest].toFixed(2)} ` +
+  note(body, `Sequence ${ctx.sequence}: the sharpest head is ${sharpest} (${entropy[sharpest].toFixed(2)} ` +
     `bits), the most diffuse ${diffuse} (${entropy[diffuse].toFixed(2)} bits). Entropy is the ` +
     "mean over query rows of −Σ w log₂ w: 0 = one-hot, log₂(#keys) = uniform.");
   const grid = document.createElement("div");
@@ -213,12 +224,14 @@ async function renderSummary(body, ctx) {
 async function renderDropout(body, ctx) {
   const p = sendable(controlValue("dropout-p"));
   const seed = sendable(controlValue("dropout-seed"));
-  const res = await ctx.fetchJson("/api/v1/attention", { ...ctx.request, dropout: p, dropout_seed: seed });
+  const res = await ctx.fetchJson("/api/v1/attention", {
+    ...ctx.request, dropout: p, dropout_seed: seed, ...oneHead(ctx),
+  });
   clearPlots(body);
   if (!res) return;
-  const b = ctx.sequence;
+  const b = 0;
   const h = ctx.head;
-  const after = res.dropped_weights ? res.dropped_weights[b][h] : res.weights[b][h];
+  const after = res.dropped_weights ? res.dropped_weights[b][0] : res.weights[b][0];
   const sums = after.filter((_, i) => !res.fully_masked[b][i]).map((row) => row.reduce((x, y) => x + y, 0));
   const scale = 1 / (1 - res.dropout);
   note(body, `Dropout in training mode, as torch.nn.functional.dropout defines it: each weight ` +
@@ -229,9 +242,9 @@ async function renderDropout(body, ctx) {
   const grid = document.createElement("div");
   grid.className = "plots";
   body.append(grid);
-  const zmax = Math.max(maxOf(after), maxOf(res.weights[b][h]), 1e-12);
+  const zmax = Math.max(maxOf(after), maxOf(res.weights[b][0]), 1e-12);
   const common = { rowLabels: res.query_labels[b], colLabels: res.key_labels[b], zmin: 0, zmax, valueName: "weight", maskedNote: "masked: weight 0" };
-  addPlot(grid, heatmapFigure({ ...common, z: visibleWeights(res.weights[b][h], res.attn_mask[b]), title: `head ${h} before dropout` }), "plot dropout-plot");
+  addPlot(grid, heatmapFigure({ ...common, z: visibleWeights(res.weights[b][0], res.attn_mask[b]), title: `head ${h} before dropout` }), "plot dropout-plot");
   addPlot(grid, heatmapFigure({ ...common, z: visibleWeights(after, res.attn_mask[b]), title: `after dropout (p = ${res.dropout})` }), "plot dropout-plot");
 }
 

@@ -175,7 +175,7 @@ def test_targets_share_the_source_vocabulary() -> None:
         ({"sequences": ["a b c d"], "vocab_size": 4}, "vocab_size", "need vocab_size >= 5"),
         ({"sequences": [[1]], "pad_id": 100}, "pad_id", "outside"),
         ({"sequences": [[1]], "device": "tpu"}, "device", "unknown device"),
-        ({"sequences": [[1]], "dtype": "float16"}, "dtype", "unknown dtype"),
+        ({"sequences": [[1]], "dtype": "int8"}, "dtype", "unknown dtype"),
     ],
 )
 def test_errors_name_the_field(kwargs: dict, field: str, text: str) -> None:

@@ -202,12 +202,14 @@ def test_cuda_without_a_gpu_is_422_naming_device(client: TestClient) -> None:
 
 def test_too_many_weights_is_413_with_the_limit(client: TestClient) -> None:
     client.app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=150)
-    # 5 * 2 * 10 * 10 = 1000 weights and 5 * 10 * 10 = 500 for the head average
-    response = post(client, {"sequences": SEED_BATCH})
+    response = post(client, {"sequences": SEED_BATCH})  # 5 * 2 * 10 * 10 = 1000 weights
     assert response.status_code == 413
     detail = response.json()["detail"][0]
     assert detail["loc"] == ["body", "sequences"]
-    assert "1500" in detail["msg"] and "150" in detail["msg"]
+    assert "1000" in detail["msg"] and "150" in detail["msg"]
+    # The head average, when asked for, counts too: 5 * 10 * 10 more.
+    response = post(client, {"sequences": SEED_BATCH, "include": ["head_mean"]})
+    assert "1500" in response.json()["detail"][0]["msg"]
 
 
 def test_page_embeds_presets_and_serves_plotly_offline(client: TestClient) -> None:

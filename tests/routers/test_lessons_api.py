@@ -43,7 +43,11 @@ def test_attention_defaults_return_weights_only(client: TestClient) -> None:
     assert data["scale"] is True and data["dropout"] == 0.0
     summary = data["head_summary"]
     assert len(summary["entropy_bits"]) == 1 and len(summary["entropy_bits"][0]) == 2
-    assert torch.tensor(summary["mean_weights"]).shape == (1, 2, 2)
+    assert summary["mean_weights"] is None
+    with_mean = client.post(
+        "/api/v1/attention", json={"sequences": [[1, 2]], "include": ["head_mean"]}
+    )
+    assert torch.tensor(with_mean.json()["head_summary"]["mean_weights"]).shape == (1, 2, 2)
 
 
 def test_attention_scale_and_dropout(client: TestClient) -> None:
@@ -165,7 +169,7 @@ def test_transformer_and_stages_respect_the_cell_limit(client: TestClient) -> No
     client.app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=2000)
     body = {"sequences": SEED_BATCH, "num_layers": 3}  # 3 * 5 * 2 * 10 * 10 = 3000
     assert client.post("/api/v1/lessons/transformer", json=body).status_code == 413
-    # 1000 weights + 500 head average fit; adding three score stages (3000) does not.
+    # 1000 weights fit; adding three score stages (3000) does not.
     assert client.post("/api/v1/attention", json={"sequences": SEED_BATCH}).status_code == 200
     staged = {"sequences": SEED_BATCH, "include": ["scores", "scaled_scores", "masked_scores"]}
     assert client.post("/api/v1/attention", json=staged).status_code == 413
