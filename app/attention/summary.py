@@ -24,7 +24,8 @@ def row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
         (...) float64, 0 for a one-hot row, log2(L_k) for a uniform one.
     """
     w = weights if weights.dtype in (torch.float32, torch.float64) else weights.float()
-    return (torch.special.entr(w).sum(dim=-1) / math.log(2)).to(torch.float64)
+    nats: torch.Tensor = torch.special.entr(w).sum(dim=-1)
+    return (nats / math.log(2)).to(torch.float64)
 
 
 def head_summary(
