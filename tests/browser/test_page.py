@@ -138,3 +138,44 @@ def test_mask_fill_switches_fully_masked_rows_from_zero_to_uniform(page, server_
     assert "uniform weights" in page.locator("#summary").text_content()
     assert page.locator("#verify-badge").text_content().startswith("✓ matches PyTorch")
     assert page.errors == []
+
+
+def test_large_input_is_block_pooled_and_one_head_zooms_to_full_resolution(
+    page, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    default_timings = page.evaluate("window.attnviz.timings")
+    page.fill("#sequences", " ".join(str(1 + i % 99) for i in range(512)))
+    page.fill("#d_model", "512")
+    page.fill("#num_heads", "8")
+    page.uncheck("#verify")
+    page.evaluate("window.attnviz.timings = undefined")
+    page.click("#compute")
+    page.wait_for_function("window.attnviz.timings !== undefined", timeout=30_000)
+    wait_for_heads(page, 8)
+    response = page.evaluate("() => window.attnviz.lastResponse")
+    assert response["full_shape"] == [1, 8, 512, 512]
+    assert response["shape"] == [1, 8, 128, 128]
+    assert "blocks of 4 × 4 (block max)" in page.locator("#summary").text_content()
+    z = page.evaluate("() => document.querySelector('#heads .head-plot').data[0].z.length")
+    assert z == 128
+    # Tick labels are thinned: at most 32 per axis.
+    ticks = page.evaluate("() => document.querySelector('#heads .head-plot').layout.xaxis.ticktext")
+    assert 0 < len(ticks) <= 32
+    large_timings = page.evaluate("window.attnviz.timings")
+    # A click on head 5 draws it at full resolution below the grid.
+    page.evaluate(
+        "() => document.querySelectorAll('#heads .head-plot')[5].emit('plotly_click', {points: []})"
+    )
+    page.wait_for_function("document.getElementById('head-zoom').dataset.head === '5'")
+    rows = page.evaluate("() => document.querySelector('#head-zoom .plot').data[0].z.length")
+    assert rows == 512
+    title = page.locator("#head-zoom .gtitle").text_content()
+    assert title == "Head 5, sequence 0: full resolution 512 × 512"
+    # The draw times the page measured (ms): printed for the record (pytest -s), not
+    # asserted against a budget; scripts/benchmark.py reports them.
+    for name, timings in (("default preset", default_timings), ("L=512, H=8", large_timings)):
+        assert timings["drawMs"] > 0 and timings["responseMs"] > 0
+        print(f"page timings, {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    assert page.errors == []

@@ -1,0 +1,38 @@
+import torch
+
+from app.attention import AttentionModel, compute_attention
+from app.attention.cache import MODULES, ModuleCache, module_bytes
+from app.seed_data import SEED_BATCH
+
+
+def test_cached_model_equals_a_fresh_one_and_is_reused() -> None:
+    MODULES.clear()
+    hits = MODULES.hits
+    first = compute_attention(SEED_BATCH, seed=21)
+    second = compute_attention(SEED_BATCH, seed=21)
+    assert MODULES.hits == hits + 1
+    assert torch.equal(first.attn_weights, second.attn_weights)
+    fresh = AttentionModel.seeded(100, 8, 2, seed=21)
+    cached = AttentionModel.cached(100, 8, 2, 21, torch.device("cpu"), torch.float32)
+    for (name, a), (_, b) in zip(fresh.named_parameters(), cached.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_cache_is_bounded_by_bytes_and_evicts_least_recently_used() -> None:
+    cache = ModuleCache(max_bytes=3 * module_bytes(AttentionModel.seeded(10, 8, 2, 0)))
+    built: list[int] = []
+
+    def build(seed: int) -> AttentionModel:
+        built.append(seed)
+        return AttentionModel.seeded(10, 8, 2, seed)
+
+    for seed in (0, 1, 2, 0, 3, 1):  # 3 fit; seed 3 evicts 1 (0 was used last)
+        cache.get(seed, lambda seed=seed: build(seed))
+    assert built == [0, 1, 2, 3, 1]
+
+
+def test_a_module_larger_than_the_cache_is_used_but_not_kept() -> None:
+    cache = ModuleCache(max_bytes=10)
+    model = cache.get("big", lambda: AttentionModel.seeded(10, 8, 2, 0))
+    assert isinstance(model, AttentionModel)
+    assert cache.get("big", lambda: AttentionModel.seeded(10, 8, 2, 0)) is not model
