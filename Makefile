@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser run test lint clean
+.PHONY: install browser run test lint bench clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ lint: install
 
 test: install browser lint
 	$(BIN)/python -m pytest
+
+# Speed figures side by side (a few minutes; not part of the tests).
+bench: install browser
+	$(BIN)/python -m benchmarks.run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

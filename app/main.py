@@ -7,15 +7,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.concurrency import run_in_threadpool
 from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.attention import compute_attention
 from app.attention.cache import MODULES
+from app.compute import run_compute, start_executor, stop_executor
 from app.config import get_settings
 from app.errors import install_error_handlers
 from app.presets import DEFAULT_PRESET
+from app.response_cache import RESPONSES
 from app.routers import attention, health, lessons, pages, presets
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -28,9 +29,12 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     The first forward pass of a process pays for torch's lazy initialisation
     (about a second here); doing it at start-up keeps it off the first page load.
     """
-    MODULES.resize(get_settings().model_cache_bytes)
+    settings = get_settings()
+    MODULES.resize(settings.model_cache_bytes)
+    start_executor(settings.compute_workers)
+    RESPONSES.configure(settings.response_cache_bytes, settings.response_cache_item_bytes)
     preset = DEFAULT_PRESET.request
-    await run_in_threadpool(
+    await run_compute(
         compute_attention,
         preset.sequences,
         d_model=preset.d_model,
@@ -41,6 +45,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         verify=True,
     )
     yield
+    stop_executor()
     MODULES.clear()
 
 

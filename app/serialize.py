@@ -25,9 +25,10 @@ _FLOAT_CODES: Final = {"base64_float32": ("f4", np.float32), "base64_float16": (
 def typed_array(array: np.ndarray, code: str) -> dict[str, Any]:
     """``{"dtype": code, "bdata": base64, "shape": [...]}`` of a C-contiguous array."""
     data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
+    # Encoded from the array's own buffer: no bytes copy of the array.
     return {
         "dtype": code,
-        "bdata": base64.b64encode(data.tobytes()).decode("ascii"),
+        "bdata": base64.b64encode(data.data.cast("B")).decode("ascii"),
         "shape": list(array.shape),
     }
 

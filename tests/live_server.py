@@ -1,4 +1,4 @@
-"""A real uvicorn server (``python -m app``) on a free loopback port, for tests and scripts."""
+"""Real uvicorn servers on free loopback ports, for tests, benchmarks and scripts."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,38 +23,75 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(timeout_s: float = 30.0) -> Iterator[str]:
-    """Start ``python -m app`` (real uvicorn) on a free loopback port; yield its base URL."""
+def live_process(
+    app: str | None = None,
+    health_path: str = "/healthz",
+    timeout_s: float = 30.0,
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start a server on a free loopback port; yield (base URL, process).
+
+    Args:
+        app: None runs AttnViz's documented command, ``python -m app``; else an ASGI
+            app path ("module:attribute") run by ``python -m uvicorn``.
+        health_path: polled until it answers 200.
+        timeout_s: how long to wait for it.
+        env: extra environment variables.
+
+    The server's output goes to a temporary file (a pipe nobody reads would block
+    it), shown if the server fails to start.
+    """
     port = free_port()
-    env = {**os.environ, "ATTNVIZ_HOST": "127.0.0.1", "ATTNVIZ_PORT": str(port)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    full_env = {**os.environ, "ATTNVIZ_HOST": "127.0.0.1", "ATTNVIZ_PORT": str(port), **(env or {})}
+    command = (
+        [sys.executable, "-m", "app"]
+        if app is None
+        else [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            app,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
     )
     base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                output = process.stdout.read().decode() if process.stdout else ""
-                raise RuntimeError(f"the server exited with {process.returncode}:\n{output}")
-            try:
-                with urllib.request.urlopen(f"{base_url}/healthz", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the server did not answer /healthz in {timeout_s} s")
-            time.sleep(0.1)
-        yield base_url
-    finally:
-        process.terminate()
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if process.poll() is not None:
+                    log.seek(0)
+                    output = log.read().decode(errors="replace")
+                    raise RuntimeError(f"the server exited with {process.returncode}:\n{output}")
+                try:
+                    with urllib.request.urlopen(base_url + health_path, timeout=1) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the server did not answer {health_path} in {timeout_s} s")
+                time.sleep(0.1)
+            yield base_url, process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextmanager
+def live_server(timeout_s: float = 30.0) -> Iterator[str]:
+    """Start ``python -m app`` (real uvicorn) on a free loopback port; yield its base URL."""
+    with live_process(timeout_s=timeout_s) as (url, _):
+        yield url

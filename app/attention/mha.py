@@ -63,18 +63,28 @@ def scaled_dot_product_attention(
     """
     d_k = query.shape[-1]
     raw_scores = torch.matmul(query, key.transpose(-2, -1))  # (B, H, L_q, L_k)
-    scores = raw_scores / math.sqrt(d_k) if scale else raw_scores
+    # Without stages to keep, scale and mask in place: one (B, H, L_q, L_k) buffer
+    # for the scores, one for the weights.
+    keep = stages is not None
+    scores = raw_scores
+    if scale:
+        scores = scores / math.sqrt(d_k) if keep else scores.div_(math.sqrt(d_k))
     if scores.dtype in (torch.float16, torch.bfloat16):
         # Half precision: mask and softmax in float32 (a -1e9 fill overflows float16).
         scores = scores.float()
-    masked_scores = scores if mask is None else scores.masked_fill(~mask, mask_fill)
+    masked_scores = scores
+    if mask is not None:
+        masked_scores = (
+            scores.masked_fill(~mask, mask_fill) if keep else scores.masked_fill_(~mask, mask_fill)
+        )
     attn_weights = F.softmax(masked_scores, dim=-1)
-    if mask is not None and math.isinf(mask_fill):
-        # Fully-masked rows are NaN here: make them 0.
-        attn_weights = attn_weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    attn_output = torch.matmul(attn_weights.to(value.dtype), value)  # (B, H, L_q, d_k)
     if stages is not None:
         stages.update(scores=raw_scores, scaled_scores=scores, masked_scores=masked_scores)
+    del raw_scores, scores, masked_scores
+    if mask is not None and math.isinf(mask_fill):
+        # Fully-masked rows are NaN here: make them 0.
+        attn_weights.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)
+    attn_output = torch.matmul(attn_weights.to(value.dtype), value)  # (B, H, L_q, d_k)
     return attn_output, attn_weights
 
 

@@ -43,7 +43,8 @@ def head_summary(
         none is left); max_weight (B, H); mean_weights (B, L_q, L_k), the average
         of the H heads.
     """
-    entropy = row_entropy_bits(weights)  # (B, H, L_q)
+    # Head by head: entr() needs a buffer as large as its input.
+    entropy = torch.stack([row_entropy_bits(weights[:, h]) for h in range(weights.shape[1])], 1)
     rows = (~fully_masked)[:, None, :].to(entropy.dtype)  # (B, 1, L_q)
     counted = rows.sum(dim=-1).clamp_min(1.0)  # (B, 1)
     entropy_bits = (entropy * rows).sum(dim=-1) / counted

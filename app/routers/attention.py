@@ -12,8 +12,10 @@ from fastapi.responses import Response
 from app.attention import compute_attention
 from app.attention.engine import STAGE_NAMES
 from app.attention.summary import block_labels, block_pool
+from app.compute import run_compute
 from app.config import Settings, get_settings
 from app.errors import check_cells, engine_errors, field_error
+from app.response_cache import RESPONSES
 from app.schemas import AttentionRequest, AttentionResponse
 from app.serialize import encode_bools, encode_floats, json_response
 
@@ -46,17 +48,39 @@ def check_selection(request: AttentionRequest) -> None:
     summary="Per-head attention weights of a batch",
     responses=ERROR_RESPONSES,
 )
-def compute_attention_weights(request: AttentionRequest, settings: SettingsDep) -> Response:
+async def compute_attention_weights(request: AttentionRequest, settings: SettingsDep) -> Response:
     """Run seeded multi-head attention and return every head's weights.
 
     With ``include``, also the step-through stages; with ``dropout``, the weights
     after dropout; always a per-head summary. ``sequence_index`` / ``head_index``
     select, ``display_size`` block-pools for display, ``encoding`` picks JSON
-    numbers or base64 typed arrays. Runs in FastAPI's thread pool (a plain
-    ``def``), off the event loop; the body is serialised by orjson.
+    numbers or base64 typed arrays. The work runs on the compute executor
+    (:mod:`app.compute`), off the event loop; the body is serialised by orjson.
+    Repeated requests are answered from :mod:`app.response_cache`.
     """
     check_cells(request.weight_cells(), settings.max_weight_cells)
     check_selection(request)
+    key = request.model_dump_json()
+    cached = RESPONSES.get(key)
+    if cached is not None:
+        return Response(cached, media_type="application/json", headers={"X-AttnViz-Cache": "hit"})
+    response = await run_compute(attention_response, request)
+    RESPONSES.put(key, bytes(response.body))
+    return response
+
+
+def attention_response(request: AttentionRequest) -> Response:
+    """The blocking part of :func:`compute_attention_weights`: compute and serialise.
+
+    The tensors are released before orjson runs; with a base64 encoding the payload
+    then holds only strings, so the weights and the JSON bytes are not in memory
+    at the same time.
+    """
+    return json_response(attention_payload(request))
+
+
+def attention_payload(request: AttentionRequest) -> dict[str, Any]:
+    """Compute, select, pool and encode: the response body as a dict."""
     stage_names = [name for name in request.include if name in STAGE_NAMES]
     with engine_errors(request.device):
         result = compute_attention(
@@ -161,4 +185,4 @@ def compute_attention_weights(request: AttentionRequest, settings: SettingsDep) 
         },
         "downsample": downsample,
     }
-    return json_response(payload)
+    return payload
