@@ -10,12 +10,14 @@ encodings follow Plotly.js's typed-array spec, ``{"dtype", "bdata", "shape"}``:
 from __future__ import annotations
 
 import base64
+import re
+from collections.abc import Iterator
 from typing import Any, Final, Literal, get_args
 
 import numpy as np
 import orjson
 import torch
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 Encoding = Literal["json", "base64_float32", "base64_float16"]
 ENCODINGS: Final[tuple[str, ...]] = get_args(Encoding)
@@ -61,3 +63,92 @@ def json_response(payload: dict[str, Any], status_code: int = 200) -> Response:
         status_code=status_code,
         media_type="application/json",
     )
+
+
+STREAM_MIN_CELLS: Final = 1 << 20
+"""Arrays of at least this many numbers are encoded while the response streams."""
+_CHUNK_BYTES: Final = 3 << 20  # a multiple of 3: base64 chunks join without padding
+
+
+class Deferred:
+    """A large array, encoded chunk by chunk as the response is sent.
+
+    Neither the whole base64 text nor the whole JSON text of the array exists in
+    memory at once: only the array itself and one chunk.
+
+    Args:
+        array: C-contiguous numpy array (float32, float16 or uint8).
+        encoding: "json", "base64_float32" or "base64_float16".
+    """
+
+    def __init__(self, array: np.ndarray, encoding: str) -> None:
+        self.array = np.ascontiguousarray(array)
+        self.encoding = encoding
+
+    def chunks(self) -> Iterator[bytes]:
+        """The array's JSON text, in pieces."""
+        if self.encoding == "json":
+            yield from _json_chunks(self.array)
+            return
+        code, dtype = _FLOAT_CODES[self.encoding]
+        data = self.array.astype(np.dtype(dtype).newbyteorder("<"), copy=False)
+        buffer = data.data.cast("B")
+        yield b'{"dtype":"' + code.encode() + b'","bdata":"'
+        for start in range(0, len(buffer), _CHUNK_BYTES):
+            yield base64.b64encode(buffer[start : start + _CHUNK_BYTES])
+        yield b'","shape":' + orjson.dumps(list(data.shape)) + b"}"
+
+
+def _json_chunks(array: np.ndarray) -> Iterator[bytes]:
+    if array.ndim <= 2:
+        yield orjson.dumps(array, option=orjson.OPT_SERIALIZE_NUMPY)
+        return
+    yield b"["
+    for i in range(array.shape[0]):
+        if i:
+            yield b","
+        yield from _json_chunks(array[i])
+    yield b"]"
+
+
+def encode_large(tensor: torch.Tensor, encoding: str) -> Any:
+    """Like :func:`encode_floats`, but a large tensor becomes a :class:`Deferred`."""
+    if tensor.numel() < STREAM_MIN_CELLS:
+        return encode_floats(tensor, encoding)
+    return Deferred(tensor.detach().to("cpu", torch.float32).numpy(), encoding)
+
+
+def stream_json(payload: dict[str, Any]) -> Iterator[bytes]:
+    """The payload's JSON text in pieces, :class:`Deferred` arrays encoded in place."""
+    deferred: list[Deferred] = []
+
+    def placeholder(value: Any) -> str:
+        if isinstance(value, Deferred):
+            deferred.append(value)
+            return f"\x00{len(deferred) - 1}\x00"
+        raise TypeError(f"cannot serialise {type(value).__name__}")
+
+    text = orjson.dumps(payload, default=placeholder, option=orjson.OPT_SERIALIZE_NUMPY)
+    parts = _PLACEHOLDER.split(text)
+    yield parts[0]
+    for index, rest in zip(parts[1::2], parts[2::2], strict=True):
+        yield from deferred[int(index)].chunks()
+        yield rest
+
+
+_PLACEHOLDER: Final = re.compile(rb'"\\u0000(\d+)\\u0000"')
+
+
+def respond(payload: dict[str, Any]) -> Response:
+    """A streamed response when the payload holds :class:`Deferred` arrays, else a plain one."""
+
+    def has_deferred(value: Any) -> bool:
+        if isinstance(value, Deferred):
+            return True
+        if isinstance(value, dict):
+            return any(has_deferred(v) for v in value.values())
+        return False
+
+    if has_deferred(payload):
+        return StreamingResponse(stream_json(payload), media_type="application/json")
+    return json_response(payload)

@@ -7,7 +7,7 @@ import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, status
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 from app.attention import compute_attention
 from app.attention.engine import STAGE_NAMES
@@ -17,7 +17,7 @@ from app.config import Settings, get_settings
 from app.errors import check_cells, engine_errors, field_error
 from app.response_cache import RESPONSES
 from app.schemas import AttentionRequest, AttentionResponse
-from app.serialize import encode_bools, encode_floats, json_response
+from app.serialize import encode_bools, encode_floats, encode_large, respond
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
@@ -65,18 +65,19 @@ async def compute_attention_weights(request: AttentionRequest, settings: Setting
     if cached is not None:
         return Response(cached, media_type="application/json", headers={"X-AttnViz-Cache": "hit"})
     response = await run_compute(attention_response, request)
-    RESPONSES.put(key, bytes(response.body))
+    if not isinstance(response, StreamingResponse):  # streamed ones are large: not kept
+        RESPONSES.put(key, bytes(response.body))
     return response
 
 
 def attention_response(request: AttentionRequest) -> Response:
     """The blocking part of :func:`compute_attention_weights`: compute and serialise.
 
-    The tensors are released before orjson runs; with a base64 encoding the payload
-    then holds only strings, so the weights and the JSON bytes are not in memory
-    at the same time.
+    Arrays of a million numbers or more are encoded while the response streams
+    (:class:`app.serialize.Deferred`), so their whole JSON or base64 text never
+    sits in memory beside them.
     """
-    return json_response(attention_payload(request))
+    return respond(attention_payload(request))
 
 
 def attention_payload(request: AttentionRequest) -> dict[str, Any]:
@@ -147,7 +148,7 @@ def attention_payload(request: AttentionRequest) -> dict[str, Any]:
         if name == "masked_scores":  # masked cells travel as null (NaN in binary)
             hidden = ~result.mask[seqs][:, None].expand_as(tensor)
             tensor = tensor.masked_fill(hidden, math.nan)
-        stages[name] = encode_floats(tensor, enc)
+        stages[name] = encode_large(tensor, enc)
 
     verification = result.verification
     payload: dict[str, Any] = {
@@ -164,7 +165,7 @@ def attention_payload(request: AttentionRequest) -> dict[str, Any]:
         "key_labels": key_labels,
         "query_ids": result.query_ids[seqs].tolist(),
         "key_ids": result.key_ids[seqs].tolist(),
-        "weights": encode_floats(weights, enc),
+        "weights": encode_large(weights, enc),
         "attn_mask": encode_bools(mask, enc),
         "fully_masked": (~mask.any(dim=-1)).tolist(),
         "num_parameters": result.num_parameters,
@@ -177,7 +178,7 @@ def attention_payload(request: AttentionRequest) -> dict[str, Any]:
         "scale": result.scale,
         "stages": stages,
         "dropout": result.dropout,
-        "dropped_weights": None if dropped is None else encode_floats(dropped, enc),
+        "dropped_weights": None if dropped is None else encode_large(dropped, enc),
         "head_summary": {
             "entropy_bits": result.head_entropy_bits[seqs, heads].tolist(),
             "max_weight": result.head_max_weight[seqs, heads].float().tolist(),

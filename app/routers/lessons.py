@@ -27,7 +27,7 @@ from app.schemas import (
     TransformerResponse,
     WeightStatsOut,
 )
-from app.serialize import encode_floats, json_response
+from app.serialize import encode_large, respond
 
 router = APIRouter(prefix="/api/v1/lessons", tags=["lessons"])
 
@@ -160,9 +160,9 @@ def compute_stack(request: TransformerRequest, settings: SettingsDep) -> Respons
     enc = request.encoding
 
     def optional(tensor: torch.Tensor | None) -> Any:
-        return None if tensor is None else encode_floats(tensor, enc)
+        return None if tensor is None else encode_large(tensor, enc)
 
-    return json_response(
+    return respond(
         {
             "shape": list(result.encoder_weights.shape),
             "d_model": request.d_model,
@@ -172,7 +172,7 @@ def compute_stack(request: TransformerRequest, settings: SettingsDep) -> Respons
             "positional_encoding": request.positional_encoding,
             "source_labels": result.source_labels,
             "target_labels": result.target_labels,
-            "encoder_weights": encode_floats(result.encoder_weights, enc),
+            "encoder_weights": encode_large(result.encoder_weights, enc),
             "decoder_self_weights": optional(result.decoder_self_weights),
             "cross_weights": optional(result.cross_weights),
             "num_parameters": result.num_parameters,

@@ -144,3 +144,29 @@ def test_half_precision_keeps_the_softmax_in_float32(client: TestClient, dtype: 
     assert torch.all(weights[0, :, :, 8:] == 0)
     assert torch.allclose(weights.sum(-1), torch.ones(5, 2, 10), atol=1e-5)
     assert data["verification"]["matches"] is True
+
+
+@pytest.mark.parametrize("encoding", ["json", "base64_float32", "base64_float16"])
+def test_large_responses_stream_the_same_numbers(client: TestClient, encoding: str) -> None:
+    sequence = [1 + i % 99 for i in range(512)]
+    body = {
+        "sequences": [sequence],
+        "d_model": 64,
+        "num_heads": 4,
+        "mask": "padding_causal",
+        "encoding": encoding,
+    }  # 4 * 512 * 512 = 1M weights: streamed
+    response = client.post(URL, json=body)
+    assert response.status_code == 200
+    assert "content-length" not in response.headers  # streamed, chunk by chunk
+    AttentionResponse.model_validate_json(response.content)
+    data = response.json()
+    expected = compute_attention([sequence], d_model=64, num_heads=4, mask="padding_causal")
+    weights = (
+        torch.tensor(data["weights"])
+        if encoding == "json"
+        else torch.from_numpy(decode(data["weights"]).astype(np.float32))
+    )
+    atol = 1e-3 if encoding == "base64_float16" else 0.0
+    torch.testing.assert_close(weights, expected.attn_weights, atol=atol, rtol=0)
+    assert data["shape"] == [1, 4, 512, 512]
