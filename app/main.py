@@ -35,14 +35,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     RESPONSES.configure(settings.response_cache_bytes, settings.response_cache_item_bytes)
     preset = DEFAULT_PRESET.request
     await run_compute(
-        compute_attention,
-        preset.sequences,
-        d_model=preset.d_model,
-        num_heads=preset.num_heads,
-        seed=preset.seed,
-        mask=preset.mask,
-        device=preset.device,
-        verify=True,
+        compute_attention, preset.sequences, mask=preset.mask, verify=True, **preset.layer_kwargs()
     )
     yield
     stop_executor()

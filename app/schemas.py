@@ -6,7 +6,7 @@ The Literal choices come from the engine, so the API and the engine cannot drift
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal, cast
+from typing import Annotated, Any, Final, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, StrictStr, field_validator
 
@@ -58,6 +58,13 @@ class LayerConfig(BaseModel):
         100, ge=1, le=32768, description="Rows of the embedding table; ids lie in [0, vocab_size)."
     )
     device: DeviceName = Field("auto", description="auto (CUDA if available) | cpu | cuda.")
+
+    def layer_kwargs(self) -> dict[str, Any]:
+        """The layer fields as the engine's functions take them (same keyword names).
+
+        d_model, num_heads, seed, pad_id, vocab_size and device.
+        """
+        return {name: getattr(self, name) for name in LayerConfig.model_fields}
 
 
 def _token_count(sequence: list[int] | str) -> int:

@@ -80,15 +80,7 @@ def compute_decoding(request: DecodingRequest) -> DecodingResponse:
     unmasked pass (not equal).
     """
     with engine_errors(request.device):
-        result = decoding_experiment(
-            request.sequence,
-            d_model=request.d_model,
-            num_heads=request.num_heads,
-            seed=request.seed,
-            pad_id=request.pad_id,
-            vocab_size=request.vocab_size,
-            device=request.device,
-        )
+        result = decoding_experiment(request.sequence, **request.layer_kwargs())
     return DecodingResponse(
         labels=result.labels,
         step_weights=result.step_weights.tolist(),
@@ -146,16 +138,11 @@ def compute_stack(request: TransformerRequest, settings: SettingsDep) -> Respons
         result = compute_transformer(
             request.sequences,
             targets=request.targets,
-            d_model=request.d_model,
-            num_heads=request.num_heads,
             d_ff=d_ff,
             num_layers=request.num_layers,
             positional_encoding=request.positional_encoding,
-            seed=request.seed,
-            pad_id=request.pad_id,
-            vocab_size=request.vocab_size,
-            device=request.device,
             dtype=request.dtype,
+            **request.layer_kwargs(),
         )
     enc = request.encoding
 
