@@ -8,7 +8,8 @@ from app.config import get_settings
 def main() -> None:
     """Start uvicorn with the settings' host and port (default 127.0.0.1:8000)."""
     settings = get_settings()
-    uvicorn.run("app.main:app", host=settings.host, port=settings.port)
+    # AttnViz writes its own JSON access log (app.middleware); uvicorn's would repeat it.
+    uvicorn.run("app.main:app", host=settings.host, port=settings.port, access_log=False)
 
 
 if __name__ == "__main__":

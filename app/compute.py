@@ -42,3 +42,18 @@ async def run_compute(function: Callable[P, R], *args: P.args, **kwargs: P.kwarg
         start_executor(2)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_executor, functools.partial(function, *args, **kwargs))
+
+
+async def run_within(
+    timeout_s: float, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
+    """:func:`run_compute`, giving up after ``timeout_s`` seconds.
+
+    A thread cannot be stopped: on time-out the computation finishes in the
+    background and its result is dropped, so the pool stays bounded and the
+    memory is freed when it ends.
+
+    Raises:
+        TimeoutError: when the result is not there within ``timeout_s``.
+    """
+    return await asyncio.wait_for(run_compute(function, *args, **kwargs), timeout_s)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 from fastapi import FastAPI, HTTPException, Request, status
@@ -14,6 +14,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.attention import AttentionInputError
+from app.compute import run_within
+from app.config import Settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _FIELD_PART = re.compile(r"[^\[\]]+|\[(\d+)\]")
 
@@ -53,6 +58,25 @@ def check_cells(cells: int, limit: int) -> None:
             f"asked for), over the limit of {limit} (ATTNVIZ_MAX_WEIGHT_CELLS); use fewer "
             "or shorter sequences, fewer heads or fewer stages",
         )
+
+
+async def computed(
+    settings: Settings, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
+    """Run ``function`` on the compute pool within ``settings.compute_timeout_s``.
+
+    Raises:
+        HTTPException: 503 naming the time budget when it runs out.
+    """
+    try:
+        return await run_within(settings.compute_timeout_s, function, *args, **kwargs)
+    except TimeoutError as error:
+        raise field_error(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "sequences",
+            f"the computation took longer than {settings.compute_timeout_s:g} s "
+            "(ATTNVIZ_COMPUTE_TIMEOUT_S); try fewer or shorter sequences",
+        ) from error
 
 
 @contextmanager

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import torch
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from app import __version__
@@ -15,6 +18,7 @@ from app.attention.cache import MODULES
 from app.compute import run_compute, start_executor, stop_executor
 from app.config import get_settings
 from app.errors import install_error_handlers
+from app.middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
 from app.presets import DEFAULT_PRESET
 from app.response_cache import RESPONSES
 from app.routers import attention, health, lessons, pages, presets
@@ -30,6 +34,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     (about a second here); doing it at start-up keeps it off the first page load.
     """
     settings = get_settings()
+    torch.set_num_threads(settings.resolved_torch_threads())
     MODULES.resize(settings.model_cache_bytes)
     start_executor(settings.compute_workers)
     RESPONSES.configure(settings.response_cache_bytes, settings.response_cache_item_bytes)
@@ -40,6 +45,17 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     yield
     stop_executor()
     MODULES.clear()
+
+
+def configure_access_log() -> None:
+    """Send the attnviz.access JSON lines to stderr, once."""
+    logger = logging.getLogger("attnviz.access")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def create_app() -> FastAPI:
@@ -53,6 +69,20 @@ def create_app() -> FastAPI:
         "cross-attention masks.",
     )
     install_error_handlers(application)
+    settings = get_settings()
+    # Outermost last: the log sees every response, the body limit runs before parsing.
+    application.add_middleware(SecurityHeadersMiddleware)
+    if settings.cors_origins:
+        application.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["content-type"],
+        )
+    application.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.access_log:
+        configure_access_log()
+        application.add_middleware(AccessLogMiddleware)
     # The plotly route comes before the /static mount so that it is not shadowed.
     application.include_router(pages.router)
     application.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

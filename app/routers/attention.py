@@ -12,9 +12,9 @@ from fastapi.responses import Response, StreamingResponse
 from app.attention import compute_attention
 from app.attention.engine import STAGE_NAMES
 from app.attention.summary import block_labels, block_pool
-from app.compute import run_compute
 from app.config import Settings, get_settings
-from app.errors import check_cells, engine_errors, field_error
+from app.errors import check_cells, computed, engine_errors, field_error
+from app.limits import check_limits
 from app.response_cache import RESPONSES
 from app.schemas import AttentionRequest, AttentionResponse
 from app.serialize import encode_bools, encode_floats, encode_large, respond
@@ -24,9 +24,9 @@ router = APIRouter(prefix="/api/v1", tags=["attention"])
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    413: {"description": "The response would exceed ATTNVIZ_MAX_WEIGHT_CELLS."},
+    413: {"description": "Over a size limit (ATTNVIZ_MAX_*); `detail[].loc` names the field."},
     422: {"description": "Invalid input; `detail[].loc` names the field."},
-    503: {"description": "The device ran out of memory."},
+    503: {"description": "The device ran out of memory, or the compute time budget ran out."},
 }
 
 
@@ -58,13 +58,14 @@ async def compute_attention_weights(request: AttentionRequest, settings: Setting
     (:mod:`app.compute`), off the event loop; the body is serialised by orjson.
     Repeated requests are answered from :mod:`app.response_cache`.
     """
+    check_limits(request, settings)
     check_cells(request.weight_cells(), settings.max_weight_cells)
     check_selection(request)
     key = request.model_dump_json()
     cached = RESPONSES.get(key)
     if cached is not None:
         return Response(cached, media_type="application/json", headers={"X-AttnViz-Cache": "hit"})
-    response = await run_compute(attention_response, request)
+    response = await computed(settings, attention_response, request)
     if not isinstance(response, StreamingResponse):  # streamed ones are large: not kept
         RESPONSES.put(key, bytes(response.body))
     return response

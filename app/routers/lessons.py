@@ -9,10 +9,16 @@ import torch
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
-from app.attention.lessons import decoding_experiment, parameter_table, scaling_experiment
+from app.attention.lessons import (
+    DecodingResult,
+    decoding_experiment,
+    parameter_table,
+    scaling_experiment,
+)
 from app.attention.transformer import compute_transformer
 from app.config import Settings, get_settings
-from app.errors import check_cells, engine_errors
+from app.errors import check_cells, computed, engine_errors
+from app.limits import check_limits
 from app.routers.attention import ERROR_RESPONSES
 from app.schemas import (
     DecodingRequest,
@@ -73,14 +79,19 @@ def compute_scaling(request: ScalingRequest) -> ScalingResponse:
     responses=ERROR_RESPONSES,
     summary="Why the causal mask: step-by-step decoding vs one pass",
 )
-def compute_decoding(request: DecodingRequest) -> DecodingResponse:
+async def compute_decoding(request: DecodingRequest, settings: SettingsDep) -> DecodingResponse:
     """Seed 002 section 3.4: step-by-step decoding against one pass.
 
     One forward pass per prefix, compared with one masked pass (equal) and one
     unmasked pass (not equal).
     """
-    with engine_errors(request.device):
-        result = decoding_experiment(request.sequence, **request.layer_kwargs())
+    check_limits(request, settings)
+
+    def run() -> DecodingResult:
+        with engine_errors(request.device):
+            return decoding_experiment(request.sequence, **request.layer_kwargs())
+
+    result = await computed(settings, run)
     return DecodingResponse(
         labels=result.labels,
         step_weights=result.step_weights.tolist(),
@@ -126,13 +137,19 @@ def read_parameters(
     responses=ERROR_RESPONSES,
     summary="Encoder (and decoder) stack: attention of every layer and head",
 )
-def compute_stack(request: TransformerRequest, settings: SettingsDep) -> Response:
+async def compute_stack(request: TransformerRequest, settings: SettingsDep) -> Response:
     """Seed 004's encoder layer stacked N times, and N decoder layers with targets.
 
     Encoder layer: self-attention, add & norm, feed-forward, add & norm. Decoder
     layer: masked self-attention, cross attention, feed-forward, each with add & norm.
     """
+    check_limits(request, settings)
     check_cells(request.weight_cells(), settings.max_weight_cells)
+    return await computed(settings, stack_response, request)
+
+
+def stack_response(request: TransformerRequest) -> Response:
+    """The blocking part of :func:`compute_stack`: compute and serialise."""
     d_ff = request.d_ff or 2 * request.d_model
     with engine_errors(request.device):
         result = compute_transformer(

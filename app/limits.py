@@ -1,0 +1,56 @@
+"""Size limits from the settings (``ATTNVIZ_MAX_*``).
+
+A request over one is refused with 413, naming the field, its value and the limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import status
+
+from app.config import Settings
+from app.errors import field_error
+
+
+def _tokens(sequence: list[int] | str) -> int:
+    return len(sequence.split()) if isinstance(sequence, str) else len(sequence)
+
+
+def check_limits(request: Any, settings: Settings) -> None:
+    """Check every size field the request has against the settings.
+
+    Args:
+        request: any request model; fields it lacks are skipped.
+        settings: the limits.
+
+    Raises:
+        HTTPException: 413 with ``detail[0].loc`` naming the field.
+    """
+
+    def refuse(field: str, value: int, limit: int, setting: str) -> None:
+        if value > limit:
+            raise field_error(
+                status.HTTP_413_CONTENT_TOO_LARGE,
+                field,
+                f"{value} is over the limit of {limit} (ATTNVIZ_{setting})",
+            )
+
+    for field in ("sequences", "targets"):
+        batch = getattr(request, field, None)
+        if batch is None:
+            continue
+        refuse(field, len(batch), settings.max_batch_size, "MAX_BATCH_SIZE")
+        for i, sequence in enumerate(batch):
+            refuse(f"{field}[{i}]", _tokens(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
+    sequence = getattr(request, "sequence", None)
+    if sequence is not None:
+        refuse("sequence", _tokens(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
+    for field, limit, setting in (
+        ("d_model", settings.max_d_model, "MAX_D_MODEL"),
+        ("num_heads", settings.max_num_heads, "MAX_NUM_HEADS"),
+        ("num_layers", settings.max_layers, "MAX_LAYERS"),
+    ):
+        value = getattr(request, field, None)
+        if value is not None:
+            refuse(field, value, limit, setting)

@@ -1,0 +1,164 @@
+"""ASGI middleware: body size limit, security headers, one JSON log line per request."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+access_log = logging.getLogger("attnviz.access")
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
+"""The page may run only this server's scripts (Plotly.js included): no inline script,
+no CDN. Plotly sets inline styles, hence style-src 'unsafe-inline'."""
+
+
+def _too_large(limit: int) -> bytes:
+    return orjson.dumps(
+        {
+            "detail": [
+                {
+                    "loc": ["body"],
+                    "msg": f"the request body is over the limit of {limit} bytes "
+                    "(ATTNVIZ_MAX_BODY_BYTES)",
+                    "type": "value_error",
+                }
+            ]
+        }
+    )
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``max_bytes`` with 413 before the app parses them.
+
+    A Content-Length over the limit is refused at once. A body without one
+    (chunked) is read up to the limit first and refused as soon as it passes it;
+    a body within the limit is then handed to the app as it came.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: D102
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)  # the server enforces the declared length
+            return
+        messages: list[Message] = []
+        seen = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                await self._refuse(send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = _too_large(self.max_bytes)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class SecurityHeadersMiddleware:
+    """Add X-Content-Type-Options, Referrer-Policy and, on HTML, the CSP."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: D102
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                content_type = dict(headers).get(b"content-type", b"")
+                headers.append((b"x-content-type-options", b"nosniff"))
+                headers.append((b"referrer-policy", b"no-referrer"))
+                if content_type.startswith(b"text/html") and not scope["path"].startswith(
+                    ("/docs", "/redoc")
+                ):
+                    headers.append((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class AccessLogMiddleware:
+    """One JSON line per request on the ``attnviz.access`` logger.
+
+    Fields: method, path, status, duration_ms, request_bytes, response_bytes. No
+    bodies, no query strings, no headers: nothing secret reaches the log.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: D102
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        record: dict[str, Any] = {
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": 500,
+            "request_bytes": 0,
+            "response_bytes": 0,
+        }
+
+        async def counting_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                record["request_bytes"] += len(message.get("body", b""))
+            return message
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                record["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                record["response_bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, counting_send)
+        finally:
+            record["duration_ms"] = round((time.perf_counter() - start) * 1000, 2)
+            access_log.info(json.dumps(record))
