@@ -31,7 +31,9 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(browser, server_url):  # type: ignore[no-untyped-def]
-    context = browser.new_context(viewport={"width": 1400, "height": 950})
+    # Playwright's wait_for_function evaluates strings, which the page's CSP forbids;
+    # test_page_works_under_its_content_security_policy runs with the CSP on.
+    context = browser.new_context(viewport={"width": 1400, "height": 950}, bypass_csp=True)
     context.set_default_timeout(10_000)
     page = context.new_page()
     page.errors = []  # uncaught JS errors, checked by the tests

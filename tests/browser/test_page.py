@@ -179,3 +179,23 @@ def test_large_input_is_block_pooled_and_one_head_zooms_to_full_resolution(
         assert timings["drawMs"] > 0 and timings["responseMs"] > 0
         print(f"page timings, {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
     assert page.errors == []
+
+
+def test_page_works_under_its_content_security_policy(browser, server_url) -> None:  # type: ignore[no-untyped-def]
+    context = browser.new_context(viewport={"width": 1400, "height": 950})  # CSP enforced
+    page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    response = page.goto(server_url + "/")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    # Selector waits only: they need no eval, which the policy forbids.
+    page.locator("#heads .head-plot .main-svg").nth(1).wait_for(timeout=15_000)
+    assert page.locator("#heads .head-plot").count() == 2
+    page.locator("#verify-badge").wait_for(state="visible")
+    page.click(".tabs button[data-view=step]")
+    page.locator("#view-step .stage-plot .main-svg").nth(7).wait_for(timeout=15_000)
+    assert errors == []
+    assert not [m for m in console if "Content Security Policy" in m], console
+    context.close()
