@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser run test lint bench clean
+.PHONY: install browser run test lint bench load clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: install browser lint
 # Speed figures side by side (a few minutes; not part of the tests).
 bench: install browser
 	$(BIN)/python -m benchmarks.run
+
+# 32 concurrent clients for 60 s against a real server (loopback only).
+load: install
+	$(BIN)/python -m benchmarks.load
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

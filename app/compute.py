@@ -11,21 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
+
+from starlette.responses import Response, StreamingResponse
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _executor: ThreadPoolExecutor | None = None
+_large: asyncio.Semaphore | None = None
 
 
 def start_executor(workers: int) -> None:
-    """Create the pool with ``workers`` threads (replacing an earlier one)."""
-    global _executor
+    """Create the pool with ``workers`` threads, replacing an earlier one.
+
+    As many large requests are admitted at a time (:func:`held_while_sent`).
+    """
+    global _executor, _large
     stop_executor()
     _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnviz-compute")
+    _large = asyncio.Semaphore(workers)
 
 
 def stop_executor() -> None:
@@ -57,3 +64,46 @@ async def run_within(
         TimeoutError: when the result is not there within ``timeout_s``.
     """
     return await asyncio.wait_for(run_compute(function, *args, **kwargs), timeout_s)
+
+
+async def held_while_sent(work: Awaitable[Response]) -> Response:
+    """Await ``work``, a large request's response, holding a large-request slot.
+
+    The slot is held until a streamed body has been sent in full (or the client
+    went away): a streamed response keeps its weights in memory while it is sent,
+    so the slots bound the memory of large requests, compute and send, by the
+    number of compute workers. Further large requests wait their turn; small ones
+    do not.
+    """
+    global _large
+    if _large is None:
+        _large = asyncio.Semaphore(2)
+    slot = _large
+    await slot.acquire()
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            slot.release()
+
+    try:
+        response = await work
+    except BaseException:
+        release()
+        raise
+    if not isinstance(response, StreamingResponse):
+        release()
+        return response
+    inner = response.body_iterator
+
+    async def body() -> AsyncIterator[str | bytes | memoryview]:
+        try:
+            async for chunk in inner:
+                yield chunk
+        finally:  # sent, failed or abandoned: the slot is free again
+            release()
+
+    response.body_iterator = body()
+    return response

@@ -7,17 +7,18 @@ import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, status
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from app.attention import compute_attention
 from app.attention.engine import STAGE_NAMES
 from app.attention.summary import block_labels, block_pool
+from app.compute import held_while_sent
 from app.config import Settings, get_settings
 from app.errors import check_cells, computed, engine_errors, field_error
 from app.limits import check_limits
 from app.response_cache import RESPONSES
 from app.schemas import AttentionRequest, AttentionResponse
-from app.serialize import encode_bools, encode_floats, encode_large, respond
+from app.serialize import STREAM_MIN_CELLS, encode_bools, encode_floats, encode_large, respond
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
@@ -65,10 +66,11 @@ async def compute_attention_weights(request: AttentionRequest, settings: Setting
     cached = RESPONSES.get(key)
     if cached is not None:
         return Response(cached, media_type="application/json", headers={"X-AttnViz-Cache": "hit"})
-    response = await computed(settings, attention_response, request)
-    if not isinstance(response, StreamingResponse):  # streamed ones are large: not kept
+    if request.weight_cells() < STREAM_MIN_CELLS:
+        response = await computed(settings, attention_response, request)
         RESPONSES.put(key, bytes(response.body))
-    return response
+        return response
+    return await held_while_sent(computed(settings, attention_response, request))
 
 
 def attention_response(request: AttentionRequest) -> Response:
