@@ -54,9 +54,10 @@ def check_cells(cells: int, limit: int) -> None:
         raise field_error(
             status.HTTP_413_CONTENT_TOO_LARGE,
             "sequences",
-            f"the response would carry {cells} numbers (attention weights and the stages "
-            f"asked for), over the limit of {limit} (ATTNVIZ_MAX_WEIGHT_CELLS); use fewer "
-            "or shorter sequences, fewer heads or fewer stages",
+            f"the response would carry {cells} numbers ({cells * 4 / 2**20:.0f} MiB as "
+            f"float32: attention weights and the stages asked for), over the limit of "
+            f"{limit} (ATTNVIZ_MAX_WEIGHT_CELLS); use fewer or shorter sequences, fewer "
+            "heads or fewer stages",
         )
 
 

@@ -25,6 +25,7 @@ router = APIRouter(prefix="/api/v1", tags=["attention"])
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"description": "The body is not JSON text (e.g. invalid UTF-8)."},
     413: {"description": "Over a size limit (ATTNVIZ_MAX_*); `detail[].loc` names the field."},
     422: {"description": "Invalid input; `detail[].loc` names the field."},
     503: {"description": "The device ran out of memory, or the compute time budget ran out."},

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from app.config import Settings, get_settings
@@ -194,3 +195,20 @@ def test_one_json_access_log_line_per_request(client: TestClient) -> None:
     assert lines[0]["request_bytes"] > 0 and lines[0]["response_bytes"] > 0
     assert lines[0]["duration_ms"] >= 0
     assert "secret" not in records[0]  # no query strings or bodies in the log
+
+
+def test_device_out_of_memory_is_503_and_the_server_keeps_serving(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.routers.attention as attention_router
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(attention_router, "compute_attention", out_of_memory)
+    response = client.post(URL, json={"sequences": [[1, 2, 3]], "seed": 99})
+    assert response.status_code == 503
+    assert response.json()["detail"][0]["loc"] == ["body", "device"]
+    assert "ran out of memory" in response.json()["detail"][0]["msg"]
+    monkeypatch.undo()
+    assert client.post(URL, json={"sequences": [[1, 2, 3]], "seed": 99}).status_code == 200
