@@ -1,0 +1,107 @@
+"""A Plotly figure of the per-head heatmaps, for notebooks and the exported HTML.
+
+Same conventions as the page: one heatmap per head, keys on x, queries on y (first
+query at the top), masked cells left empty over a gray background, one shared
+colour scale from 0 to the largest weight shown.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+if TYPE_CHECKING:
+    from app.attention.engine import AttentionResult
+
+MASKED_COLOR = "#c8c8c8"
+WEIGHT_COLORSCALE = [
+    [0.0, "#f7fbff"],
+    [0.125, "#deebf7"],
+    [0.25, "#c6dbef"],
+    [0.375, "#9ecae1"],
+    [0.5, "#6baed6"],
+    [0.625, "#4292c6"],
+    [0.75, "#2171b5"],
+    [0.875, "#08519c"],
+    [1.0, "#08306b"],
+]
+"""ColorBrewer Blues, white at 0 (as static/js/heatmap.js)."""
+
+
+def attention_figure(
+    result: AttentionResult, sequence_index: int = 0, columns: int = 4
+) -> go.Figure:
+    """Per-head heatmaps of one sequence of an attention result.
+
+    Args:
+        result: from :func:`app.attention.compute_attention`.
+        sequence_index: which sequence of the batch (0-based).
+        columns: heads per row of the grid.
+
+    Returns:
+        A ``plotly.graph_objects.Figure``; ``fig.show()`` draws it in Jupyter.
+
+    Raises:
+        IndexError: if sequence_index is outside the batch.
+    """
+    batch, heads, len_q, len_k = result.attn_weights.shape
+    if not 0 <= sequence_index < batch:
+        raise IndexError(f"sequence_index {sequence_index} is outside the batch of {batch}")
+    b = sequence_index
+    query = [escape(label) for label in result.query_labels[b]]
+    key = [escape(label) for label in result.key_labels[b]]
+    weights = result.attn_weights[b].float()
+    mask = result.mask[b]
+    zmax = float(weights.max()) or 1.0
+    cols = min(columns, heads)
+    rows = math.ceil(heads / cols)
+    figure = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=[f"Head {h}" for h in range(heads)],
+        horizontal_spacing=0.06,
+        vertical_spacing=0.12,
+    )
+    for h in range(heads):
+        shown = weights[h].masked_fill(~mask & (weights[h] == 0), math.nan).tolist()
+        figure.add_trace(
+            go.Heatmap(
+                z=[[None if math.isnan(v) else v for v in row] for row in shown],
+                x=list(range(len_k)),
+                y=list(range(len_q)),
+                zmin=0,
+                zmax=zmax,
+                colorscale=WEIGHT_COLORSCALE,
+                showscale=h == heads - 1,
+                hovertemplate="query row %{y}<br>key col %{x}<br>weight %{z:.4f}<extra></extra>",
+                texttemplate="%{z:.2f}" if max(len_q, len_k) <= 16 else "",
+            ),
+            row=h // cols + 1,
+            col=h % cols + 1,
+        )
+        figure.update_xaxes(
+            tickvals=list(range(len_k)),
+            ticktext=key,
+            tickangle=-45,
+            row=h // cols + 1,
+            col=h % cols + 1,
+        )
+        figure.update_yaxes(
+            tickvals=list(range(len_q)),
+            ticktext=query,
+            autorange="reversed",
+            row=h // cols + 1,
+            col=h % cols + 1,
+        )
+    figure.update_layout(
+        height=340 * rows + 60,
+        width=max(360 * cols, 480),
+        plot_bgcolor=MASKED_COLOR,
+        title=f"AttnViz: sequence {b}, {result.dtype} on {result.device}",
+        margin={"t": 80},
+    )
+    return figure

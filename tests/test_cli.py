@@ -1,0 +1,128 @@
+"""The attnviz command: --help for each command, compute, export (opened offline)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from app import attention_figure, compute_attention
+from app.seed_data import SEED_BATCH
+from tests.browser.support import CHROMIUM_ARGS, chromium_path
+from tests.live_server import REPO_ROOT
+
+
+def attnviz(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["compute"], ["export"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    result = attnviz(*command, "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: attnviz")
+
+
+def test_compute_writes_the_api_response(tmp_path: Path) -> None:
+    result = attnviz(
+        "compute",
+        "--sequence",
+        "62 13 47 39",
+        "--sequence",
+        "60 96",
+        "--mask",
+        "padding_causal",
+        "--seed",
+        "3",
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    expected = compute_attention([[62, 13, 47, 39], [60, 96]], mask="padding_causal", seed=3)
+    assert torch.equal(torch.tensor(data["weights"]), expected.attn_weights)
+    request = tmp_path / "request.json"
+    request.write_text(
+        json.dumps(
+            {"sequences": ["I love deep learning"], "d_model": 64, "num_heads": 8, "mask": "none"}
+        )
+    )
+    output = tmp_path / "out.json"
+    result = attnviz("compute", "--json", str(request), "--seed", "1", "-o", str(output))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(output.read_text())
+    assert data["shape"] == [1, 8, 4, 4] and data["seed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sequence", "1 2 3", "--d-model", "10", "--num-heads", "3"], "num_heads: d_model=10"),
+        (["--sequence", "1 200"], "sequences.0: token id 200 is outside"),
+        (["--d-model", "8"], "sequences: Field required"),
+    ],
+)
+def test_compute_refuses_bad_input_naming_the_field(args: list[str], message: str) -> None:
+    result = attnviz("compute", *args)
+    assert result.returncode == 1
+    assert message in result.stderr, result.stderr
+
+
+def test_python_api_figure_has_one_heatmap_per_head() -> None:
+    result = compute_attention(SEED_BATCH, d_model=16, num_heads=4, mask="padding_causal")
+    figure = attention_figure(result, sequence_index=1)
+    heatmaps = [trace for trace in figure.data if trace.type == "heatmap"]
+    assert len(heatmaps) == 4
+    assert [a.text for a in figure.layout.annotations] == [f"Head {h}" for h in range(4)]
+    # Padded keys of sequence 1 (5 real tokens) are left empty: drawn as masked.
+    assert all(list(row[5:]) == [None] * 5 for row in heatmaps[0].z)
+    with pytest.raises(IndexError):
+        attention_figure(result, sequence_index=5)
+
+
+def test_export_opens_offline_and_draws_every_head(tmp_path: Path) -> None:
+    output = tmp_path / "attention.html"
+    result = attnviz(
+        "export",
+        "--sequence",
+        "the cat sat on the mat",
+        "--d-model",
+        "32",
+        "--num-heads",
+        "4",
+        "--mask",
+        "causal",
+        "-o",
+        str(output),
+    )
+    assert result.returncode == 0, result.stderr
+    html = output.read_text()
+    assert "plotly.js v" in html and "cdn" not in html.lower().split("<body")[0].split("src=")[-1]
+    executable = chromium_path()
+    if executable is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("chromium is missing; with CI=true the export must be opened")
+        pytest.skip("chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        context = browser.new_context(offline=True)
+        page = context.new_page()
+        page.goto(output.as_uri())
+        page.locator(".main-svg").first.wait_for(timeout=15_000)
+        heads = page.evaluate(
+            "() => document.querySelector('.js-plotly-plot').data"
+            ".filter(t => t.type === 'heatmap').length"
+        )
+        titles = page.locator(".annotation-text").all_text_contents()
+        browser.close()
+    assert heads == 4
+    assert titles[:4] == ["Head 0", "Head 1", "Head 2", "Head 3"]
