@@ -137,11 +137,40 @@ export async function fetchJson(url, body) {
   }
 }
 
+// The form travels in the URL (?request=<JSON>, #view), so a link reproduces the view.
+function writeUrl(request) {
+  const url = new URL(window.location.href);
+  url.searchParams.set("request", JSON.stringify({ ...request, verify: form.verify.checked }));
+  url.hash = state.view;
+  window.history.replaceState(null, "", url);
+}
+
+function readUrl() {
+  const raw = new URL(window.location.href).searchParams.get("request");
+  if (raw === null) return null;
+  try {
+    return JSON.parse(raw);
+  } catch {
+    return null;
+  }
+}
+
+function download(name, blob) {
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+
 async function compute() {
   clearError();
   computeButton.disabled = true;
+  const progress = document.getElementById("progress");
+  const showProgress = setTimeout(() => { progress.hidden = false; }, 300);
   try {
     const request = readRequest();
+    writeUrl(request);
     const started = performance.now();
     const body = await fetchJson("/api/v1/attention", {
       ...request, ...COMPACT, verify: form.verify.checked, display_size: DISPLAY_SIZE,
@@ -164,6 +193,8 @@ async function compute() {
     };
     headsContainer.dataset.drawMs = (drawn - received).toFixed(1);
   } finally {
+    clearTimeout(showProgress);
+    progress.hidden = true;
     computeButton.disabled = false;
   }
 }
@@ -348,13 +379,33 @@ headSelect.addEventListener("change", renderView);
 for (const tab of tabs) {
   tab.addEventListener("click", () => {
     state.view = tab.dataset.view;
+    if (state.request) writeUrl(state.request);
     renderView();
   });
 }
+document.getElementById("download-json").addEventListener("click", () => {
+  if (!state.response) return;
+  const body = JSON.stringify({ request: state.request, response: state.response });
+  download("attnviz.json", new Blob([body], { type: "application/json" }));
+});
+document.getElementById("download-png").addEventListener("click", () => {
+  const plot = document.querySelector(`#view-${state.view} .js-plotly-plot`);
+  if (plot) Plotly.downloadImage(plot, { format: "png", filename: `attnviz-${state.view}` });
+});
 for (const container of document.querySelectorAll(".view-controls")) {
   container.addEventListener("change", renderView);
 }
 
 window.attnviz = { lastResponse: null, compute: compute };
-selectPreset(defaultPreset);
+const shared = readUrl();
+const sharedView = window.location.hash.slice(1);
+if (sharedView in VIEWS || sharedView === "heads") state.view = sharedView;
+if (shared && Array.isArray(shared.sequences)) {
+  selectPreset(defaultPreset);
+  presetDescription.textContent = "From the link.";
+  fillForm({ ...presets[0].request, ...shared });
+  if (shared.verify === false) form.verify.checked = false;
+} else {
+  selectPreset(defaultPreset);
+}
 compute();

@@ -1,3 +1,6 @@
+import json
+from pathlib import Path
+
 import pytest
 
 from app.seed_data import SEED_BATCH
@@ -199,3 +202,51 @@ def test_page_works_under_its_content_security_policy(browser, server_url) -> No
     assert errors == []
     assert not [m for m in console if "Content Security Policy" in m], console
     context.close()
+
+
+def test_the_url_reproduces_the_view_and_downloads_work(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.fill("#sequences", "the cat sat\non the mat")
+    page.fill("#num_heads", "4")
+    page.uncheck("#mask-causal")
+    page.click("#compute")
+    wait_for_heads(page, 4)
+    page.click(".tabs button[data-view=summary]")
+    page.wait_for_function("document.getElementById('view-summary').dataset.drawn === 'true'")
+    shared = page.url
+    assert "request=" in shared and shared.endswith("#summary")
+    # A fresh page from the link computes the same request and opens the same tab.
+    other = page.context.new_page()
+    other.goto(shared)
+    other.wait_for_function("document.getElementById('view-summary').dataset.drawn === 'true'")
+    assert other.input_value("#sequences") == "the cat sat\non the mat"
+    assert other.input_value("#num_heads") == "4"
+    assert not other.is_checked("#mask-causal")
+    first = page.evaluate("() => window.attnviz.lastResponse.weights")
+    assert other.evaluate("() => window.attnviz.lastResponse.weights") == first
+    other.close()
+    # Downloads: the response as JSON, the figure as PNG (Plotly's toImage).
+    with page.expect_download() as info:
+        page.click("#download-json")
+    body = json.loads(Path(info.value.path()).read_text(encoding="utf-8"))
+    assert body["response"]["shape"] == [2, 4, 3, 3]
+    with page.expect_download() as info:
+        page.click("#download-png")
+    assert info.value.suggested_filename == "attnviz-summary.png"
+    assert Path(info.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert page.errors == []
+
+
+def test_progress_indicator_shows_for_slow_requests(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    # Hold the next API response for 1 s: the indicator must appear, then go away.
+    page.route(
+        "**/api/v1/attention", lambda route: (page.wait_for_timeout(1000), route.continue_())
+    )
+    page.fill("#seed", "5")
+    page.click("#compute")
+    page.locator("#progress").wait_for(state="visible", timeout=5_000)
+    page.locator("#progress").wait_for(state="hidden", timeout=15_000)
+    assert page.evaluate("() => window.attnviz.lastResponse.seed") == 5
