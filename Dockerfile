@@ -27,14 +27,14 @@ FROM ${PYTHON_IMAGE}
 RUN useradd --create-home --uid 10001 attnviz
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /srv/attnviz
-COPY --chown=attnviz:attnviz app ./app
-COPY --chown=attnviz:attnviz templates ./templates
-COPY --chown=attnviz:attnviz static ./static
+COPY --chown=10001:10001 app ./app
+COPY --chown=10001:10001 templates ./templates
+COPY --chown=10001:10001 static ./static
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     ATTNVIZ_HOST=0.0.0.0 \
     ATTNVIZ_PORT=8000
-USER attnviz
+USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(f\"http://127.0.0.1:{os.environ.get('ATTNVIZ_PORT', '8000')}/healthz\", timeout=4)"]
