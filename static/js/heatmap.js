@@ -119,13 +119,31 @@ export function heatmapFigure(options) {
   return { traces, layout };
 }
 
+// Colours of the current theme (light or dark, from the CSS variables).
+function themed(layout) {
+  const style = getComputedStyle(document.documentElement);
+  const text = style.getPropertyValue("--text").trim() || "#1d2330";
+  const axis = { color: text, gridcolor: style.getPropertyValue("--border").trim() };
+  const merged = { ...layout, font: { color: text, ...(layout.font || {}) } };
+  merged.paper_bgcolor = "rgba(0,0,0,0)";
+  if (!layout.plot_bgcolor || layout.plot_bgcolor === "#ffffff") {
+    merged.plot_bgcolor = style.getPropertyValue("--plot-bg").trim() || "#ffffff";
+  }
+  for (const key of Object.keys(merged)) {
+    if (/^[xy]axis\d*$/.test(key)) merged[key] = { ...axis, ...merged[key] };
+  }
+  if (!merged.xaxis) merged.xaxis = axis;
+  if (!merged.yaxis) merged.yaxis = axis;
+  return merged;
+}
+
 // Draw a figure into a new div appended to container; returns the div, whose
 // `drawn` promise resolves once Plotly has drawn it.
 export function addPlot(container, figure, className = "plot") {
   const div = document.createElement("div");
   div.className = className;
   container.append(div);
-  div.drawn = Plotly.newPlot(div, figure.traces, figure.layout, PLOT_CONFIG);
+  div.drawn = Plotly.newPlot(div, figure.traces, themed(figure.layout), PLOT_CONFIG);
   return div;
 }
 
@@ -135,7 +153,7 @@ export function clearPlots(container) {
 }
 
 export function newPlot(div, traces, layout) {
-  return Plotly.newPlot(div, traces, layout, PLOT_CONFIG);
+  return Plotly.newPlot(div, traces, themed(layout), PLOT_CONFIG);
 }
 
 function base64Bytes(text) {

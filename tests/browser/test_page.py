@@ -250,3 +250,20 @@ def test_progress_indicator_shows_for_slow_requests(page, server_url) -> None:  
     page.locator("#progress").wait_for(state="visible", timeout=5_000)
     page.locator("#progress").wait_for(state="hidden", timeout=15_000)
     assert page.evaluate("() => window.attnviz.lastResponse.seed") == 5
+
+
+def test_dark_theme_follows_the_system_setting(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    for scheme, dark in (("light", False), ("dark", True)):
+        page.emulate_media(color_scheme=scheme)
+        page.goto(server_url + "/")
+        wait_for_heads(page, 2)
+        background = page.evaluate(
+            "() => getComputedStyle(document.documentElement).backgroundColor"
+        )
+        font = page.evaluate(
+            "() => document.querySelector('#heads .head-plot')._fullLayout.font.color"
+        )
+        red = int(background.split("(")[1].split(",")[0])
+        assert (red < 60) == dark, background
+        assert (font.lower() in ("#e4e7eb",)) == dark, font
+    assert page.errors == []
