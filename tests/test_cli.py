@@ -126,3 +126,44 @@ def test_export_opens_offline_and_draws_every_head(tmp_path: Path) -> None:
         browser.close()
     assert heads == 4
     assert titles[:4] == ["Head 0", "Head 1", "Head 2", "Head 3"]
+
+
+def test_serve_runs_several_workers_that_agree(tmp_path: Path) -> None:
+    import time
+    import urllib.request
+
+    from tests.live_server import free_port
+
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "no answer from attnviz serve"
+                time.sleep(0.3)
+        body = json.dumps({"sequences": ["two workers agree"], "seed": 7}).encode()
+        answers = set()
+        for _ in range(6):  # new connections: the requests spread over the workers
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/v1/attention",
+                data=body,
+                headers={"content-type": "application/json", "connection": "close"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:
+                answers.add(json.dumps(json.loads(response.read())["weights"]))
+        assert len(answers) == 1
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()

@@ -267,3 +267,26 @@ def test_dark_theme_follows_the_system_setting(page, server_url) -> None:  # typ
         assert (red < 60) == dark, background
         assert (font.lower() in ("#e4e7eb",)) == dark, font
     assert page.errors == []
+
+
+def test_the_form_works_from_the_keyboard(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.focus("#sequences")
+    page.keyboard.press("Control+A")
+    page.keyboard.type("keyboard only input")
+    page.keyboard.press("Tab")  # to the targets
+    page.keyboard.press("Tab")  # to d_model
+    page.keyboard.press("Control+A")
+    page.keyboard.type("16")
+    page.keyboard.press("Enter")  # submits the form
+    page.wait_for_function("window.attnviz.lastResponse.d_model === 16")
+    assert page.evaluate("() => window.attnviz.lastResponse.key_labels[0]") == [
+        "keyboard",
+        "only",
+        "input",
+    ]
+    # The tabs are buttons: reachable and pressed with the keyboard.
+    page.focus(".tabs button[data-view=parameters]")
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.getElementById('view-parameters').dataset.drawn === 'true'")
