@@ -1,7 +1,6 @@
 """The attnviz command: --help for each command, compute, export (opened offline)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,6 @@ import torch
 
 from app import attention_figure, compute_attention
 from app.seed_data import SEED_BATCH
-from tests.browser.support import CHROMIUM_ARGS, chromium_path
 from tests.live_server import REPO_ROOT
 
 
@@ -87,7 +85,7 @@ def test_python_api_figure_has_one_heatmap_per_head() -> None:
         attention_figure(result, sequence_index=5)
 
 
-def test_export_opens_offline_and_draws_every_head(tmp_path: Path) -> None:
+def test_export_opens_offline_and_draws_every_head(tmp_path: Path, browser) -> None:  # type: ignore[no-untyped-def]
     output = tmp_path / "attention.html"
     result = attnviz(
         "export",
@@ -103,27 +101,17 @@ def test_export_opens_offline_and_draws_every_head(tmp_path: Path) -> None:
         str(output),
     )
     assert result.returncode == 0, result.stderr
-    html = output.read_text()
-    assert "plotly.js v" in html and "cdn" not in html.lower().split("<body")[0].split("src=")[-1]
-    executable = chromium_path()
-    if executable is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("chromium is missing; with CI=true the export must be opened")
-        pytest.skip("chromium is not installed")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        context = browser.new_context(offline=True)
-        page = context.new_page()
-        page.goto(output.as_uri())
-        page.locator(".main-svg").first.wait_for(timeout=15_000)
-        heads = page.evaluate(
-            "() => document.querySelector('.js-plotly-plot').data"
-            ".filter(t => t.type === 'heatmap').length"
-        )
-        titles = page.locator(".annotation-text").all_text_contents()
-        browser.close()
+    assert "plotly.js v" in output.read_text()
+    context = browser.new_context(offline=True)  # no network: everything is in the file
+    page = context.new_page()
+    page.goto(output.as_uri())
+    page.locator(".main-svg").first.wait_for(timeout=15_000)
+    heads = page.evaluate(
+        "() => document.querySelector('.js-plotly-plot').data"
+        ".filter(t => t.type === 'heatmap').length"
+    )
+    titles = page.locator(".annotation-text").all_text_contents()
+    context.close()
     assert heads == 4
     assert titles[:4] == ["Head 0", "Head 1", "Head 2", "Head 3"]
 

@@ -1,9 +1,7 @@
-import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.support import CHROMIUM_ARGS, chromium_path
 from tests.live_server import live_server
 
 
@@ -11,22 +9,6 @@ from tests.live_server import live_server
 def server_url() -> Iterator[str]:
     with live_server() as url:
         yield url
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
-    executable = chromium_path()
-    if executable is None:
-        message = "Debian's chromium is not installed (make browser installs it)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{message}; with CI=true the browser tests must run")
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
