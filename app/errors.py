@@ -44,23 +44,6 @@ def field_error(
     return HTTPException(status_code=status_code, detail=detail)
 
 
-def check_cells(cells: int, limit: int) -> None:
-    """Refuse a response larger than ``limit`` numbers.
-
-    Raises:
-        HTTPException: 413 naming ``sequences``, the size and the limit.
-    """
-    if cells > limit:
-        raise field_error(
-            status.HTTP_413_CONTENT_TOO_LARGE,
-            "sequences",
-            f"the response would carry {cells} numbers ({cells * 4 / 2**20:.0f} MiB as "
-            f"float32: attention weights and the stages asked for), over the limit of "
-            f"{limit} (ATTNVIZ_MAX_WEIGHT_CELLS); use fewer or shorter sequences, fewer "
-            "heads or fewer stages",
-        )
-
-
 async def computed(
     settings: Settings, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
 ) -> R:

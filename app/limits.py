@@ -1,4 +1,4 @@
-"""Size limits from the settings (``ATTNVIZ_MAX_*``).
+"""Size limits from the settings (``ATTNVIZ_MAX_*``, ``ATTNVIZ_MAX_WEIGHT_CELLS``).
 
 A request over one is refused with 413, naming the field, its value and the limit.
 """
@@ -54,3 +54,20 @@ def check_limits(request: Any, settings: Settings) -> None:
         value = getattr(request, field, None)
         if value is not None:
             refuse(field, value, limit, setting)
+
+
+def check_cells(cells: int, limit: int) -> None:
+    """Refuse a response larger than ``limit`` numbers.
+
+    Raises:
+        HTTPException: 413 naming ``sequences``, the size and the limit.
+    """
+    if cells > limit:
+        raise field_error(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            "sequences",
+            f"the response would carry {cells} numbers ({cells * 4 / 2**20:.0f} MiB as "
+            f"float32: attention weights and the stages asked for), over the limit of "
+            f"{limit} (ATTNVIZ_MAX_WEIGHT_CELLS); use fewer or shorter sequences, fewer "
+            "heads or fewer stages",
+        )

@@ -200,6 +200,18 @@ def check_widths(d_model: int, num_heads: int) -> None:
         )
 
 
+def check_dtype(name: str) -> None:
+    """Validate a dtype name.
+
+    Raises:
+        AttentionInputError: (field ``dtype``) for a name not in :data:`DTYPES`.
+    """
+    if name not in DTYPES:
+        raise AttentionInputError(
+            "dtype", f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}"
+        )
+
+
 def resolve_device(name: str) -> torch.device:
     """Map "auto" | "cpu" | "cuda" to a torch.device.
 
@@ -284,10 +296,7 @@ def compute_attention(
             [0, 1), or a target batch whose size differs from the source batch.
     """
     check_widths(d_model, num_heads)
-    if dtype not in DTYPES:
-        raise AttentionInputError(
-            "dtype", f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}"
-        )
+    check_dtype(dtype)
     if vocab_size < 1:
         raise AttentionInputError("vocab_size", f"must be >= 1, got {vocab_size}")
     unknown = sorted(set(stages) - set(STAGE_NAMES))

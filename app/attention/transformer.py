@@ -27,7 +27,7 @@ from typing import Final, Literal, get_args
 import torch
 from torch import nn
 
-from app.attention.engine import DTYPES, check_widths, resolve_device
+from app.attention.engine import DTYPES, check_dtype, check_widths, resolve_device
 from app.attention.errors import AttentionInputError
 from app.attention.init import build_seeded
 from app.attention.masks import causal_mask, padding_mask
@@ -242,8 +242,7 @@ def compute_transformer(
             "positional_encoding",
             f"unknown {positional_encoding!r}; choose one of {', '.join(POSITIONAL_ENCODINGS)}",
         )
-    if dtype not in DTYPES:
-        raise AttentionInputError("dtype", f"unknown dtype {dtype!r}")
+    check_dtype(dtype)
     source, target = encode_source_target(sequences, targets, pad_id=pad_id, vocab_size=vocab_size)
     run_on = resolve_device(device)
     stack = build_seeded(

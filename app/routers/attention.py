@@ -14,8 +14,8 @@ from app.attention.engine import STAGE_NAMES
 from app.attention.summary import block_labels, block_pool
 from app.compute import held_while_sent
 from app.config import Settings, get_settings
-from app.errors import check_cells, computed, engine_errors, field_error
-from app.limits import check_limits
+from app.errors import computed, engine_errors, field_error
+from app.limits import check_cells, check_limits
 from app.response_cache import RESPONSES
 from app.schemas import AttentionRequest, AttentionResponse
 from app.serialize import STREAM_MIN_CELLS, encode_bools, encode_floats, encode_large, respond

@@ -17,8 +17,8 @@ from app.attention.lessons import (
 )
 from app.attention.transformer import compute_transformer
 from app.config import Settings, get_settings
-from app.errors import check_cells, computed, engine_errors
-from app.limits import check_limits
+from app.errors import computed, engine_errors
+from app.limits import check_cells, check_limits
 from app.routers.attention import ERROR_RESPONSES
 from app.schemas import (
     DecodingRequest,
