@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -42,6 +43,13 @@ class Settings(BaseSettings):
         cors_origins: origins allowed to call the API from other sites (CORS); empty,
             the default, turns CORS off. JSON list, e.g. '["https://example.org"]'.
         access_log: write one JSON line per request to stderr (logger attnviz.access).
+        packaged_models: offer the pretrained models installed as Python packages
+            (the ``pretrained`` extra: all-MiniLM-L6-v2).
+        model_dirs: more pretrained models, as local Hugging Face-format BERT
+            directories (config.json, model.safetensors, tokenizer.json), each named
+            after its folder; JSON list, e.g. '["/models/bert-base-uncased"]'. Loaded
+            at start-up; a directory that cannot be loaded stops the server with a
+            message naming it. Nothing is ever fetched from a hub.
     """
 
     model_config = SettingsConfigDict(env_prefix="ATTNVIZ_", env_file=".env", extra="ignore")
@@ -63,6 +71,8 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(None, ge=1)
     cors_origins: list[str] = Field(default_factory=list)
     access_log: bool = True
+    packaged_models: bool = True
+    model_dirs: list[Path] = Field(default_factory=list)
 
     def resolved_torch_threads(self) -> int:
         """torch_threads, or the number of cores."""

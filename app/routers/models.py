@@ -1,0 +1,127 @@
+"""Pretrained models: GET /api/v1/models and POST /api/v1/models/attention."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, status
+from fastapi.responses import Response
+
+from app.compute import held_while_sent
+from app.config import Settings, get_settings
+from app.errors import computed, engine_errors, field_error
+from app.limits import check_cells
+from app.pretrained import MODELS, PretrainedModel
+from app.routers.attention import ERROR_RESPONSES
+from app.schemas import ModelAttentionRequest, ModelAttentionResponse, ModelInfo, ModelsResponse
+from app.serialize import encode_large, respond
+
+router = APIRouter(prefix="/api/v1/models", tags=["pretrained models"])
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+INSTALL_HINT = (
+    "No pretrained model is installed. Install the extra, pip install -e '.[pretrained]' "
+    "(make run and make test do), or list local model directories in ATTNVIZ_MODEL_DIRS."
+)
+
+
+def model_info(model: PretrainedModel) -> ModelInfo:
+    """The public description of a loaded model."""
+    config = model.config
+    return ModelInfo(
+        name=model.name,
+        source=model.source,
+        num_layers=config.num_hidden_layers,
+        num_heads=config.num_attention_heads,
+        d_model=config.hidden_size,
+        d_ff=config.intermediate_size,
+        vocab_size=config.vocab_size,
+        max_tokens=model.max_tokens,
+        num_parameters=model.num_parameters,
+    )
+
+
+@router.get("", response_model=ModelsResponse, summary="The pretrained models on offer")
+def list_models() -> ModelsResponse:
+    """Models loaded at start-up: the packaged all-MiniLM-L6-v2 and ATTNVIZ_MODEL_DIRS."""
+    models = MODELS.models()
+    return ModelsResponse(
+        default=models[0].name if models else None,
+        models=[model_info(m) for m in models],
+        install_hint=None if models else INSTALL_HINT,
+    )
+
+
+@router.post(
+    "/attention",
+    response_model=ModelAttentionResponse,
+    responses=ERROR_RESPONSES,
+    summary="Attention of every layer and head of a pretrained encoder on real text",
+)
+async def compute_model_attention(
+    request: ModelAttentionRequest, settings: SettingsDep
+) -> Response:
+    """Tokenise the texts with the model's WordPiece tokenizer and run the encoder.
+
+    Returns every layer's and head's attention (N, B, H, L, L), the head mean per
+    layer, the mean over all layers and heads, and attention rollout.
+    """
+    with engine_errors(request.device):
+        model = MODELS.get(request.model)
+    if len(request.texts) > settings.max_batch_size:
+        raise field_error(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            "texts",
+            f"{len(request.texts)} is over the limit of {settings.max_batch_size} "
+            "(ATTNVIZ_MAX_BATCH_SIZE)",
+        )
+    return await held_while_sent(computed(settings, model_response, model, request, settings))
+
+
+def model_response(
+    model: PretrainedModel, request: ModelAttentionRequest, settings: Settings
+) -> Response:
+    """The blocking part of :func:`compute_model_attention`: tokenise, check, run, serialise.
+
+    Raises:
+        HTTPException: 422 naming the field for bad texts or device; 413 when the
+            response would carry more than ATTNVIZ_MAX_WEIGHT_CELLS numbers or an
+            input has more than ATTNVIZ_MAX_SEQ_LEN tokens.
+    """
+    with engine_errors(request.device):
+        batch = model.tokenize(request.texts, request.text_pairs)
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        for i, length in enumerate(lengths):
+            if length > settings.max_seq_len:
+                raise field_error(
+                    status.HTTP_413_CONTENT_TOO_LARGE,
+                    f"texts[{i}]",
+                    f"{length} tokens is over the limit of {settings.max_seq_len} "
+                    "(ATTNVIZ_MAX_SEQ_LEN)",
+                )
+        check_cells(model.weight_cells(batch), settings.max_weight_cells)
+        result = model.run(batch, device=request.device)
+    enc = request.encoding
+    config = model.config
+    return respond(
+        {
+            "model": model.name,
+            "shape": list(result.attentions.shape),
+            "num_layers": config.num_hidden_layers,
+            "num_heads": config.num_attention_heads,
+            "d_model": config.hidden_size,
+            "tokens": batch.tokens,
+            "input_ids": batch.input_ids.tolist(),
+            "token_type_ids": batch.token_type_ids.tolist(),
+            "attention_mask": batch.attention_mask.tolist(),
+            "special_tokens_mask": batch.special_tokens_mask.tolist(),
+            "lengths": lengths,
+            "attentions": encode_large(result.attentions, enc),
+            "head_mean": encode_large(result.head_mean, enc),
+            "layer_mean": encode_large(result.layer_mean, enc),
+            "rollout": encode_large(result.rollout, enc),
+            "device": result.device,
+            "compute_ms": result.compute_ms,
+        }
+    )
