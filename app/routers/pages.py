@@ -1,4 +1,4 @@
-"""GET /: the page; GET /static/vendor/plotly.min.js: Plotly.js from the plotly package."""
+"""GET / and /models: the pages; GET /static/vendor/plotly.min.js: Plotly.js from plotly."""
 
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ def read_index(request: Request) -> HTMLResponse:
             "default_preset": DEFAULT_PRESET.name,
         },
     )
+
+
+@router.get("/models", response_class=HTMLResponse, include_in_schema=False)
+def read_models_page(request: Request) -> HTMLResponse:
+    """The pretrained-model page: a typed sentence, every layer's and head's attention."""
+    return templates.TemplateResponse(request, "models.html", {})
 
 
 @router.get("/static/vendor/plotly.min.js", include_in_schema=False)

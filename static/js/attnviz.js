@@ -1,8 +1,9 @@
 // AttnViz page: the form, the per-head heatmaps, and the tabs of the lesson views.
 // JSON from the API is snake_case; camelCase names are used only for JS locals.
 import {
-  addPlot, clearPlots, decodeArrays, heatmapFigure, maxOf, visibleWeights,
+  addPlot, clearPlots, heatmapFigure, maxOf, visibleWeights,
 } from "./heatmap.js";
+import { fetchJson as fetchApi } from "./api.js";
 import { VIEWS } from "./lessons.js";
 
 const SCRIPT_START = performance.now();
@@ -97,13 +98,6 @@ function readRequest() {
   return request;
 }
 
-function formatLoc(loc) {
-  return loc
-    .filter((part, i) => !(i === 0 && (part === "body" || part === "query")))
-    .map((part, i) => (typeof part === "number" ? `[${part}]` : (i === 0 ? part : `.${part}`)))
-    .join("");
-}
-
 function showError(message) {
   errorBox.textContent = message;
   errorBox.hidden = false;
@@ -116,25 +110,8 @@ function clearError() {
 
 // POST or GET JSON; on an HTTP error, shows the API's message by the form and
 // returns null.
-export async function fetchJson(url, body) {
-  const init = body === undefined
-    ? {}
-    : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
-  try {
-    const response = await fetch(url, init);
-    const data = decodeArrays(await response.json().catch(() => null));
-    if (!response.ok) {
-      const detail = data && data.detail;
-      showError(Array.isArray(detail)
-        ? detail.map((d) => `${formatLoc(d.loc || [])}: ${d.msg}`).join("\n")
-        : String(detail || `HTTP ${response.status}`));
-      return null;
-    }
-    return data;
-  } catch (err) {
-    showError(`Request failed: ${err}`);
-    return null;
-  }
+function fetchJson(url, body) {
+  return fetchApi(url, body, showError);
 }
 
 // The form travels in the URL (?request=<JSON>, #view), so a link reproduces the view.

@@ -211,3 +211,57 @@ export function decodeArrays(value) {
   for (const key of Object.keys(value)) value[key] = decodeArrays(value[key]);
   return value;
 }
+
+// One Plotly figure of rows x cols small heatmaps (e.g. layers x heads, BertViz's
+// model view): one heatmap trace per cell on its own axes, drawn as SVG images,
+// so 72 thumbnails cost one figure and no WebGL context. options:
+//   rows, cols, cell(r, c) -> matrix (null = masked, drawn gray),
+//   rowName / colName (axis titles "L0", "H0"; none when empty), title, zmax (a number shared by
+//   every cell, or "each" to scale each cell to its own maximum), hover(r, c),
+//   onClick(r, c).
+// Returns the div; its `drawn` promise resolves once Plotly has drawn it.
+export function thumbnailGrid(container, options) {
+  const { rows, cols, cell } = options;
+  const traces = [];
+  const layout = {
+    grid: { rows, columns: cols, pattern: "independent", xgap: 0.06, ygap: 0.08 },
+    margin: { l: 60, r: 8, t: 30, b: 30 },
+    title: { text: escapeForPlotly(options.title || ""), font: { size: 13 } },
+    height: 40 + rows * Math.max(70, 320 / rows),
+    showlegend: false,
+    plot_bgcolor: MASKED_COLOR, // masked cells are null: the background shows through
+  };
+  for (let r = 0; r < rows; r += 1) {
+    for (let c = 0; c < cols; c += 1) {
+      const n = r * cols + c + 1;
+      const z = cell(r, c);
+      const zmax = options.zmax === "each" ? maxOf(z) : options.zmax;
+      traces.push({
+        type: "heatmap",
+        z,
+        zmin: 0,
+        zmax: zmax > 0 ? zmax : 1,
+        colorscale: WEIGHT_COLORSCALE,
+        showscale: false,
+        xaxis: `x${n}`,
+        yaxis: `y${n}`,
+        meta: [r, c],
+        hovertemplate: `${options.hover ? options.hover(r, c) : `${r}, ${c}`}<br>` +
+          "query row %{y}, key col %{x}<br>weight %{z:.3f}<extra>click to enlarge</extra>",
+      });
+      const bare = { showticklabels: false, showgrid: false, zeroline: false, ticks: "" };
+      const suffix = n === 1 ? "" : String(n); // the first axes are "xaxis", not "xaxis1"
+      layout[`xaxis${suffix}`] = { ...bare, title: r === rows - 1 ? { text: `${options.colName}${c}`, standoff: 2 } : undefined };
+      layout[`yaxis${suffix}`] = { ...bare, autorange: "reversed", title: c === 0 && options.rowName ? { text: `${options.rowName}${r}`, standoff: 2 } : undefined };
+    }
+  }
+  const div = document.createElement("div");
+  div.className = "plot grid-plot";
+  container.append(div);
+  div.drawn = newPlot(div, traces, layout).then(() => {
+    if (options.onClick) {
+      div.on("plotly_click", (event) => options.onClick(...event.points[0].data.meta));
+    }
+  });
+  return div;
+}

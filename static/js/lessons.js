@@ -3,8 +3,8 @@
 // the request read from the form, the selected sequence and head, and the fetch
 // helper that reports API errors beside the form.
 import {
-  addPlot, clearPlots, escapeForPlotly, heatmapFigure, maxOf, newPlot, visibleWeights,
-  MASKED_COLOR, WEIGHT_COLORSCALE,
+  addPlot, clearPlots, escapeForPlotly, heatmapFigure, maxOf, newPlot, thumbnailGrid,
+  visibleWeights,
 } from "./heatmap.js";
 
 const ALL_STAGES = ["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"];
@@ -255,49 +255,21 @@ function blockMask(queryLabels, keyLabels, causal) {
 // One figure of N x H thumbnails; clicking one enlarges it into `enlarged`.
 function drawGrid(container, enlarged, block) {
   const { weights, b, queryLabels, keyLabels, causal, name } = block;
-  const numLayers = weights.length;
-  const numHeads = weights[0][b].length;
   const mask = blockMask(queryLabels, keyLabels, causal);
-  const traces = [];
-  const layout = {
-    grid: { rows: numLayers, columns: numHeads, pattern: "independent", xgap: 0.06, ygap: 0.08 },
-    margin: { l: 60, r: 8, t: 30, b: 30 },
-    title: { text: name, font: { size: 13 } },
-    height: 40 + numLayers * Math.max(70, 320 / numLayers),
-    showlegend: false,
-    plot_bgcolor: MASKED_COLOR, // masked cells are null: the background shows through
-  };
   let zmax = 0;
   for (const layer of weights) for (const head of layer[b]) zmax = Math.max(zmax, maxOf(head));
-  for (let l = 0; l < numLayers; l += 1) {
-    for (let h = 0; h < numHeads; h += 1) {
-      const n = l * numHeads + h + 1;
-      traces.push({
-        type: "heatmap",
-        z: visibleWeights(weights[l][b][h], mask),
-        zmin: 0,
-        zmax: zmax || 1,
-        colorscale: WEIGHT_COLORSCALE,
-        showscale: false,
-        xaxis: `x${n}`,
-        yaxis: `y${n}`,
-        meta: [l, h],
-        hovertemplate: `layer ${l}, head ${h}<br>query row %{y}, key col %{x}<br>weight %{z:.3f}<extra>click to enlarge</extra>`,
-      });
-      layout[`xaxis${n}`] = { showticklabels: false, showgrid: false, zeroline: false, ticks: "", title: l === numLayers - 1 ? { text: `H${h}`, standoff: 2 } : undefined };
-      layout[`yaxis${n}`] = { showticklabels: false, showgrid: false, zeroline: false, ticks: "", autorange: "reversed", title: h === 0 ? { text: `L${l}`, standoff: 2 } : undefined };
-    }
-  }
-  const div = document.createElement("div");
-  div.className = "plot grid-plot";
-  div.dataset.block = name;
-  container.append(div);
-  newPlot(div, traces, layout).then(() => {
-    div.on("plotly_click", (event) => {
-      const [l, h] = event.points[0].data.meta;
-      showEnlarged(enlarged, block, l, h, mask);
-    });
+  const div = thumbnailGrid(container, {
+    rows: weights.length,
+    cols: weights[0][b].length,
+    cell: (l, h) => visibleWeights(weights[l][b][h], mask),
+    rowName: "L",
+    colName: "H",
+    title: name,
+    zmax,
+    hover: (l, h) => `layer ${l}, head ${h}`,
+    onClick: (l, h) => showEnlarged(enlarged, block, l, h, mask),
   });
+  div.dataset.block = name;
   return div;
 }
 
