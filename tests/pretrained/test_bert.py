@@ -53,10 +53,35 @@ def test_attentions_match_transformers_output_attentions(minilm, reference_bert)
 
 def test_random_padded_batches_match_transformers(minilm, reference_bert) -> None:  # type: ignore[no-untyped-def]
     rng = random.Random(0)
-    words = (
-        "the a cat dog sat ran on under mat tree because it was tired happy attention "
-        "heads look at tokens unbelievably long sentences transformers 1917 café naïve"
-    ).split()
+    words = [
+        "the",
+        "a",
+        "cat",
+        "dog",
+        "sat",
+        "ran",
+        "on",
+        "under",
+        "mat",
+        "tree",
+        "because",
+        "it",
+        "was",
+        "tired",
+        "happy",
+        "attention",
+        "heads",
+        "look",
+        "at",
+        "tokens",
+        "unbelievably",
+        "long",
+        "sentences",
+        "transformers",
+        "1917",
+        "café",
+        "naïve",
+    ]
     worst = 0.0
     for _ in range(8):
         size = rng.randint(1, 4)
@@ -200,9 +225,7 @@ def test_missing_or_misshapen_weights_are_refused(minilm) -> None:  # type: igno
     # A "bert." prefix (BertForMaskedLM checkpoints) and extra heads are accepted.
     prefixed = {f"bert.{k}": v for k, v in tensors.items()} | {"cls.bias": torch.zeros(3)}
     loaded = load_bert(minilm.config, prefixed, "test")
-    assert torch.equal(
-        loaded.layers[5].ff.fc2.weight, minilm.encoder.layers[5].ff.fc2.weight
-    )
+    assert torch.equal(loaded.layers[5].ff.fc2.weight, minilm.encoder.layers[5].ff.fc2.weight)
 
 
 def test_registry_loads_model_dirs_and_names_them(minilm, tmp_path) -> None:  # type: ignore[no-untyped-def]
