@@ -56,18 +56,28 @@ def check_limits(request: Any, settings: Settings) -> None:
             refuse(field, value, limit, setting)
 
 
-def check_cells(cells: int, limit: int) -> None:
+def check_cells(
+    cells: int,
+    limit: int,
+    field: str = "sequences",
+    advice: str = "use fewer or shorter sequences, fewer heads or fewer stages",
+) -> None:
     """Refuse a response larger than ``limit`` numbers.
 
+    Args:
+        cells: the numbers the response would carry.
+        limit: ATTNVIZ_MAX_WEIGHT_CELLS.
+        field: the request field the error names.
+        advice: what to change, at the end of the message.
+
     Raises:
-        HTTPException: 413 naming ``sequences``, the size and the limit.
+        HTTPException: 413 naming ``field``, the size and the limit.
     """
     if cells > limit:
         raise field_error(
             status.HTTP_413_CONTENT_TOO_LARGE,
-            "sequences",
+            field,
             f"the response would carry {cells} numbers ({cells * 4 / 2**20:.0f} MiB as "
             f"float32: attention weights and the stages asked for), over the limit of "
-            f"{limit} (ATTNVIZ_MAX_WEIGHT_CELLS); use fewer or shorter sequences, fewer "
-            "heads or fewer stages",
+            f"{limit} (ATTNVIZ_MAX_WEIGHT_CELLS); {advice}",
         )

