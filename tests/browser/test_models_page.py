@@ -1,0 +1,170 @@
+"""The pretrained-model page (/models) in a real Chromium against a real server."""
+
+import json
+import math
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.pretrained.support import require_pretrained_extra
+
+pytestmark = pytest.mark.browser
+
+SENTENCE = "Attention shows what a trained model looks at, token by token."
+
+
+@pytest.fixture(autouse=True)
+def _needs_the_extra() -> None:
+    require_pretrained_extra()
+
+
+def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function(
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=20_000
+    )
+
+
+def redraw(page, view: str, action) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
+    action()
+    wait_drawn(page, view)
+
+
+def type_and_compute(page, text: str) -> None:  # type: ignore[no-untyped-def]
+    page.fill("#texts", text)
+    redraw(page, "model", lambda: page.click("#compute"))
+
+
+def test_typed_sentence_draws_the_6_by_12_grid_in_one_figure(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    outside: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            None
+            if urlsplit(request.url).hostname == "127.0.0.1" or request.url.startswith("data:")
+            else outside.append(request.url)
+        ),
+    )
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    assert page.locator("#model option").all_text_contents()[0] == "all-MiniLM-L6-v2"
+    type_and_compute(page, SENTENCE)
+
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    tokens = response["tokens"][0]
+    length = len(tokens)
+    assert response["shape"] == [6, 1, 12, length, length]
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and "attention" in tokens
+    # One Plotly figure holds all 72 thumbnails (no WebGL: heatmaps are SVG images).
+    grids = page.locator("#view-model .grid-plot")
+    assert grids.count() == 1
+    traces = page.evaluate("() => document.getElementById('model-grid').data")
+    assert len(traces) == 72
+    assert [t["meta"] for t in traces[:13]] == [[0, h] for h in range(12)] + [[1, 0]]
+    assert page.locator("#view-model canvas").count() == 0
+    # Thumbnail (layer 3, head 7) is the API's matrix.
+    assert traces[3 * 12 + 7]["z"] == response["attentions"][3][0][7]
+    # The enlarged map has the WordPiece tokens as labels.
+    enlarged = page.evaluate(
+        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').layout.xaxis"
+    )
+    assert enlarged["ticktext"] == [t.replace("<", "&lt;") for t in tokens]
+    assert page.locator("#view-model .enlarged .gtitle").text_content() == "Layer 0, head 0"
+    assert outside == []
+    assert page.errors == []
+
+
+def test_click_enlarges_a_thumbnail(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    box = page.locator("#model-grid .nsewdrag").nth(2 * 12 + 5).bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("document.querySelector('#view-model .enlarged').dataset.layer === '2'")
+    assert page.locator("#view-model .enlarged .gtitle").text_content() == "Layer 2, head 5"
+
+
+def test_padding_is_dropped_and_special_tokens_can_be_hidden(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    page.fill("#texts", "Short one.\nA noticeably longer second sentence for padding.")
+    redraw(page, "model", lambda: page.click("#compute"))
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    assert response["lengths"][0] < len(response["tokens"][0])  # sentence 0 is padded
+    labels = page.evaluate(
+        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').layout.xaxis"
+        ".ticktext"
+    )
+    assert labels == response["tokens"][0][: response["lengths"][0]]  # no [PAD]
+    assert "[PAD] dropped" in page.locator("#display-note").text_content()
+
+    redraw(page, "model", lambda: page.check("#hide-special"))
+    note = page.locator("#display-note").text_content()
+    assert "renormalised" in note
+    drawn = page.evaluate(
+        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').data[0]"
+    )
+    labels = page.evaluate(
+        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').layout.xaxis"
+        ".ticktext"
+    )
+    assert labels == ["short", "one", "."]
+    full = response["attentions"][0][0][0]  # layer 0, head 0, sentence 0
+    kept = [1, 2, 3]
+    for row, i in zip(drawn["z"], kept, strict=True):
+        assert math.isclose(sum(row), 1.0, abs_tol=1e-6)
+        total = sum(full[i][j] for j in kept)
+        for value, j in zip(row, kept, strict=True):
+            assert math.isclose(value, full[i][j] / total, rel_tol=1e-6)
+
+
+def test_layer_view_and_averages_and_rollout(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
+    assert page.locator("#view-layer .head-plot").count() == 12
+    redraw(page, "layer", lambda: page.select_option("#layer-index", "4"))
+    titles = page.locator("#view-layer .gtitle").all_text_contents()
+    assert titles == [f"Layer 4, head {h}" for h in range(12)]
+
+    redraw(page, "averages", lambda: page.click(".tabs button[data-view=averages]"))
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    strip = page.evaluate("() => document.getElementById('layer-strip').data")
+    assert len(strip) == 6
+    assert strip[5]["z"] == response["head_mean"][5][0]
+    maps = {
+        name: page.evaluate(
+            f"() => document.querySelector('#view-averages [data-map={name}]').data[0].z"
+        )
+        for name in ("head-mean", "layer-mean", "rollout")
+    }
+    assert maps["head-mean"] == response["head_mean"][4][0]
+    assert maps["layer-mean"] == response["layer_mean"][0]
+    assert maps["rollout"] == response["rollout"][0]
+    assert "Attention rollout" in page.locator("#view-averages").text_content()
+    assert page.errors == []
+
+
+def test_link_reproduces_the_request_and_errors_name_the_field(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    request = {"texts": ["Links carry the sentence."], "text_pairs": ["And its pair."]}
+    page.goto(f"{server_url}/models?request={json.dumps(request)}#layer")
+    wait_drawn(page, "layer")
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    assert response["tokens"][0].count("[SEP]") == 2
+    assert 1 in response["token_type_ids"][0]
+
+    page.fill("#texts", "word " * 600)
+    page.click("#compute")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "texts[0]: " in page.locator("#error").text_content()
+    assert "at most 512" in page.locator("#error").text_content()
+
+
+def test_timings_of_a_32_token_sentence(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    # Behaviour, not speed: the page reports its timings for benchmarks/pretrained.py.
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    type_and_compute(page, " ".join(["token"] * 30))
+    timings = page.evaluate("() => window.attnvizModels.timings")
+    assert timings["responseMs"] > 0 and timings["drawMs"] > 0
+    assert page.evaluate("() => window.attnvizModels.lastResponse.shape[3]") == 32
