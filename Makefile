@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser run test lint bench load clean
+.PHONY: install browser run test lint bench bench-models load clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: install browser lint
 # Speed figures side by side (a few minutes; not part of the tests).
 bench: install browser
 	$(BIN)/python -m benchmarks.run
+
+# One 32-token sentence through the pretrained all-MiniLM-L6-v2: engine, API, page.
+bench-models: install browser
+	$(BIN)/python -m benchmarks.pretrained
 
 # 32 concurrent clients for 60 s against a real server (loopback only).
 load: install
