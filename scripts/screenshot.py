@@ -1,6 +1,9 @@
-"""Regenerate docs/screenshot.png: the page with the default preset, in Debian's Chromium.
+"""Regenerate docs/screenshot.png and docs/models.png in Debian's Chromium.
 
-Usage: .venv/bin/python scripts/screenshot.py [OUTPUT.png]
+docs/screenshot.png: the page with the default preset. docs/models.png: the
+pretrained-model page (/models) with its default sentence (needs the pretrained extra).
+
+Usage: .venv/bin/python scripts/screenshot.py [OUTPUT_DIR]
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from tests.live_server import REPO_ROOT, live_server
 
 
 def main() -> None:
-    output = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT / "docs" / "screenshot.png"
+    directory = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT / "docs"
+    directory.mkdir(parents=True, exist_ok=True)
     executable = chromium_path()
     if executable is None:
         sys.exit("chromium is not installed; run `make browser` first")
@@ -27,10 +31,14 @@ def main() -> None:
         page.goto(url + "/")
         page.wait_for_function("document.getElementById('heads').dataset.drawnHeads === '2'")
         page.wait_for_timeout(300)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(output))
+        page.screenshot(path=str(directory / "screenshot.png"))
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(url + "/models")
+        page.wait_for_selector("#view-model[data-drawn='true']", timeout=30_000)
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(directory / "models.png"))
         browser.close()
-    print(f"wrote {output}")
+    print(f"wrote {directory / 'screenshot.png'} and {directory / 'models.png'}")
 
 
 if __name__ == "__main__":
