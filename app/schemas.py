@@ -592,13 +592,45 @@ class ModelAttentionRequest(BaseModel):
     )
     device: DeviceName = Field("auto", description="auto (CUDA if available) | cpu | cuda.")
     encoding: Encoding = Field("json", description="As in the attention request.")
+    sequence_index: int | None = Field(
+        None,
+        ge=0,
+        description="Return only this input, run alone (so without [PAD]): B = 1 and L its "
+        "length. The display options below need it.",
+    )
+    hide_special_tokens: bool = Field(
+        False,
+        description="With sequence_index: remove [CLS] and [SEP] from rows and columns and "
+        "renormalise every row to sum to 1 (means are then of the renormalised maps).",
+    )
+    layer_index: int | None = Field(
+        None, ge=0, description="With sequence_index: only this layer's attentions and head mean."
+    )
+    display_size: int | None = Field(
+        None,
+        ge=8,
+        le=1024,
+        description="With sequence_index: block-max pool attentions and head means to at most "
+        "this many rows and columns (layer_mean and rollout are never pooled).",
+    )
+
+
+class ModelDownsample(BaseModel):
+    """How attentions and head means were pooled for display (``display_size``)."""
+
+    method: Literal["max"] = "max"
+    factor: int = Field(description="Tokens per displayed row and column.")
+    full_length: int = Field(description="L before pooling.")
 
 
 class ModelAttentionResponse(BaseModel):
     """Every layer's and head's attention of a pretrained encoder, and maps derived from it."""
 
     model: str
-    shape: list[int] = Field(description="[N, B, H, L, L], the shape of `attentions`.")
+    shape: list[int] = Field(
+        description="[N, B, H, L, L], the shape of `attentions` as returned (after selection "
+        "and pooling)."
+    )
     num_layers: int
     num_heads: int
     d_model: int
@@ -628,3 +660,14 @@ class ModelAttentionResponse(BaseModel):
     )
     device: str
     compute_ms: float = Field(description="Forward pass and derived maps, in milliseconds.")
+    sequence_index: int | None = Field(None, description="The input returned, when selected.")
+    layer_index: int | None = Field(None, description="The layer returned, when selected.")
+    hidden_special_tokens: bool = Field(False, description="Whether [CLS] / [SEP] were removed.")
+    special_share: float | None = Field(
+        None,
+        description="With hidden special tokens: the mean share of a shown row that went to "
+        "them, over layers, heads and rows.",
+    )
+    downsample: ModelDownsample | None = Field(
+        None, description="Present when display_size pooled the attentions."
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, status
 from fastapi.responses import Response
@@ -11,7 +11,8 @@ from app.compute import held_while_sent
 from app.config import Settings, get_settings
 from app.errors import computed, engine_errors, field_error
 from app.limits import check_cells
-from app.pretrained import MODELS, PretrainedModel
+from app.pretrained import MODELS, ModelAttention, PretrainedModel
+from app.pretrained.display import SequenceView, sequence_view
 from app.routers.attention import ERROR_RESPONSES
 from app.schemas import ModelAttentionRequest, ModelAttentionResponse, ModelInfo, ModelsResponse
 from app.serialize import encode_large, respond
@@ -85,9 +86,9 @@ def model_response(
     """The blocking part of :func:`compute_model_attention`: tokenise, check, run, serialise.
 
     Raises:
-        HTTPException: 422 naming the field for bad texts or device; 413 when the
-            response would carry more than ATTNVIZ_MAX_WEIGHT_CELLS numbers or an
-            input has more than ATTNVIZ_MAX_SEQ_LEN tokens.
+        HTTPException: 422 naming the field for bad texts, device or display options;
+            413 when the response would carry more than ATTNVIZ_MAX_WEIGHT_CELLS numbers
+            or an input has more than ATTNVIZ_MAX_SEQ_LEN tokens.
     """
     with engine_errors(request.device):
         batch = model.tokenize(request.texts, request.text_pairs)
@@ -100,33 +101,116 @@ def model_response(
                     f"{length} tokens is over the limit of {settings.max_seq_len} "
                     "(ATTNVIZ_MAX_SEQ_LEN)",
                 )
+        if request.sequence_index is None:
+            check_display_options(request)
+            check_cells(
+                model.weight_cells(batch),
+                settings.max_weight_cells,
+                "texts",
+                "use fewer or shorter texts",
+            )
+            return respond(batch_payload(model, request, model.run(batch, device=request.device)))
+        b = request.sequence_index
+        if b >= len(request.texts):
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                "sequence_index",
+                f"{b} is not below {len(request.texts)}",
+            )
+        pair = None if request.text_pairs is None else [request.text_pairs[b]]
+        alone = model.tokenize([request.texts[b]], pair)
         check_cells(
-            model.weight_cells(batch),
-            settings.max_weight_cells,
-            "texts",
-            "use fewer or shorter texts",
+            model.weight_cells(alone), settings.max_weight_cells, "texts", "use a shorter text"
         )
-        result = model.run(batch, device=request.device)
+        result = model.run(alone, device=request.device)
+        view = sequence_view(
+            result,
+            hide_special_tokens=request.hide_special_tokens,
+            layer_index=request.layer_index,
+            display_size=request.display_size,
+        )
+    return respond(sequence_payload(model, request, result, view))
+
+
+def check_display_options(request: ModelAttentionRequest) -> None:
+    """Refuse the one-input display options without sequence_index (422 naming them)."""
+    for field, value in (
+        ("hide_special_tokens", request.hide_special_tokens),
+        ("layer_index", request.layer_index),
+        ("display_size", request.display_size),
+    ):
+        if value not in (None, False):
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                field,
+                "applies to one input: set sequence_index too",
+            )
+
+
+def batch_payload(
+    model: PretrainedModel, request: ModelAttentionRequest, result: ModelAttention
+) -> dict[str, Any]:
+    """The response for the whole batch: every map at full resolution, padded."""
+    batch, enc = result.batch, request.encoding
+    return {
+        **model_fields(model, result),
+        "shape": list(result.attentions.shape),
+        "tokens": batch.tokens,
+        "input_ids": batch.input_ids.tolist(),
+        "token_type_ids": batch.token_type_ids.tolist(),
+        "attention_mask": batch.attention_mask.tolist(),
+        "special_tokens_mask": batch.special_tokens_mask.tolist(),
+        "lengths": batch.attention_mask.sum(dim=1).tolist(),
+        "attentions": encode_large(result.attentions, enc),
+        "head_mean": encode_large(result.head_mean, enc),
+        "layer_mean": encode_large(result.layer_mean, enc),
+        "rollout": encode_large(result.rollout, enc),
+    }
+
+
+def sequence_payload(
+    model: PretrainedModel,
+    request: ModelAttentionRequest,
+    result: ModelAttention,
+    view: SequenceView,
+) -> dict[str, Any]:
+    """The response for one input (sequence_index), with its display options applied."""
     enc = request.encoding
+    attentions = view.attentions[:, None]  # (N', 1, H, P, P)
+    length = len(view.tokens)
+    return {
+        **model_fields(model, result),
+        "shape": list(attentions.shape),
+        "tokens": [view.tokens],
+        "input_ids": [view.input_ids],
+        "token_type_ids": [view.token_type_ids],
+        "attention_mask": [[True] * length],
+        "special_tokens_mask": [view.special_tokens_mask],
+        "lengths": [length],
+        "attentions": encode_large(attentions, enc),
+        "head_mean": encode_large(view.head_mean[:, None], enc),
+        "layer_mean": encode_large(view.layer_mean[None], enc),
+        "rollout": encode_large(view.rollout[None], enc),
+        "sequence_index": request.sequence_index,
+        "layer_index": request.layer_index,
+        "hidden_special_tokens": view.hidden_special_tokens,
+        "special_share": view.special_share,
+        "downsample": (
+            None
+            if view.factor == 1
+            else {"method": "max", "factor": view.factor, "full_length": length}
+        ),
+    }
+
+
+def model_fields(model: PretrainedModel, result: ModelAttention) -> dict[str, Any]:
+    """The fields every response has: the model and where and how long it ran."""
     config = model.config
-    return respond(
-        {
-            "model": model.name,
-            "shape": list(result.attentions.shape),
-            "num_layers": config.num_hidden_layers,
-            "num_heads": config.num_attention_heads,
-            "d_model": config.hidden_size,
-            "tokens": batch.tokens,
-            "input_ids": batch.input_ids.tolist(),
-            "token_type_ids": batch.token_type_ids.tolist(),
-            "attention_mask": batch.attention_mask.tolist(),
-            "special_tokens_mask": batch.special_tokens_mask.tolist(),
-            "lengths": lengths,
-            "attentions": encode_large(result.attentions, enc),
-            "head_mean": encode_large(result.head_mean, enc),
-            "layer_mean": encode_large(result.layer_mean, enc),
-            "rollout": encode_large(result.rollout, enc),
-            "device": result.device,
-            "compute_ms": result.compute_ms,
-        }
-    )
+    return {
+        "model": model.name,
+        "num_layers": config.num_hidden_layers,
+        "num_heads": config.num_attention_heads,
+        "d_model": config.hidden_size,
+        "device": result.device,
+        "compute_ms": result.compute_ms,
+    }
