@@ -2,7 +2,7 @@
 // every layer's and head's attention (BertViz's model view), one layer's heads,
 // the averages and attention rollout.
 import { fetchJson as fetchApi } from "./api.js";
-import { addPlot, clearPlots, heatmapFigure, maxOf, thumbnailGrid } from "./heatmap.js";
+import { addPlot, clearPlots, heatmapFigure, thumbnailGrid } from "./heatmap.js";
 
 const DEFAULT_TEXT = "The cat sat on the mat because it was tired.";
 const COMPACT = { encoding: "base64_float32" };
@@ -23,7 +23,11 @@ const hideSpecial = document.getElementById("hide-special");
 const computeButton = document.getElementById("compute");
 const tabs = [...document.querySelectorAll(".tabs button")];
 
-const state = { models: [], response: null, request: null, view: "model" };
+const THUMB_SIZE = 64; // thumbnails of longer inputs come block-max pooled to this size
+const state = {
+  models: [], request: null, view: "model", overview: null, overviewKey: null, overviewRequest: null,
+  layers: new Map(), fetchMs: 0, ticket: 0,
+};
 
 function showError(message) {
   errorBox.textContent = message;
@@ -75,83 +79,93 @@ function readUrl() {
   }
 }
 
-// Positions of sentence b to draw: its real tokens ([PAD] dropped: every real
-// token gives it exactly 0, so no row changes), and without [CLS]/[SEP] when hidden.
-function shownPositions(res, b) {
-  const keep = [];
-  for (let i = 0; i < res.tokens[b].length; i += 1) {
-    if (!res.attention_mask[b][i]) continue;
-    if (hideSpecial.checked && res.special_tokens_mask[b][i]) continue;
-    keep.push(i);
-  }
-  return keep;
+// The server does the per-input work: the input runs alone (no [PAD]), special tokens
+// are hidden there (rows renormalised), and thumbnails of long inputs come pooled.
+function viewRequest(extra) {
+  return {
+    ...state.request,
+    ...COMPACT,
+    sequence_index: Number(sequenceSelect.value || 0),
+    hide_special_tokens: hideSpecial.checked,
+    ...extra,
+  };
 }
 
-// The rows and columns of `keep`; with special tokens hidden, each row is divided by
-// its sum over the kept keys, so it sums to 1 again.
-function view(matrix, keep) {
-  return keep.map((i) => {
-    const row = keep.map((j) => matrix[i][j]);
-    if (!hideSpecial.checked) return row;
-    const total = row.reduce((a, v) => a + v, 0);
-    return total > 0 ? row.map((v) => v / total) : row;
-  });
+// The overview of the selected input: every layer and head (pooled to THUMB_SIZE when
+// longer), the averages and rollout. Fetched again when the input or the hiding changes.
+async function overview() {
+  const body = viewRequest({ display_size: THUMB_SIZE });
+  const key = JSON.stringify(body);
+  if (state.overviewKey !== key) {
+    const started = performance.now();
+    const res = await fetchJson("/api/v1/models/attention", body);
+    state.fetchMs = performance.now() - started;
+    if (res === null) return null;
+    state.overview = res;
+    state.overviewKey = key;
+    state.overviewRequest = body;
+    state.layers = new Map();
+    window.attnvizModels.lastResponse = res;
+  }
+  return state.overview;
 }
 
-// Mean share of each shown row that went to [CLS] and [SEP], over all layers and heads.
-function specialShare(res, b, keep) {
-  const special = [];
-  for (let j = 0; j < res.tokens[b].length; j += 1) {
-    if (res.attention_mask[b][j] && res.special_tokens_mask[b][j]) special.push(j);
+// Full-resolution maps of layer l: {attentions: H x L x L, headMean: L x L}; from the
+// overview when it is not pooled, else fetched once per layer.
+async function layerMaps(res, l) {
+  if (!res.downsample) return { attentions: res.attentions[l][0], headMean: res.head_mean[l][0] };
+  if (!state.layers.has(l)) {
+    const layer = await fetchJson("/api/v1/models/attention", viewRequest({ layer_index: l }));
+    if (layer === null) return null;
+    state.layers.set(l, { attentions: layer.attentions[0][0], headMean: layer.head_mean[0][0] });
   }
-  const mean = res.layer_mean[b];
-  let share = 0;
-  for (const i of keep) share += special.reduce((a, j) => a + mean[i][j], 0);
-  return keep.length ? share / keep.length : 0;
+  return state.layers.get(l);
 }
 
 function describe(res) {
-  const [N, B, H, L] = res.shape;
+  const [, , H] = res.shape;
   return [
-    `${res.model}: ${N} layers × ${H} heads, d_model ${res.d_model}`,
-    `attentions (N, B, H, L, L) = (${N}, ${B}, ${H}, ${L}, ${L})`,
+    `${res.model}: ${res.num_layers} layers × ${H} heads, d_model ${res.d_model}`,
+    `attentions (N, B, H, L, L) = (${res.num_layers}, 1, ${H}, ${res.lengths[0]}, ` +
+      `${res.lengths[0]}) for sentence ${res.sequence_index}`,
     `${res.device}, ${res.compute_ms.toFixed(1)} ms`,
   ].join(" · ");
 }
 
-function noteFor(res, b, keep) {
-  const dropped = res.tokens[b].length - res.lengths[b];
-  const parts = [`Sentence ${b}: ${keep.length} tokens shown`];
-  if (dropped > 0) parts.push(`${dropped} [PAD] dropped (they get weight 0)`);
-  if (hideSpecial.checked) {
-    const share = specialShare(res, b, keep);
+function noteFor(res) {
+  const parts = [`Sentence ${res.sequence_index}: ${res.lengths[0]} tokens, run alone (no [PAD])`];
+  if (res.hidden_special_tokens) {
     parts.push("[CLS] and [SEP] hidden: each row is renormalised over the remaining tokens " +
-      `so it sums to 1 again (they took ${(100 * share).toFixed(1)}% of each row on average, ` +
-      "over all layers and heads)");
+      `so it sums to 1 again (they took ${(100 * res.special_share).toFixed(1)}% of each row ` +
+      "on average, over all layers and heads)");
+  }
+  if (res.downsample) {
+    const f = res.downsample.factor;
+    parts.push(`thumbnails pooled to blocks of ${f} × ${f} tokens (block max); enlarged maps ` +
+      "and the layer view are full resolution");
   }
   return `${parts.join(" · ")}. Rows are queries, columns keys.`;
 }
 
-function populateSelectors(res) {
+function populateSelectors(request, numLayers) {
   const previous = Number(sequenceSelect.value || 0);
   sequenceSelect.replaceChildren();
-  res.tokens.forEach((tokens, b) => {
+  request.texts.forEach((text, b) => {
     const option = document.createElement("option");
     option.value = String(b);
-    const words = tokens.slice(1, Math.min(7, res.lengths[b] - 1)).join(" "); // after [CLS]
-    option.textContent = `${b}: ${words}${res.lengths[b] > 8 ? " …" : ""}`;
+    option.textContent = `${b}: ${text.length > 40 ? `${text.slice(0, 40)}…` : text}`;
     sequenceSelect.append(option);
   });
-  sequenceSelect.value = String(previous < res.shape[1] ? previous : 0);
+  sequenceSelect.value = String(previous < request.texts.length ? previous : 0);
   const previousLayer = Number(layerSelect.value || 0);
   layerSelect.replaceChildren();
-  for (let l = 0; l < res.num_layers; l += 1) {
+  for (let l = 0; l < numLayers; l += 1) {
     const option = document.createElement("option");
     option.value = String(l);
     option.textContent = `Layer ${l}`;
     layerSelect.append(option);
   }
-  layerSelect.value = String(previousLayer < res.num_layers ? previousLayer : 0);
+  layerSelect.value = String(previousLayer < numLayers ? previousLayer : 0);
 }
 
 function weightFigure(z, labels, title, showscale = true) {
@@ -160,45 +174,47 @@ function weightFigure(z, labels, title, showscale = true) {
   });
 }
 
-function showEnlarged(container, res, b, keep, l, h) {
+async function showEnlarged(container, res, l, h) {
+  const maps = await layerMaps(res, l);
+  if (maps === null) return;
   clearPlots(container);
   container.dataset.layer = String(l);
   container.dataset.head = String(h);
-  const labels = keep.map((i) => res.tokens[b][i]);
-  addPlot(container, weightFigure(view(res.attentions[l][b][h], keep), labels,
+  const div = addPlot(container, weightFigure(maps.attentions[h], res.tokens[0],
     `Layer ${l}, head ${h}`), "plot enlarged-plot");
+  await div.drawn;
 }
 
 // BertViz's model view: N x H thumbnails in one figure; a click enlarges one.
-async function renderModelView(section, res, b, keep) {
+async function renderModelView(section, res) {
   const body = section.querySelector(".view-body");
   const enlarged = section.querySelector(".enlarged");
   clearPlots(body);
   const grid = thumbnailGrid(body, {
     rows: res.num_layers,
     cols: res.num_heads,
-    cell: (l, h) => view(res.attentions[l][b][h], keep),
+    cell: (l, h) => res.attentions[l][0][h],
     rowName: "L",
     colName: "H",
     title: "Layers (rows) × heads (columns); each thumbnail scaled to its own maximum; " +
       "click one to enlarge",
     zmax: "each",
     hover: (l, h) => `layer ${l}, head ${h}`,
-    onClick: (l, h) => showEnlarged(enlarged, res, b, keep, l, h),
+    onClick: (l, h) => showEnlarged(enlarged, res, l, h),
   });
   grid.id = "model-grid";
-  showEnlarged(enlarged, res, b, keep, 0, 0);
-  await grid.drawn;
+  await Promise.all([grid.drawn, showEnlarged(enlarged, res, 0, 0)]);
 }
 
-// Every head of one layer, with token labels.
-async function renderLayerView(section, res, b, keep, l) {
+// Every head of one layer, with token labels, at full resolution.
+async function renderLayerView(section, res, l) {
   const body = section.querySelector(".view-body");
+  const maps = await layerMaps(res, l);
+  if (maps === null) return;
   clearPlots(body);
-  const labels = keep.map((i) => res.tokens[b][i]);
   const plots = [];
   for (let h = 0; h < res.num_heads; h += 1) {
-    const div = addPlot(body, weightFigure(view(res.attentions[l][b][h], keep), labels,
+    const div = addPlot(body, weightFigure(maps.attentions[h], res.tokens[0],
       `Layer ${l}, head ${h}`), "head-plot");
     div.dataset.head = String(h);
     plots.push(div.drawn);
@@ -208,14 +224,16 @@ async function renderLayerView(section, res, b, keep, l) {
 
 // The head average of each layer, one layer's head average, the mean over all layers
 // and heads, and attention rollout (Abnar & Zuidema 2020).
-async function renderAverages(section, res, b, keep, l) {
+async function renderAverages(section, res, l) {
   const body = section.querySelector(".view-body");
+  const maps = await layerMaps(res, l);
+  if (maps === null) return;
   clearPlots(body);
-  const labels = keep.map((i) => res.tokens[b][i]);
+  const labels = res.tokens[0];
   const strip = thumbnailGrid(body, {
     rows: 1,
     cols: res.num_layers,
-    cell: (_, layer) => view(res.head_mean[layer][b], keep),
+    cell: (_, layer) => res.head_mean[layer][0],
     rowName: "",
     colName: "L",
     title: "Head average of each layer (click one to show it below)",
@@ -227,49 +245,50 @@ async function renderAverages(section, res, b, keep, l) {
     },
   });
   strip.id = "layer-strip";
-  const maps = document.createElement("div");
-  maps.className = "heads";
-  body.append(maps);
+  const grid = document.createElement("div");
+  grid.className = "heads";
+  body.append(grid);
   const figures = [
-    ["head-mean", view(res.head_mean[l][b], keep), `Head average, layer ${l}`],
-    ["layer-mean", view(res.layer_mean[b], keep), `Average of all ${res.num_layers} layers and heads`],
-    ["rollout", view(res.rollout[b], keep), "Attention rollout (Abnar & Zuidema 2020)"],
+    ["head-mean", maps.headMean, `Head average, layer ${l}`],
+    ["layer-mean", res.layer_mean[0], `Average of all ${res.num_layers} layers and heads`],
+    ["rollout", res.rollout[0], "Attention rollout (Abnar & Zuidema 2020)"],
   ];
   const plots = [strip.drawn];
   for (const [name, z, title] of figures) {
-    const div = addPlot(maps, weightFigure(z, labels, title), "head-plot");
+    const div = addPlot(grid, weightFigure(z, labels, title), "head-plot");
     div.dataset.map = name;
     plots.push(div.drawn);
   }
   const note = document.createElement("p");
   note.className = "hint";
   note.textContent = "Rollout: per layer, Â = 0.5 · (head average) + 0.5 · I for the residual " +
-    "connection, then Â_N ⋯ Â_1: row i is how much of token i's last-layer representation " +
-    "flows from each input token; its rows sum to 1.";
+    "connection, then Â_N ⋯ Â_1, computed with every token: row i is how much of token i's " +
+    "last-layer representation flows from each input token; its rows sum to 1.";
   body.append(note);
   await Promise.all(plots);
 }
 
 async function renderView() {
-  const res = state.response;
-  if (!res) return;
-  const b = Number(sequenceSelect.value || 0);
-  const l = Number(layerSelect.value || 0);
-  const keep = shownPositions(res, b);
-  summary.textContent = describe(res);
-  displayNote.textContent = noteFor(res, b, keep);
-  layerControl.hidden = state.view === "model";
+  if (!state.request) return;
+  const ticket = (state.ticket += 1);
+  const section = document.getElementById(`view-${state.view}`);
+  section.dataset.drawn = "false";
   for (const tab of tabs) {
     const active = tab.dataset.view === state.view;
     tab.setAttribute("aria-selected", String(active));
     document.getElementById(`view-${tab.dataset.view}`).hidden = !active;
   }
-  const section = document.getElementById(`view-${state.view}`);
-  section.dataset.drawn = "false";
-  if (state.view === "model") await renderModelView(section, res, b, keep);
-  else if (state.view === "layer") await renderLayerView(section, res, b, keep, l);
-  else await renderAverages(section, res, b, keep, l);
-  section.dataset.drawn = "true";
+  layerControl.hidden = state.view === "model";
+  const res = await overview();
+  if (res === null || ticket !== state.ticket) return;
+  clearError();
+  summary.textContent = describe(res);
+  displayNote.textContent = noteFor(res);
+  const l = Number(layerSelect.value || 0);
+  if (state.view === "model") await renderModelView(section, res);
+  else if (state.view === "layer") await renderLayerView(section, res, l);
+  else await renderAverages(section, res, l);
+  if (ticket === state.ticket) section.dataset.drawn = "true";
 }
 
 async function compute() {
@@ -280,18 +299,16 @@ async function compute() {
   try {
     const request = readRequest();
     writeUrl(request);
-    const started = performance.now();
-    const res = await fetchJson("/api/v1/models/attention", { ...request, ...COMPACT });
-    if (res === null) return;
-    const received = performance.now();
-    state.response = res;
+    const model = state.models.find((m) => m.name === request.model) || state.models[0];
     state.request = request;
-    window.attnvizModels.lastResponse = res;
-    populateSelectors(res);
+    state.overviewKey = null;
+    populateSelectors(request, model.num_layers);
+    const started = performance.now();
     await renderView();
+    if (state.overviewKey === null) return; // the API refused it: the error is shown
     const drawn = performance.now();
     // Milliseconds from the request to the response, and from there to the drawn view.
-    window.attnvizModels.timings = { responseMs: received - started, drawMs: drawn - received };
+    window.attnvizModels.timings = { responseMs: state.fetchMs, drawMs: drawn - started - state.fetchMs };
   } finally {
     clearTimeout(showProgress);
     progress.hidden = true;
@@ -345,9 +362,9 @@ for (const tab of tabs) {
   });
 }
 document.getElementById("download-json").addEventListener("click", () => {
-  if (!state.response) return;
+  if (!state.overview) return;
   const link = document.createElement("a");
-  const body = JSON.stringify({ request: state.request, response: state.response });
+  const body = JSON.stringify({ request: state.overviewRequest, response: state.overview });
   link.href = URL.createObjectURL(new Blob([body], { type: "application/json" }));
   link.download = "attnviz-model.json";
   link.click();

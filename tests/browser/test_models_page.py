@@ -4,6 +4,7 @@ import json
 import math
 from urllib.parse import urlsplit
 
+import httpx2 as httpx
 import pytest
 
 from tests.pretrained.support import require_pretrained_extra
@@ -84,38 +85,59 @@ def test_click_enlarges_a_thumbnail(page, server_url) -> None:  # type: ignore[n
     assert page.locator("#view-model .enlarged .gtitle").text_content() == "Layer 2, head 5"
 
 
-def test_padding_is_dropped_and_special_tokens_can_be_hidden(page, server_url) -> None:  # type: ignore[no-untyped-def]
+def test_each_sentence_runs_alone_and_special_tokens_can_be_hidden(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     wait_drawn(page, "model")
-    page.fill("#texts", "Short one.\nA noticeably longer second sentence for padding.")
+    texts = ["Short one.", "A noticeably longer second sentence, to pad the first."]
+    page.fill("#texts", "\n".join(texts))
     redraw(page, "model", lambda: page.click("#compute"))
     response = page.evaluate("() => window.attnvizModels.lastResponse")
-    assert response["lengths"][0] < len(response["tokens"][0])  # sentence 0 is padded
-    labels = page.evaluate(
-        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').layout.xaxis"
-        ".ticktext"
-    )
-    assert labels == response["tokens"][0][: response["lengths"][0]]  # no [PAD]
-    assert "[PAD] dropped" in page.locator("#display-note").text_content()
+    assert response["tokens"] == [["[CLS]", "short", "one", ".", "[SEP]"]]  # no [PAD]
+    assert "run alone (no [PAD])" in page.locator("#display-note").text_content()
+    redraw(page, "model", lambda: page.select_option("#sequence-index", "1"))
+    assert page.evaluate("() => window.attnvizModels.lastResponse.sequence_index") == 1
+    redraw(page, "model", lambda: page.select_option("#sequence-index", "0"))
 
     redraw(page, "model", lambda: page.check("#hide-special"))
-    note = page.locator("#display-note").text_content()
-    assert "renormalised" in note
-    drawn = page.evaluate(
-        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').data[0]"
-    )
-    labels = page.evaluate(
-        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').layout.xaxis"
-        ".ticktext"
-    )
+    assert "renormalised" in page.locator("#display-note").text_content()
+    plot = "document.querySelector('#view-model .enlarged .js-plotly-plot')"
+    labels = page.evaluate(f"() => {plot}.layout.xaxis.ticktext")
     assert labels == ["short", "one", "."]
-    full = response["attentions"][0][0][0]  # layer 0, head 0, sentence 0
+    drawn = page.evaluate(f"() => {plot}.data[0].z")
+    # Independently: the batch's full maps (sentence 0 padded), rows cut to the kept
+    # tokens and renormalised here.
+    full = httpx.post(server_url + "/api/v1/models/attention", json={"texts": texts}).json()
+    head = full["attentions"][0][0][0]  # layer 0, sentence 0, head 0
     kept = [1, 2, 3]
-    for row, i in zip(drawn["z"], kept, strict=True):
+    for row, i in zip(drawn, kept, strict=True):
         assert math.isclose(sum(row), 1.0, abs_tol=1e-6)
-        total = sum(full[i][j] for j in kept)
+        total = sum(head[i][j] for j in kept)
         for value, j in zip(row, kept, strict=True):
-            assert math.isclose(value, full[i][j] / total, rel_tol=1e-6)
+            assert math.isclose(value, head[i][j] / total, abs_tol=1e-5)
+
+
+def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    type_and_compute(page, " ".join(["attention"] * 198))  # 200 tokens
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    assert response["downsample"] == {"method": "max", "factor": 4, "full_length": 200}
+    assert response["shape"] == [6, 1, 12, 50, 50]
+    traces = page.evaluate("() => document.getElementById('model-grid').data")
+    assert len(traces) == 72 and len(traces[0]["z"]) == 50
+    assert "pooled to blocks of 4 × 4" in page.locator("#display-note").text_content()
+    # The enlarged map and the layer view are fetched at full resolution.
+    enlarged = page.evaluate(
+        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').data[0].z"
+    )
+    assert len(enlarged) == 200 and len(enlarged[0]) == 200
+    redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
+    heads = page.evaluate(
+        "() => [...document.querySelectorAll('#view-layer .head-plot')]"
+        ".map((d) => d.data[0].z.length)"
+    )
+    assert heads == [200] * 12
+    assert page.errors == []
 
 
 def test_layer_view_and_averages_and_rollout(page, server_url) -> None:  # type: ignore[no-untyped-def]
