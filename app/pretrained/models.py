@@ -56,7 +56,8 @@ class TokenizedBatch:
         input_ids: (B, L) int64.
         token_type_ids: (B, L) int64, 0 for sentence A (and [CLS]), 1 for sentence B.
         attention_mask: (B, L) bool, True for real tokens, False for [PAD].
-        special_tokens_mask: (B, L) bool, True for [CLS], [SEP] and [PAD].
+        special_tokens_mask: (B, L) bool, True for [CLS], [SEP] and [PAD], including
+            ones typed in the text.
     """
 
     tokens: list[list[str]]
@@ -115,6 +116,12 @@ class PretrainedModel:
     num_parameters: int
     _copies: dict[str, BertEncoder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @functools.cached_property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of [CLS], [SEP] and [PAD] (the tokenizer marks only those it adds itself)."""
+        ids = (self.tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+        return frozenset(i for i in ids if i is not None)
 
     @property
     def max_tokens(self) -> int:
@@ -179,7 +186,14 @@ class PretrainedModel:
             token_type_ids=torch.tensor([e.type_ids for e in encodings], dtype=torch.int64),
             attention_mask=torch.tensor([e.attention_mask for e in encodings], dtype=torch.bool),
             special_tokens_mask=torch.tensor(
-                [e.special_tokens_mask for e in encodings], dtype=torch.bool
+                [
+                    [
+                        bool(m) or i in self.special_ids
+                        for m, i in zip(e.special_tokens_mask, e.ids, strict=True)
+                    ]
+                    for e in encodings
+                ],
+                dtype=torch.bool,
             ),
         )
 

@@ -174,3 +174,50 @@ def test_without_models_the_api_says_how_to_install_them(client: TestClient) -> 
     detail = response.json()["detail"][0]
     assert detail["loc"] == ["body", "model"]
     assert "ATTNVIZ_MODEL_DIRS" in detail["msg"]
+
+
+def test_sequence_index_returns_that_input_alone_without_padding(client: TestClient) -> None:
+    texts = ["Short.", "A longer sentence makes the first one padded."]
+    batch = client.post(URL, json={"texts": texts}).json()
+    one = client.post(URL, json={"texts": texts, "sequence_index": 0}).json()
+    length = batch["lengths"][0]
+    assert one["tokens"] == [batch["tokens"][0][:length]]
+    assert one["shape"] == [6, 1, 12, length, length]
+    assert one["sequence_index"] == 0 and one["downsample"] is None
+    alone = torch.tensor(one["attentions"])[:, 0]
+    padded = torch.tensor(batch["attentions"])[:, 0, :, :length, :length]
+    assert (alone - padded).abs().max().item() <= 1e-5  # padding changes nothing
+
+
+def test_display_options_hide_select_and_pool(client: TestClient) -> None:
+    body = {"texts": [" ".join(["word"] * 98)], "sequence_index": 0}  # 100 tokens
+    hidden = client.post(URL, json={**body, "hide_special_tokens": True}).json()
+    assert hidden["hidden_special_tokens"] is True
+    assert hidden["tokens"] == [["word"] * 98]
+    assert 0 < hidden["special_share"] < 1
+    assert torch.allclose(torch.tensor(hidden["attentions"]).sum(-1), torch.ones(()), atol=1e-5)
+    layer = client.post(URL, json={**body, "layer_index": 2}).json()
+    assert layer["shape"] == [1, 1, 12, 100, 100] and layer["layer_index"] == 2
+    pooled = client.post(URL, json={**body, "display_size": 32}).json()
+    assert pooled["shape"] == [6, 1, 12, 25, 25]
+    assert pooled["downsample"] == {"method": "max", "factor": 4, "full_length": 100}
+    assert torch.tensor(pooled["rollout"]).shape == (1, 100, 100)
+
+
+@pytest.mark.parametrize(
+    ("extra", "loc"),
+    [
+        ({"hide_special_tokens": True}, ["body", "hide_special_tokens"]),
+        ({"layer_index": 1}, ["body", "layer_index"]),
+        ({"display_size": 32}, ["body", "display_size"]),
+        ({"sequence_index": 1}, ["body", "sequence_index"]),
+        ({"sequence_index": 0, "layer_index": 6}, ["body", "layer_index"]),
+        ({"sequence_index": 0, "display_size": 4}, ["body", "display_size"]),
+    ],
+)
+def test_bad_display_options_get_422_naming_them(
+    client: TestClient, extra: dict[str, Any], loc: list[Any]
+) -> None:
+    response = client.post(URL, json={"texts": ["Just one."], **extra})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == loc
