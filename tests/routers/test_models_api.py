@@ -1,6 +1,7 @@
 """GET /api/v1/models and POST /api/v1/models/attention."""
 
 import base64
+import json
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,8 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.config import Settings, get_settings
-from app.pretrained import MODELS
+from app.main import create_app
+from app.pretrained import MODELS, ModelFormatError
 from tests.pretrained.support import require_pretrained_extra
 
 URL = "/api/v1/models/attention"
@@ -221,3 +223,25 @@ def test_bad_display_options_get_422_naming_them(
     response = client.post(URL, json={"texts": ["Just one."], **extra})
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"] == loc
+
+
+def test_model_dirs_setting_registers_local_directories(minilm, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    directory = tmp_path / "my-bert"
+    directory.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (directory / name).symlink_to(minilm.path / name)
+    monkeypatch.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(directory)]))
+    get_settings.cache_clear()
+    try:
+        with TestClient(create_app()) as client:
+            names = [m["name"] for m in client.get("/api/v1/models").json()["models"]]
+            assert names == ["all-MiniLM-L6-v2", "my-bert"]
+            data = client.post(URL, json={"model": "my-bert", "texts": ["Local."]}).json()
+            assert data["model"] == "my-bert" and data["shape"][0] == 6
+        monkeypatch.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(tmp_path / "missing")]))
+        get_settings.cache_clear()
+        with pytest.raises(ModelFormatError, match="ATTNVIZ_MODEL_DIRS"), TestClient(create_app()):
+            pass
+    finally:
+        get_settings.cache_clear()
+        MODELS.clear()
