@@ -23,8 +23,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx2 as httpx
@@ -33,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.pretrained import ModelRegistry
+from benchmarks.run import median_ms
 from tests.browser.support import CHROMIUM_ARGS, chromium_path
 from tests.live_server import live_server
 
@@ -41,17 +40,6 @@ SENTENCE = (
     "up, showing which earlier words each token looked at the most."
 )
 TOKENS = 32
-
-
-def median_ms(run: Callable[[], object], reps: int) -> float:
-    """Median wall time of ``run()`` over ``reps`` calls, after one warm-up call."""
-    run()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def page_timings(url: str, reps: int) -> tuple[float, float, float] | None:

@@ -31,3 +31,46 @@ export async function fetchJson(url, body, showError) {
     return null;
   }
 }
+
+// The error box beside a form: show(message) and clear().
+export function errorBox(element) {
+  return {
+    show(message) {
+      element.textContent = message;
+      element.hidden = false;
+    },
+    clear() {
+      element.textContent = "";
+      element.hidden = true;
+    },
+  };
+}
+
+// A page's request and open tab travel in the URL (?request=<JSON>#view), so that a
+// link reproduces the view.
+export function writeUrlState(request, view) {
+  const url = new URL(window.location.href);
+  url.searchParams.set("request", JSON.stringify(request));
+  url.hash = view;
+  window.history.replaceState(null, "", url);
+}
+
+// The request of the URL, or null when there is none (or it is not JSON).
+export function readUrlRequest() {
+  const raw = new URL(window.location.href).searchParams.get("request");
+  if (raw === null) return null;
+  try {
+    return JSON.parse(raw);
+  } catch {
+    return null;
+  }
+}
+
+// Save `blob` as a file called `name`.
+export function download(name, blob) {
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}

@@ -3,7 +3,9 @@
 import {
   addPlot, clearPlots, heatmapFigure, maxOf, visibleWeights,
 } from "./heatmap.js";
-import { fetchJson as fetchApi } from "./api.js";
+import {
+  download, errorBox, fetchJson as fetchApi, readUrlRequest, writeUrlState,
+} from "./api.js";
 import { VIEWS } from "./lessons.js";
 
 const SCRIPT_START = performance.now();
@@ -18,7 +20,6 @@ const COMPACT = { encoding: "base64_float32" };
 const form = document.getElementById("attn-form");
 const presetSelect = document.getElementById("preset");
 const presetDescription = document.getElementById("preset-description");
-const errorBox = document.getElementById("error");
 const summary = document.getElementById("summary");
 const sequenceSelect = document.getElementById("sequence-index");
 const headSelect = document.getElementById("head-index");
@@ -98,15 +99,9 @@ function readRequest() {
   return request;
 }
 
-function showError(message) {
-  errorBox.textContent = message;
-  errorBox.hidden = false;
-}
-
-function clearError() {
-  errorBox.textContent = "";
-  errorBox.hidden = true;
-}
+const errors = errorBox(document.getElementById("error"));
+const showError = errors.show;
+const clearError = errors.clear;
 
 // POST or GET JSON; on an HTTP error, shows the API's message by the form and
 // returns null.
@@ -114,30 +109,8 @@ function fetchJson(url, body) {
   return fetchApi(url, body, showError);
 }
 
-// The form travels in the URL (?request=<JSON>, #view), so a link reproduces the view.
 function writeUrl(request) {
-  const url = new URL(window.location.href);
-  url.searchParams.set("request", JSON.stringify({ ...request, verify: form.verify.checked }));
-  url.hash = state.view;
-  window.history.replaceState(null, "", url);
-}
-
-function readUrl() {
-  const raw = new URL(window.location.href).searchParams.get("request");
-  if (raw === null) return null;
-  try {
-    return JSON.parse(raw);
-  } catch {
-    return null;
-  }
-}
-
-function download(name, blob) {
-  const link = document.createElement("a");
-  link.href = URL.createObjectURL(blob);
-  link.download = name;
-  link.click();
-  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+  writeUrlState({ ...request, verify: form.verify.checked }, state.view);
 }
 
 async function compute() {
@@ -374,7 +347,7 @@ for (const container of document.querySelectorAll(".view-controls")) {
 }
 
 window.attnviz = { lastResponse: null, compute: compute };
-const shared = readUrl();
+const shared = readUrlRequest();
 const sharedView = window.location.hash.slice(1);
 if (sharedView in VIEWS || sharedView === "heads") state.view = sharedView;
 if (shared && Array.isArray(shared.sequences)) {

@@ -1,7 +1,9 @@
 // AttnViz pretrained-model page: a typed sentence through a real BERT encoder;
 // every layer's and head's attention (BertViz's model view), one layer's heads,
 // the averages and attention rollout.
-import { fetchJson as fetchApi } from "./api.js";
+import {
+  download, errorBox, fetchJson as fetchApi, readUrlRequest, writeUrlState,
+} from "./api.js";
 import { addPlot, clearPlots, heatmapFigure, thumbnailGrid } from "./heatmap.js";
 
 const DEFAULT_TEXT = "The cat sat on the mat because it was tired.";
@@ -13,7 +15,6 @@ const modelDescription = document.getElementById("model-description");
 const textsBox = document.getElementById("texts");
 const pairsBox = document.getElementById("text-pairs");
 const deviceSelect = document.getElementById("device");
-const errorBox = document.getElementById("error");
 const summary = document.getElementById("summary");
 const displayNote = document.getElementById("display-note");
 const sequenceSelect = document.getElementById("sequence-index");
@@ -29,15 +30,9 @@ const state = {
   layers: new Map(), fetchMs: 0, ticket: 0,
 };
 
-function showError(message) {
-  errorBox.textContent = message;
-  errorBox.hidden = false;
-}
-
-function clearError() {
-  errorBox.textContent = "";
-  errorBox.hidden = true;
-}
+const errors = errorBox(document.getElementById("error"));
+const showError = errors.show;
+const clearError = errors.clear;
 
 function fetchJson(url, body) {
   return fetchApi(url, body, showError);
@@ -60,23 +55,6 @@ function fillForm(request) {
   textsBox.value = (request.texts || [DEFAULT_TEXT]).join("\n");
   pairsBox.value = (request.text_pairs || []).map((p) => p ?? "").join("\n");
   if (request.device) deviceSelect.value = request.device;
-}
-
-// The request and the view travel in the URL (?request=<JSON>#view).
-function writeUrl(request) {
-  const url = new URL(window.location.href);
-  url.searchParams.set("request", JSON.stringify(request));
-  url.hash = state.view;
-  window.history.replaceState(null, "", url);
-}
-
-function readUrl() {
-  const raw = new URL(window.location.href).searchParams.get("request");
-  try {
-    return raw === null ? null : JSON.parse(raw);
-  } catch {
-    return null;
-  }
 }
 
 // The server does the per-input work: the input runs alone (no [PAD]), special tokens
@@ -298,7 +276,7 @@ async function compute() {
   const showProgress = setTimeout(() => { progress.hidden = false; }, 300);
   try {
     const request = readRequest();
-    writeUrl(request);
+    writeUrlState(request, state.view);
     const model = state.models.find((m) => m.name === request.model) || state.models[0];
     state.request = request;
     state.overviewKey = null;
@@ -341,7 +319,7 @@ async function start() {
       : "";
   };
   modelSelect.addEventListener("change", describeModel);
-  const shared = readUrl();
+  const shared = readUrlRequest();
   fillForm(shared && Array.isArray(shared.texts) ? shared : { model: listing.default });
   describeModel();
   await compute();
@@ -357,18 +335,14 @@ for (const control of [sequenceSelect, layerSelect, hideSpecial]) {
 for (const tab of tabs) {
   tab.addEventListener("click", () => {
     state.view = tab.dataset.view;
-    if (state.request) writeUrl(state.request);
+    if (state.request) writeUrlState(state.request, state.view);
     renderView();
   });
 }
 document.getElementById("download-json").addEventListener("click", () => {
   if (!state.overview) return;
-  const link = document.createElement("a");
   const body = JSON.stringify({ request: state.overviewRequest, response: state.overview });
-  link.href = URL.createObjectURL(new Blob([body], { type: "application/json" }));
-  link.download = "attnviz-model.json";
-  link.click();
-  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+  download("attnviz-model.json", new Blob([body], { type: "application/json" }));
 });
 
 window.attnvizModels = { lastResponse: null, timings: null, compute };
