@@ -17,6 +17,20 @@ def _tokens(sequence: list[int] | str) -> int:
     return len(sequence.split()) if isinstance(sequence, str) else len(sequence)
 
 
+def check_limit(field: str, value: int, limit: int, setting: str) -> None:
+    """Refuse ``value`` above ``limit``, the setting ``ATTNVIZ_<setting>``.
+
+    Raises:
+        HTTPException: 413 naming ``field``, the value and the limit.
+    """
+    if value > limit:
+        raise field_error(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            field,
+            f"{value} is over the limit of {limit} (ATTNVIZ_{setting})",
+        )
+
+
 def check_limits(request: Any, settings: Settings) -> None:
     """Check every size field the request has against the settings.
 
@@ -27,15 +41,7 @@ def check_limits(request: Any, settings: Settings) -> None:
     Raises:
         HTTPException: 413 with ``detail[0].loc`` naming the field.
     """
-
-    def refuse(field: str, value: int, limit: int, setting: str) -> None:
-        if value > limit:
-            raise field_error(
-                status.HTTP_413_CONTENT_TOO_LARGE,
-                field,
-                f"{value} is over the limit of {limit} (ATTNVIZ_{setting})",
-            )
-
+    refuse = check_limit
     for field in ("sequences", "targets"):
         batch = getattr(request, field, None)
         if batch is None:

@@ -66,6 +66,17 @@ class TokenizedBatch:
     attention_mask: torch.Tensor
     special_tokens_mask: torch.Tensor
 
+    def select(self, index: int) -> TokenizedBatch:
+        """Input ``index`` alone: B = 1, its real tokens only (the [PAD] cut off)."""
+        length = int(self.attention_mask[index].sum())
+        return TokenizedBatch(
+            tokens=[self.tokens[index][:length]],
+            input_ids=self.input_ids[index : index + 1, :length],
+            token_type_ids=self.token_type_ids[index : index + 1, :length],
+            attention_mask=self.attention_mask[index : index + 1, :length],
+            special_tokens_mask=self.special_tokens_mask[index : index + 1, :length],
+        )
+
 
 @dataclass(frozen=True)
 class ModelAttention:

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from app.compute import held_while_sent
 from app.config import Settings, get_settings
 from app.errors import computed, engine_errors, field_error
-from app.limits import check_cells
+from app.limits import check_cells, check_limit
 from app.pretrained import MODELS, ModelAttention, PretrainedModel
 from app.pretrained.display import SequenceView, sequence_view
 from app.routers.attention import ERROR_RESPONSES
@@ -70,13 +70,7 @@ async def compute_model_attention(
     """
     with engine_errors(request.device):
         model = MODELS.get(request.model)
-    if len(request.texts) > settings.max_batch_size:
-        raise field_error(
-            status.HTTP_413_CONTENT_TOO_LARGE,
-            "texts",
-            f"{len(request.texts)} is over the limit of {settings.max_batch_size} "
-            "(ATTNVIZ_MAX_BATCH_SIZE)",
-        )
+    check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
     return await held_while_sent(computed(settings, model_response, model, request, settings))
 
 
@@ -94,13 +88,7 @@ def model_response(
         batch = model.tokenize(request.texts, request.text_pairs)
         lengths = batch.attention_mask.sum(dim=1).tolist()
         for i, length in enumerate(lengths):
-            if length > settings.max_seq_len:
-                raise field_error(
-                    status.HTTP_413_CONTENT_TOO_LARGE,
-                    f"texts[{i}]",
-                    f"{length} tokens is over the limit of {settings.max_seq_len} "
-                    "(ATTNVIZ_MAX_SEQ_LEN)",
-                )
+            check_limit(f"texts[{i}]", length, settings.max_seq_len, "MAX_SEQ_LEN")
         if request.sequence_index is None:
             check_display_options(request)
             check_cells(
@@ -117,8 +105,7 @@ def model_response(
                 "sequence_index",
                 f"{b} is not below {len(request.texts)}",
             )
-        pair = None if request.text_pairs is None else [request.text_pairs[b]]
-        alone = model.tokenize([request.texts[b]], pair)
+        alone = batch.select(b)
         check_cells(
             model.weight_cells(alone), settings.max_weight_cells, "texts", "use a shorter text"
         )

@@ -252,3 +252,12 @@ def test_nothing_touches_the_network(minilm, tmp_path, monkeypatch) -> None:  # 
     result = registry.get("fresh").attention(["Offline, as promised."], device="cpu")
     assert result.attentions.shape[0] == 6
     assert attempts == []
+
+
+def test_select_equals_tokenising_that_input_alone(minilm) -> None:  # type: ignore[no-untyped-def]
+    batch = minilm.tokenize(TEXTS, PAIRS)
+    for i, (text, pair) in enumerate(zip(TEXTS, PAIRS, strict=True)):
+        one, alone = batch.select(i), minilm.tokenize([text], [pair])
+        assert one.tokens == alone.tokens
+        for name in ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask"):
+            assert torch.equal(getattr(one, name), getattr(alone, name)), name
