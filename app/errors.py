@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import torch
 from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.attention import AttentionInputError
 from app.compute import run_within
@@ -86,35 +88,64 @@ def engine_errors(device: str, location: str = "body") -> Iterator[None]:
         ) from error
 
 
-def _json_safe(value: Any) -> bool:
-    """True when ``value`` is plain JSON with finite numbers only."""
-    if value is None or isinstance(value, str | bool | int):
+ECHO_MAX_CHARS: Final = 200
+"""The longest string input echoed back in a 422."""
+
+
+def _encodable(text: str) -> bool:
+    """True when ``text`` is valid Unicode, i.e. UTF-8 can encode it (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(text: str) -> str:
+    """``text`` with any lone surrogate written as its escape, so that it can be encoded."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _echoable(value: Any) -> bool:
+    """True for an input worth echoing in a 422: a scalar that is finite, valid JSON.
+
+    Lists and objects are never echoed (they can be megabytes or nested thousands
+    deep); nor are NaN/Infinity, which JSON cannot hold, nor strings that are long
+    or not valid Unicode.
+    """
+    if value is None or isinstance(value, bool | int):
         return True
     if isinstance(value, float):
         return math.isfinite(value)
-    if isinstance(value, list | tuple):
-        return all(_json_safe(item) for item in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _json_safe(v) for k, v in value.items())
+    if isinstance(value, str):
+        return len(value) <= ECHO_MAX_CHARS and _encodable(value)
     return False
+
+
+def _plain(message: str) -> str:
+    """A validator's message without pydantic's "Value error, " prefix."""
+    return message.removeprefix("Value error, ")
 
 
 async def validation_error_handler(request: Request, error: Exception) -> JSONResponse:
     """422 with FastAPI's ``detail`` list of {loc, msg, type, input}.
 
-    The offending input is echoed only where it is finite JSON: a NaN or Infinity
-    sent in a numeric field would otherwise make the error response itself
-    unserialisable (a 500).
+    The offending input is echoed only where it is a short, finite, valid JSON
+    scalar (:func:`_echoable`): a NaN or a lone surrogate would make the error
+    response itself unserialisable (a 500), and a huge list is not worth sending back.
     """
     assert isinstance(error, RequestValidationError)
     detail = []
     for item in error.errors():
         entry: dict[str, Any] = {
-            "loc": list(item.get("loc", ())),
-            "msg": str(item.get("msg", "")),
+            "loc": [
+                part if isinstance(part, int) else _printable(str(part))
+                for part in item.get("loc", ())
+            ],
+            "msg": _printable(_plain(str(item.get("msg", "")))),
             "type": str(item.get("type", "")),
         }
-        if _json_safe(item.get("input")):
+        if _echoable(item.get("input")):
             entry["input"] = item.get("input")
         detail.append(entry)
     return JSONResponse(
@@ -122,6 +153,90 @@ async def validation_error_handler(request: Request, error: Exception) -> JSONRe
     )
 
 
+async def http_error_handler(request: Request, error: Exception) -> Response:
+    """Every HTTP error in FastAPI's ``detail`` list form, so that it names a place.
+
+    FastAPI's own errors carry a string (``"There was an error parsing the body"``
+    for a body nested too deep to parse, ``"Not Found"``); they become
+    ``[{"loc": ["body"] or ["path"], "msg": ..., "type": ...}]``. Details that are
+    already lists pass through unchanged.
+    """
+    assert isinstance(error, StarletteHTTPException)
+    detail: Any = error.detail
+    if not isinstance(detail, list):
+        where = "body" if error.status_code in (400, 413, 415) else "path"
+        detail = [{"loc": [where], "msg": _printable(str(detail)), "type": "http_error"}]
+    if error.status_code in (204, 304):
+        return Response(status_code=error.status_code, headers=error.headers)
+    return JSONResponse(
+        status_code=error.status_code, content={"detail": detail}, headers=error.headers
+    )
+
+
+def _lone_surrogate_at(value: Any) -> list[str | int] | None:
+    """Where in parsed JSON a string or key holds a lone UTF-16 surrogate, or None.
+
+    Walks iteratively (no recursion, whatever the nesting).
+    """
+    stack: list[tuple[list[str | int], Any]] = [([], value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if not _encodable(item):
+                return path
+        elif isinstance(item, list):
+            stack.extend(([*path, i], child) for i, child in enumerate(item))
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not _encodable(key):
+                    return [*path, _printable(key)]
+                stack.append(([*path, key], child))
+    return None
+
+
+async def require_valid_unicode(request: Request) -> None:
+    r"""Refuse any request whose JSON body or query holds a lone UTF-16 surrogate (422).
+
+    JSON can spell a lone surrogate (``"\\ud800"``), which Python then holds as a
+    ``str`` that cannot be encoded: as a token label it breaks the response, echoed
+    in an error it breaks the error. This dependency runs for every route (it is
+    the app's global dependency) before the body is validated. The 422 names the
+    field and never echoes the input. Bodies without a ``\\u`` escape of a surrogate
+    (``\\ud800``-``\\udfff``) are not parsed again.
+
+    Raises:
+        HTTPException: 422, ``loc`` the field holding the surrogate.
+    """
+    for key, value in request.query_params.multi_items():
+        if not (_encodable(key) and _encodable(value)):
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT, _printable(key), _NOT_UNICODE, "query"
+            )
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    body = await request.body()
+    if not _SURROGATE_ESCAPE.search(body):
+        return
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return  # not JSON: FastAPI's own parse error answers it
+    where = _lone_surrogate_at(parsed)
+    if where is not None:
+        detail: list[dict[str, Any]] = [
+            {"loc": ["body", *where], "msg": _NOT_UNICODE, "type": "unicode_error"}
+        ]
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=detail)
+
+
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_NOT_UNICODE: Final = (
+    "is not valid Unicode: it holds a lone UTF-16 surrogate (\\ud800-\\udfff escape "
+    "without its pair); send UTF-8 text"
+)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers above on ``app``."""
     app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, http_error_handler)

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import torch
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
@@ -17,12 +17,14 @@ from app.attention import compute_attention
 from app.attention.cache import MODULES
 from app.compute import run_compute, start_executor, stop_executor
 from app.config import Settings, get_settings
-from app.errors import install_error_handlers
+from app.errors import install_error_handlers, require_valid_unicode
 from app.middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
+from app.openapi import install_openapi
 from app.presets import DEFAULT_PRESET
 from app.pretrained import MODELS
 from app.response_cache import RESPONSES
 from app.routers import attention, health, lessons, models, pages, presets
+from app.schemas import REQUEST_MODELS
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 
@@ -79,8 +81,10 @@ def create_app() -> FastAPI:
         description="Multi-head attention visualizer: per-head attention weights of "
         "seeded multi-head attention over token batches, with padding, causal and "
         "cross-attention masks.",
+        dependencies=[Depends(require_valid_unicode)],
     )
     install_error_handlers(application)
+    install_openapi(application, REQUEST_MODELS)
     settings = get_settings()
     # Outermost last: the log sees every response, the body limit runs before parsing.
     application.add_middleware(SecurityHeadersMiddleware)

@@ -6,11 +6,23 @@ The Literal choices come from the engine, so the API and the engine cannot drift
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Final, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainValidator,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
-from app.attention.engine import STAGE_NAMES, DeviceName, DtypeName, StageName
+from app.attention.engine import FLOAT32_LOWEST, STAGE_NAMES, DeviceName, DtypeName, StageName
 from app.attention.masks import MaskName
 from app.attention.transformer import MAX_LAYERS, PositionalEncodingName
 from app.seed_data import SEED_BATCH, SEED_TARGETS
@@ -23,17 +35,98 @@ MAX_BATCH: Final = 64
 MAX_DECODING_TOKENS: Final = 128
 """The most tokens of the step-by-step decoding lesson (one forward pass per token)."""
 
-MaskFill = Literal["-inf"] | Annotated[float, Field(le=0, allow_inf_nan=False)]
-"""The string "-inf", or a finite number <= 0."""
+SEED_MAX: Final = 2**63 - 1
+"""The largest seed: torch.Generator takes a signed 64-bit integer."""
 
-SequenceIn = Annotated[
-    list[StrictInt] | StrictStr,
-    Field(
-        description="Token ids (a list of integers) or words (a string split on whitespace; "
-        "the word <pad> is the padding token).",
-        examples=[[62, 13, 47, 39], "I love deep learning"],
+NONEMPTY_WORDS: Final = r"\S"
+"""A word string must hold at least one non-whitespace character."""
+
+
+def _mask_fill(value: object) -> str | float:
+    """The string "-inf", or a finite JSON number in [FLOAT32_LOWEST, 0]."""
+    if value == "-inf":
+        return "-inf"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        if math.isfinite(number) and FLOAT32_LOWEST <= number <= 0:
+            return number
+    shown = repr(value) if isinstance(value, int | float) else type(value).__name__
+    raise ValueError(
+        f'must be the string "-inf" or a finite number in [{FLOAT32_LOWEST:.8g}, 0], such '
+        f"as -1e9; got {shown}"
+    )
+
+
+MaskFill = Annotated[
+    str | float,
+    PlainValidator(_mask_fill),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "const": "-inf"},
+                {"type": "number", "minimum": FLOAT32_LOWEST, "maximum": 0},
+            ]
+        }
     ),
 ]
+"""The string "-inf", or a finite number in [lowest float32, 0]: the scores are masked
+in float32 (float64 for dtype float64), and every dtype must be able to hold the fill."""
+
+_IDS: Final = TypeAdapter(list[StrictInt])
+
+
+def _sequence(value: object) -> list[int] | str:
+    """Token ids (a non-empty list of integers) or words (a string with a word in it)."""
+    if isinstance(value, str):
+        if not value.split():
+            raise ValueError("the sequence is empty: give at least one word")
+        return value
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("the sequence is empty: give at least one token id")
+        if len(value) > MAX_TOKENS:
+            raise ValueError(f"{len(value)} tokens; the limit is {MAX_TOKENS}")
+        try:
+            return _IDS.validate_python(value, strict=True)
+        except ValidationError as error:
+            where = error.errors()[0]["loc"][0]
+            raise ValueError(f"token {where} is not an integer id") from None
+    raise ValueError("must be a list of token ids or a string of words")
+
+
+SequenceIn = Annotated[
+    list[int] | str,
+    PlainValidator(_sequence),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 0},
+                    "minItems": 1,
+                    "maxItems": MAX_TOKENS,
+                },
+                {"type": "string", "pattern": NONEMPTY_WORDS},
+            ],
+            "description": "Token ids (a non-empty list of integers, each in "
+            "[0, vocab_size)) or words (a string split on whitespace into at least one "
+            "word; the word <pad> is the padding token).",
+            "examples": [[62, 13, 47, 39], "I love deep learning"],
+        }
+    ),
+]
+"""One sequence: ids or words. Errors come as one plain message per sequence."""
+
+
+class StrictRequest(BaseModel):
+    """Base of every request body: unknown fields are refused, and nothing is coerced.
+
+    Strict mode: a boolean is not an integer (``"seed": false`` is a 422), a string
+    is not a number, a number is not a boolean. Strings must be valid Unicode
+    (lone UTF-16 surrogates are refused before validation, :mod:`app.errors`).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 IncludeName = StageName | Literal["head_mean"]
@@ -45,19 +138,38 @@ def _json(batch: list[list[int]]) -> JsonValue:
     return cast(JsonValue, batch)
 
 
-class LayerConfig(BaseModel):
+class LayerConfig(StrictRequest):
     """The seeded attention layer: widths, seed, vocabulary and device."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    d_model: int = Field(8, ge=1, le=1024, description="Model width; num_heads must divide it.")
-    num_heads: int = Field(2, ge=1, le=64, description="H; d_k = d_model // num_heads.")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds every parameter.")
-    pad_id: int = Field(0, ge=0, description="The padding token id; must be < vocab_size.")
-    vocab_size: int = Field(
-        100, ge=1, le=32768, description="Rows of the embedding table; ids lie in [0, vocab_size)."
+    d_model: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Model width. num_heads must divide it (else 422 naming num_heads).",
     )
-    device: DeviceName = Field("auto", description="auto (CUDA if available) | cpu | cuda.")
+    num_heads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="H; d_k = d_model // num_heads. Must divide d_model (else 422 naming "
+        "num_heads, with the divisors to pick from).",
+    )
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="Seeds every parameter.")
+    pad_id: int = Field(
+        0, ge=0, description="The padding token id; must be < vocab_size (else 422)."
+    )
+    vocab_size: int = Field(
+        100,
+        ge=1,
+        le=32768,
+        description="Rows of the embedding table; ids lie in [0, vocab_size) (an id outside "
+        "is a 422 naming it).",
+    )
+    device: DeviceName = Field(
+        "auto",
+        description="auto (CUDA if available, else CPU) | cpu | cuda. cuda on a server "
+        "without a CUDA device is a 422 naming device.",
+    )
 
     def layer_kwargs(self) -> dict[str, Any]:
         """The layer fields as the engine's functions take them (same keyword names).
@@ -78,7 +190,8 @@ class BatchInput(LayerConfig):
         min_length=1,
         max_length=MAX_BATCH,
         description="B source sequences, right-padded with pad_id to the longest (L). "
-        "All sequences of a request are ids, or all are words.",
+        "All sequences of a request are ids, or all are words (mixing them is a 422), and "
+        "each has at most 4096 tokens (else 422).",
     )
     targets: list[SequenceIn] | None = Field(
         None,
@@ -86,7 +199,8 @@ class BatchInput(LayerConfig):
         max_length=MAX_BATCH,
         description="Optional B target sequences for cross (encoder-decoder) attention: "
         "queries come from the targets (L_q = T_L), keys and values from `sequences` "
-        "(L_k = S_L), with the source padding mask.",
+        "(L_k = S_L), with the source padding mask. As many as `sequences`, and of the "
+        "same kind, ids or words (else 422 naming targets).",
     )
     dtype: DtypeName = Field("float32", description="Floating-point type of the computation.")
 
@@ -140,14 +254,16 @@ class AttentionRequest(BatchInput):
     mask: MaskName = Field(
         "padding",
         description="none | padding (keys that are pad_id) | causal (no-peak, tril) | "
-        "padding_causal (both). Cross attention takes none or padding.",
+        "padding_causal (both). Cross attention takes none or padding (a causal mask "
+        "across two sequences is a 422 naming mask).",
     )
     mask_fill: MaskFill = Field(
         "-inf",
         description='Score given to masked entries before the softmax: "-inf" (default), or '
-        "a finite number <= 0 such as the seeds' -1e9, -1e10, -1e12. Under -inf a fully-"
-        "masked query row gets weights 0; under a finite fill it is uniform, 1/L_k, as the "
-        "seeds compute it. Other rows are the same under both.",
+        "a finite number in [-3.4028235e38, 0] (the float32 range, in which the scores are "
+        "masked) such as the seeds' -1e9, -1e10, -1e12. Under -inf a fully-masked query row "
+        "gets weights 0; under a finite fill it is uniform, 1/L_k, as the seeds compute it. "
+        "Other rows are the same under both.",
         examples=["-inf", -1e9],
     )
     verify: bool = Field(
@@ -171,9 +287,10 @@ class AttentionRequest(BatchInput):
     )
     encoding: Encoding = Field(
         "json",
-        description="How arrays travel: json (nested numbers), or base64_float32 / "
-        "base64_float16: {dtype: f4|f2, bdata: base64, shape}, Plotly.js's typed-array "
-        "form (masks as u1). base64_float32 is about 3x smaller and much faster.",
+        description="How arrays travel: json (nested numbers, at float64 precision when "
+        "dtype is float64), or base64_float32 / base64_float16 / base64_float64: {dtype: "
+        "f4|f2|f8, bdata: base64, shape}, Plotly.js's typed-array form (masks as u1). "
+        "base64_float32 is about 3x smaller and much faster.",
     )
     display_size: int | None = Field(
         None,
@@ -186,9 +303,14 @@ class AttentionRequest(BatchInput):
         "max", description="Block statistic when display_size applies: max keeps sharp weights."
     )
     sequence_index: int | None = Field(
-        None, ge=0, description="Return only this sequence of the batch (all are computed)."
+        None,
+        ge=0,
+        description="Return only this sequence of the batch (all are computed). Must be "
+        "below B (else 422).",
     )
-    head_index: int | None = Field(None, ge=0, description="Return only this head.")
+    head_index: int | None = Field(
+        None, ge=0, description="Return only this head. Must be below num_heads (else 422)."
+    )
     dropout: float = Field(
         0.0,
         ge=0.0,
@@ -198,7 +320,7 @@ class AttentionRequest(BatchInput):
         "`dropped_weights` (PyTorch's definition: zero with probability p, scale the rest "
         "by 1/(1-p), so rows sum to 1 in expectation).",
     )
-    dropout_seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the dropout mask.")
+    dropout_seed: int = Field(0, ge=0, le=SEED_MAX, description="Seed of the dropout mask.")
 
     def weight_cells(self) -> int:
         """How many numbers the computation holds for the response, weights included.
@@ -235,7 +357,18 @@ class VerificationResult(BaseModel):
     fully_masked_rows: int = Field(
         description="Query rows with every key masked, compared under AttnViz's rule."
     )
-    tolerance: float = Field(description="1e-6 for float32, 1e-12 for float64.")
+    weights_tolerance: float = Field(
+        description="The largest weight difference that counts as a match. float32 and "
+        "float64: 4 * gamma~_n * M, the probabilistic rounding-error bound of the sums "
+        "that lead to the weights (Higham & Mary 2019, lambda = 10: n = d_model + 1 + d_k "
+        "+ L_k, u = 2^-24 or 2^-53, M the largest sum of absolute products), so that a "
+        "correct result matches at every length; float16 1e-2, bfloat16 5e-2."
+    )
+    output_tolerance: float = Field(
+        description="The same for the layer outputs: 2 * gamma~_n * M over the whole "
+        "chain, n = 2 (d_model + 1) + d_k + L_k."
+    )
+    tolerance: float = Field(description="The larger of the two tolerances.")
     matches: bool = Field(description="Every difference is at most `tolerance`.")
     torch_version: str
 
@@ -247,7 +380,9 @@ Tensor4 = list[list[list[list[float | None]]]]
 class EncodedArray(BaseModel):
     """An array as Plotly.js's typed-array spec (request ``encoding`` base64_*)."""
 
-    dtype: Literal["f4", "f2", "u1"] = Field(description="float32, float16 or uint8 (masks).")
+    dtype: Literal["f8", "f4", "f2", "u1"] = Field(
+        description="float64, float32, float16 or uint8 (masks)."
+    )
     bdata: str = Field(description="base64 of the little-endian bytes in C order.")
     shape: list[int]
 
@@ -329,10 +464,8 @@ class AttentionResponse(BaseModel):
     )
 
 
-class ScalingRequest(BaseModel):
+class ScalingRequest(StrictRequest):
     """The scaling experiment of seed 001 section 7."""
-
-    model_config = ConfigDict(extra="forbid")
 
     d_k_values: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
         default_factory=lambda: [8, 64, 512],
@@ -343,7 +476,7 @@ class ScalingRequest(BaseModel):
     length: int = Field(16, ge=1, le=128, description="L, queries and keys per sample.")
     num_samples: int = Field(32, ge=1, le=256, description="Random (Q, K) draws per d_k.")
     bins: int = Field(20, ge=2, le=100, description="Histogram bins over [0, 1].")
-    seed: int = Field(0, ge=0, le=2**63 - 1)
+    seed: int = Field(0, ge=0, le=SEED_MAX)
 
 
 class WeightStatsOut(BaseModel):
@@ -528,7 +661,10 @@ TextIn = Annotated[
     str,
     Field(
         max_length=MAX_TEXT_CHARS,
-        description="Raw text; the model's own WordPiece tokenizer splits it.",
+        description="Raw text; the model's own WordPiece tokenizer splits it. A text "
+        "with no token in it, or longer than the model's positions (512 for BERT), is a "
+        "422 naming it.",
+        json_schema_extra={"pattern": NONEMPTY_WORDS},
         examples=["The cat sat on the mat."],
     ),
 ]
@@ -557,7 +693,7 @@ class ModelsResponse(BaseModel):
     install_hint: str | None = Field(None, description="How to get a model, when there is none.")
 
 
-class ModelAttentionRequest(BaseModel):
+class ModelAttentionRequest(StrictRequest):
     """Texts (or sentence pairs) to run through a pretrained encoder."""
 
     model_config = ConfigDict(
@@ -577,7 +713,10 @@ class ModelAttentionRequest(BaseModel):
     )
 
     model: str | None = Field(
-        None, max_length=200, description="A name from GET /api/v1/models; default the first."
+        None,
+        max_length=200,
+        description="A name from GET /api/v1/models; default the first. A name the server "
+        "has not loaded (or no model at all) is a 422 naming model.",
     )
     texts: list[TextIn] = Field(
         min_length=1,
@@ -588,15 +727,21 @@ class ModelAttentionRequest(BaseModel):
         None,
         max_length=MAX_BATCH,
         description="Optional sentence B of each input (null for none): the input is then "
-        "[CLS] A [SEP] B [SEP], with segment ids 0 and 1, as BERT takes pairs.",
+        "[CLS] A [SEP] B [SEP], with segment ids 0 and 1, as BERT takes pairs. One entry "
+        "per text (else 422 naming text_pairs).",
     )
-    device: DeviceName = Field("auto", description="auto (CUDA if available) | cpu | cuda.")
+    device: DeviceName = Field(
+        "auto",
+        description="auto (CUDA if available, else CPU) | cpu | cuda. cuda on a server "
+        "without a CUDA device is a 422 naming device.",
+    )
     encoding: Encoding = Field("json", description="As in the attention request.")
     sequence_index: int | None = Field(
         None,
         ge=0,
         description="Return only this input, run alone (so without [PAD]): B = 1 and L its "
-        "length. The display options below need it.",
+        "length. Must be below B (else 422). The display options below need it (one of "
+        "them without it is a 422 naming that option).",
     )
     hide_special_tokens: bool = Field(
         False,
@@ -604,7 +749,10 @@ class ModelAttentionRequest(BaseModel):
         "renormalise every row to sum to 1 (means are then of the renormalised maps).",
     )
     layer_index: int | None = Field(
-        None, ge=0, description="With sequence_index: only this layer's attentions and head mean."
+        None,
+        ge=0,
+        description="With sequence_index: only this layer's attentions and head mean. Must "
+        "be below the model's layers (else 422).",
     )
     display_size: int | None = Field(
         None,
@@ -671,3 +819,13 @@ class ModelAttentionResponse(BaseModel):
     downsample: ModelDownsample | None = Field(
         None, description="Present when display_size pooled the attentions."
     )
+
+
+REQUEST_MODELS: Final[tuple[type[BaseModel], ...]] = (
+    AttentionRequest,
+    ScalingRequest,
+    DecodingRequest,
+    TransformerRequest,
+    ModelAttentionRequest,
+)
+"""Every request body of the API (their integer bounds are kept exact in /openapi.json)."""

@@ -19,9 +19,23 @@ import orjson
 import torch
 from fastapi.responses import Response, StreamingResponse
 
-Encoding = Literal["json", "base64_float32", "base64_float16"]
+Encoding = Literal["json", "base64_float32", "base64_float16", "base64_float64"]
 ENCODINGS: Final[tuple[str, ...]] = get_args(Encoding)
-_FLOAT_CODES: Final = {"base64_float32": ("f4", np.float32), "base64_float16": ("f2", np.float16)}
+_FLOAT_CODES: Final = {
+    "base64_float32": ("f4", np.float32),
+    "base64_float16": ("f2", np.float16),
+    "base64_float64": ("f8", np.float64),
+}
+
+
+def host_floats(tensor: torch.Tensor) -> np.ndarray:
+    """A float tensor as a C-contiguous numpy array on the host, losing no precision.
+
+    float64 stays float64 (a float64 computation is returned at float64 precision);
+    float32, float16 and bfloat16 become float32, which holds them exactly.
+    """
+    dtype = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+    return np.ascontiguousarray(tensor.detach().to("cpu", dtype).numpy())
 
 
 def typed_array(array: np.ndarray, code: str) -> dict[str, Any]:
@@ -38,10 +52,11 @@ def typed_array(array: np.ndarray, code: str) -> dict[str, Any]:
 def encode_floats(tensor: torch.Tensor, encoding: str) -> Any:
     """A float tensor for the response, in the request's encoding.
 
-    "json" gives a numpy array (orjson writes nested lists, NaN as null); the
-    base64 encodings give a typed array in float32 or float16.
+    "json" gives a numpy array (orjson writes nested lists, NaN as null) in float64
+    for a float64 tensor, else float32; the base64 encodings give a typed array in
+    the float type they name.
     """
-    array = np.ascontiguousarray(tensor.detach().to("cpu", torch.float32).numpy())
+    array = host_floats(tensor)
     if encoding == "json":
         return array
     code, dtype = _FLOAT_CODES[encoding]
@@ -77,8 +92,8 @@ class Deferred:
     memory at once: only the array itself and one chunk.
 
     Args:
-        array: C-contiguous numpy array (float32, float16 or uint8).
-        encoding: "json", "base64_float32" or "base64_float16".
+        array: C-contiguous numpy array (float64, float32, float16 or uint8).
+        encoding: "json", "base64_float32", "base64_float16" or "base64_float64".
     """
 
     def __init__(self, array: np.ndarray, encoding: str) -> None:
@@ -115,7 +130,7 @@ def encode_large(tensor: torch.Tensor, encoding: str) -> Any:
     """Like :func:`encode_floats`, but a large tensor becomes a :class:`Deferred`."""
     if tensor.numel() < STREAM_MIN_CELLS:
         return encode_floats(tensor, encoding)
-    return Deferred(tensor.detach().to("cpu", torch.float32).numpy(), encoding)
+    return Deferred(host_floats(tensor), encoding)
 
 
 def stream_json(payload: dict[str, Any]) -> Iterator[bytes]:

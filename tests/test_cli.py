@@ -62,7 +62,10 @@ def test_compute_writes_the_api_response(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sequence", "1 2 3", "--d-model", "10", "--num-heads", "3"], "num_heads: d_model=10"),
+        (
+            ["--sequence", "1 2 3", "--d-model", "10", "--num-heads", "3"],
+            "num_heads must divide d_model (10)",
+        ),
         (["--sequence", "1 200"], "sequences.0: token id 200 is outside"),
         (["--d-model", "8"], "sequences: Field required"),
     ],

@@ -47,6 +47,18 @@ DTYPES: Final[dict[str, torch.dtype]] = {
 }
 """Parameter and activation dtypes; with half precision the softmax runs in float32."""
 
+FLOAT32_LOWEST: Final = float(torch.finfo(torch.float32).min)
+"""-3.4028234663852886e+38: the lowest finite mask_fill the API takes, since the
+scores are masked in float32 for every dtype but float64."""
+
+
+def masking_dtype(dtype: str) -> torch.dtype:
+    """The dtype the scores are masked and softmaxed in: float64 for float64, else float32.
+
+    Half precision is masked in float32 (:func:`app.attention.mha.scaled_dot_product_attention`).
+    """
+    return torch.float64 if dtype == "float64" else torch.float32
+
 
 class AttentionModel(nn.Module):
     """An embedding table and one multi-head attention layer.
@@ -196,8 +208,14 @@ def check_widths(d_model: int, num_heads: int) -> None:
         raise AttentionInputError("num_heads", f"must be >= 1, got {num_heads}")
     if d_model % num_heads != 0:
         raise AttentionInputError(
-            "num_heads", f"d_model={d_model} is not divisible by num_heads={num_heads}"
+            "num_heads", f"num_heads must divide d_model ({d_model}): try {head_choices(d_model)}"
         )
+
+
+def head_choices(d_model: int, most: int = 64) -> str:
+    """The num_heads that divide ``d_model``, up to ``most``, in words: "1, 2, 5 or 10"."""
+    divisors = [str(h) for h in range(1, min(d_model, most) + 1) if d_model % h == 0]
+    return divisors[0] if len(divisors) == 1 else f"{', '.join(divisors[:-1])} or {divisors[-1]}"
 
 
 def check_dtype(name: str) -> None:
@@ -292,7 +310,8 @@ def compute_attention(
         AttentionInputError (a ValueError) naming the field: d_model or num_heads
             below 1 or not divisible, an empty batch or sequence, an id outside
             [0, vocab_size), an unknown mask, device or dtype, "cuda" without CUDA,
-            a mask_fill that is NaN or above 0, an unknown stage, a dropout outside
+            a mask_fill that is NaN, above 0 or below the lowest finite value of
+            :func:`masking_dtype` (float32: -3.4e38), an unknown stage, a dropout outside
             [0, 1), or a target batch whose size differs from the source batch.
     """
     check_widths(d_model, num_heads)
@@ -306,9 +325,12 @@ def compute_attention(
         )
     if not 0.0 <= dropout < 1.0:
         raise AttentionInputError("dropout", f"must lie in [0, 1), got {dropout}")
-    if math.isnan(mask_fill) or mask_fill > 0:
+    lowest = float(torch.finfo(masking_dtype(dtype)).min)
+    if math.isnan(mask_fill) or mask_fill > 0 or (math.isfinite(mask_fill) and mask_fill < lowest):
         raise AttentionInputError(
-            "mask_fill", f"must be -inf or a finite number <= 0 (e.g. -1e9), got {mask_fill}"
+            "mask_fill",
+            f"must be -inf or a finite number in [{lowest:.8g}, 0] (e.g. -1e9), got "
+            f"{mask_fill:g}: the scores are masked in {str(masking_dtype(dtype))[6:]}",
         )
     cross = targets is not None
     source, maybe_target = encode_source_target(

@@ -6,8 +6,9 @@ from __future__ import annotations
 class AttentionInputError(ValueError):
     """A user input the engine cannot run; ``field`` names the offending input.
 
-    The message starts with the field name, e.g.
-    ``"num_heads: d_model=10 is not divisible by num_heads=3"``.
+    The message starts with the field name, e.g. ``"sequences[1]: the sequence is
+    empty"``, or ``"num_heads must divide d_model (10): try 1, 2, 5 or 10"`` where the
+    message already does.
 
     Attributes:
         field: the request field at fault, e.g. ``"num_heads"`` or ``"sequences"``.
@@ -15,6 +16,6 @@ class AttentionInputError(ValueError):
     """
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+        super().__init__(message if message.startswith(field) else f"{field}: {message}")
         self.field = field
         self.message = message

@@ -18,7 +18,14 @@ from app.errors import computed, engine_errors, field_error
 from app.limits import check_cells, check_limits
 from app.response_cache import RESPONSES
 from app.schemas import AttentionRequest, AttentionResponse
-from app.serialize import STREAM_MIN_CELLS, encode_bools, encode_floats, encode_large, respond
+from app.serialize import (
+    STREAM_MIN_CELLS,
+    encode_bools,
+    encode_floats,
+    encode_large,
+    host_floats,
+    respond,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
@@ -180,7 +187,7 @@ def attention_payload(request: AttentionRequest) -> dict[str, Any]:
         "dropped_weights": None if dropped is None else encode_large(dropped, enc),
         "head_summary": {
             "entropy_bits": result.head_entropy_bits[seqs, heads].tolist(),
-            "max_weight": result.head_max_weight[seqs, heads].float().tolist(),
+            "max_weight": host_floats(result.head_max_weight[seqs, heads]).tolist(),
             "mean_weights": None if mean is None else encode_floats(mean, enc),
         },
         "downsample": downsample,

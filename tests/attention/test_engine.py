@@ -160,7 +160,17 @@ def test_targets_share_the_source_vocabulary() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field", "text"),
     [
-        ({"sequences": [[1, 2]], "d_model": 10, "num_heads": 3}, "num_heads", "not divisible"),
+        (
+            {"sequences": [[1, 2]], "d_model": 10, "num_heads": 3},
+            "num_heads",
+            r"num_heads must divide d_model \(10\): try 1, 2, 5 or 10",
+        ),
+        ({"sequences": [[1, 0]], "mask_fill": -1e39}, "mask_fill", r"\[-3.4028235e\+38, 0\]"),
+        (
+            {"sequences": [[1, 0]], "mask_fill": -1e39, "dtype": "float16"},
+            "mask_fill",
+            "masked in float32",
+        ),
         ({"sequences": [[1, 2]], "d_model": 0}, "d_model", ">= 1"),
         ({"sequences": []}, "sequences", "empty"),
         ({"sequences": [[1, 2], []]}, "sequences[1]", "empty"),

@@ -149,7 +149,7 @@ def error_locs(response: Any) -> list[list[Any]]:
         (
             {"sequences": [[1, 2]], "d_model": 10, "num_heads": 3},
             ["body", "num_heads"],
-            "not divisible",
+            "num_heads must divide d_model (10): try 1, 2, 5 or 10",
         ),
         ({"sequences": []}, ["body", "sequences"], "at least 1"),
         ({"sequences": [[1, 2], []]}, ["body", "sequences", 1], "empty"),
@@ -168,7 +168,7 @@ def error_locs(response: Any) -> list[list[Any]]:
         ({"sequences": [[1]], "colour": "red"}, ["body", "colour"], "Extra inputs"),
         ({"sequences": [[1, 2]], "vocab_size": 2}, ["body", "sequences", 0], "2 is outside"),
         ({"sequences": [[1]], "device": "tpu"}, ["body", "device"], ""),
-        ({"sequences": [[1]], "mask_fill": 5}, ["body", "mask_fill"], "less than or equal"),
+        ({"sequences": [[1]], "mask_fill": 5}, ["body", "mask_fill"], "finite number in"),
         ({"sequences": [[1]], "mask_fill": "inf"}, ["body", "mask_fill"], "finite"),
         ({"sequences": [[1]], "verify": "maybe"}, ["body", "verify"], "boolean"),
     ],
