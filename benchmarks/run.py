@@ -156,7 +156,10 @@ def page_timings() -> list[tuple[str, dict[str, float]]]:
     results = []
     with live_process() as (url, _), sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        # Playwright evaluates wait_for_function's string predicates with eval, which the
+        # page's Content-Security-Policy forbids (no 'unsafe-eval'); the benchmark lifts
+        # the policy for its own context only, as the browser tests' `page` fixture does.
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
         page.goto(url + "/")
         page.wait_for_function("window.attnviz.timings !== undefined", timeout=30_000)
         results.append(("default preset, page load", page.evaluate("window.attnviz.timings")))
