@@ -76,6 +76,10 @@ def create_app() -> FastAPI:
     """The AttnViz app: page at /, JSON API at /api/v1, docs at /docs and /redoc."""
     application = FastAPI(
         lifespan=lifespan,
+        # /docs and /redoc are served by app.routers.pages from this server's own copy
+        # of Swagger UI and ReDoc (fastapi-offline), not from a CDN.
+        docs_url=None,
+        redoc_url=None,
         title="AttnViz",
         version=__version__,
         description="Multi-head attention visualizer: per-head attention weights of "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import time
@@ -14,11 +16,39 @@ access_log = logging.getLogger("attnviz.access")
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
     "frame-ancestors 'none'"
 )
 """The page may run only this server's scripts (Plotly.js included): no inline script,
-no CDN. Plotly sets inline styles, hence style-src 'unsafe-inline'."""
+no CDN. Plotly sets inline styles, hence style-src 'unsafe-inline'; its toImage (Download
+PNG, the modebar's camera) draws the figure's SVG through a ``blob:`` image, hence
+img-src blob: (a blob URL is made by the page itself and cannot name another origin)."""
+
+
+def docs_content_security_policy(inline_scripts: list[str]) -> str:
+    """The policy of /docs and /redoc: only this server, plus the inline scripts given.
+
+    FastAPI's Swagger UI page starts Swagger UI with one inline ``<script>``; it is
+    allowed by its SHA-256 hash (CSP Level 2), so nothing else inline can run. ReDoc
+    runs its search index in a worker made from its own code as a ``blob:`` URL, hence
+    worker-src blob:. Everything else, images and fonts included, comes from here only
+    (ReDoc's hard-coded Redocly logo from its CDN is blocked, and ReDoc hides it).
+
+    Args:
+        inline_scripts: the text of each inline script of the page, exactly as served.
+
+    Returns:
+        The Content-Security-Policy header value.
+    """
+    hashes = "".join(
+        f" 'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'"
+        for s in inline_scripts
+    )
+    return (
+        f"default-src 'self'; script-src 'self'{hashes}; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; font-src 'self'; connect-src 'self'; worker-src 'self' blob:; "
+        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+    )
 
 
 def _too_large(limit: int) -> bytes:
@@ -95,7 +125,11 @@ class BodyLimitMiddleware:
 
 
 class SecurityHeadersMiddleware:
-    """Add X-Content-Type-Options, Referrer-Policy and, on HTML, the CSP."""
+    """Add X-Content-Type-Options, Referrer-Policy and, on HTML, the CSP.
+
+    HTML that sets its own Content-Security-Policy (the API docs pages) keeps it; any
+    other HTML gets :data:`CONTENT_SECURITY_POLICY`.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -108,11 +142,11 @@ class SecurityHeadersMiddleware:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
-                content_type = dict(headers).get(b"content-type", b"")
+                names = dict(headers)
                 headers.append((b"x-content-type-options", b"nosniff"))
                 headers.append((b"referrer-policy", b"no-referrer"))
-                if content_type.startswith(b"text/html") and not scope["path"].startswith(
-                    ("/docs", "/redoc")
+                if names.get(b"content-type", b"").startswith(b"text/html") and (
+                    b"content-security-policy" not in names
                 ):
                     headers.append((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()))
                 message = {**message, "headers": headers}

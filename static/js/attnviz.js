@@ -4,7 +4,8 @@ import {
   addPlot, clearPlots, heatmapFigure, maxOf, visibleWeights,
 } from "./heatmap.js";
 import {
-  download, errorBox, fetchJson as fetchApi, readUrlRequest, writeUrlState,
+  ATTENTION_LINK_FIELDS, bindImageDownloads, download, errorBox, fetchJson as fetchApi,
+  readUrlRequest, writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
 
@@ -338,16 +339,13 @@ document.getElementById("download-json").addEventListener("click", () => {
   const body = JSON.stringify({ request: state.request, response: state.response });
   download("attnviz.json", new Blob([body], { type: "application/json" }));
 });
-document.getElementById("download-png").addEventListener("click", () => {
-  const plot = document.querySelector(`#view-${state.view} .js-plotly-plot`);
-  if (plot) Plotly.downloadImage(plot, { format: "png", filename: `attnviz-${state.view}` });
-});
+bindImageDownloads(() => state.view, "attnviz");
 for (const container of document.querySelectorAll(".view-controls")) {
   container.addEventListener("change", renderView);
 }
 
 window.attnviz = { lastResponse: null, compute: compute };
-const shared = readUrlRequest();
+const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
 const sharedView = window.location.hash.slice(1);
 if (sharedView in VIEWS || sharedView === "heads") state.view = sharedView;
 if (shared && Array.isArray(shared.sequences)) {

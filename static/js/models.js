@@ -2,7 +2,8 @@
 // every layer's and head's attention (BertViz's model view), one layer's heads,
 // the averages and attention rollout.
 import {
-  download, errorBox, fetchJson as fetchApi, readUrlRequest, writeUrlState,
+  MODELS_LINK_FIELDS, bindImageDownloads, download, errorBox, fetchJson as fetchApi,
+  readUrlRequest, writeUrlState,
 } from "./api.js";
 import { addPlot, clearPlots, heatmapFigure, thumbnailGrid } from "./heatmap.js";
 
@@ -319,8 +320,8 @@ async function start() {
       : "";
   };
   modelSelect.addEventListener("change", describeModel);
-  const shared = readUrlRequest();
-  fillForm(shared && Array.isArray(shared.texts) ? shared : { model: listing.default });
+  const shared = await readUrlRequest(MODELS_LINK_FIELDS);
+  fillForm(shared ?? { model: listing.default });
   describeModel();
   await compute();
 }
@@ -344,6 +345,8 @@ document.getElementById("download-json").addEventListener("click", () => {
   const body = JSON.stringify({ request: state.overviewRequest, response: state.overview });
   download("attnviz-model.json", new Blob([body], { type: "application/json" }));
 });
+
+bindImageDownloads(() => state.view, "attnviz-model");
 
 window.attnvizModels = { lastResponse: null, timings: null, compute };
 const sharedView = window.location.hash.slice(1);

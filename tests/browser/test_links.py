@@ -1,0 +1,230 @@
+"""Shared links: what a page writes into its URL opens again; hostile links do no harm.
+
+A link is ``?request=<base64url(deflate-raw(JSON))>#<view>`` (static/js/api.js). The
+tests build links the way the page does (zlib with wbits=-15 is deflate-raw) to check
+the format, and hostile ones to check that the page refuses them with a message and
+still works.
+"""
+
+import base64
+import json
+import random
+import string
+import time
+import zlib
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+MAX_LINK_CHARS = 32 * 1024  # static/js/api.js
+HEADS = "#heads .head-plot .main-svg"
+
+
+def encode(request: object) -> str:
+    """A link's request parameter, as the page writes it."""
+    deflate = zlib.compressobj(wbits=-15)
+    raw = deflate.compress(json.dumps(request).encode()) + deflate.flush()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode(url: str) -> object:
+    """The request a link written by the page carries."""
+    value = parse_qs(urlsplit(url).query)["request"][0]
+    raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    return json.loads(zlib.decompress(raw, wbits=-15))
+
+
+def wait_for_link(page, accept, timeout_s: float = 30.0) -> str:  # type: ignore[no-untyped-def]
+    """Poll the page's URL (Python side: no eval under the CSP) until its request, old
+    JSON or compressed, satisfies ``accept``; return the URL."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = parse_qs(urlsplit(page.url).query).get("request", [""])[0]
+        try:
+            request = json.loads(value) if value.startswith("{") else decode(page.url)
+            if accept(request):
+                return str(page.url)
+        except (ValueError, zlib.error, KeyError):
+            pass
+        assert time.monotonic() < deadline, f"no such link in the URL: {page.url[:200]}"
+        page.wait_for_timeout(100)
+
+
+def wait_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
+    page.locator(HEADS).nth(count - 1).wait_for(timeout=60_000)
+    page.wait_for_selector(f"#heads[data-drawn-heads='{count}']", timeout=60_000)
+
+
+def words(count: int, seed: int) -> str:
+    """``count`` words of Greek, as a 2000-token multilingual input: each letter is 2
+    bytes of UTF-8 and 6 characters of a percent-encoded URL."""
+    rng = random.Random(seed)
+    vocabulary = ["προσοχή", "κεφαλή", "ερώτημα", "κλειδί", "τιμή", "μάσκα", "στρώμα", "λέξη"]
+    return " ".join(rng.choice(vocabulary) for _ in range(count))
+
+
+def test_a_2000_token_link_made_by_the_page_opens_and_draws(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_heads(page, 2)
+    text = words(2000, seed=0)
+    page.fill("#sequences", text)
+    page.uncheck("#verify")
+    page.click("#compute")
+    page.locator("#summary", has_text="(1, 2, 2000, 2000)").wait_for(timeout=60_000)
+    page.click(".tabs button[data-view=summary]")
+    link = wait_for_link(page, lambda request: request["sequences"] == [text])
+    # The plain JSON of this input would be a ~100 KB link, which the server refuses.
+    assert len(quote(json.dumps({"sequences": [text]}))) > 64 * 1024
+
+    other = page.context.new_page()
+    other.errors = []
+    other.on("pageerror", lambda error: other.errors.append(str(error)))
+    response = other.goto(link)
+    assert response.status == 200
+    other.wait_for_selector("#view-summary[data-drawn='true']", timeout=60_000)
+    assert other.input_value("#sequences") == text
+    assert not other.is_checked("#verify")
+    shape = other.evaluate("() => window.attnviz.lastResponse.full_shape")
+    assert shape == [1, 2, 2000, 2000]
+    assert other.locator("#link-note").is_hidden()
+    assert other.errors == [] and page.errors == []
+    other.close()
+    # The link is the compressed form, well within the limit; the open tab travels too.
+    assert len(link) <= MAX_LINK_CHARS
+    assert decode(link)["sequences"] == [text]
+    assert urlsplit(link).fragment.endswith("summary")
+
+
+def test_the_models_page_link_round_trips(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    page.wait_for_selector("#view-model[data-drawn='true']", timeout=30_000)
+    page.fill("#texts", "Links carry the sentence.\nA second one, ünïcödé & <b>tags</b>.")
+    page.fill("#text-pairs", "And its pair.")
+    page.click(".tabs button[data-view=layer]")
+    page.click("#compute")
+    page.wait_for_selector("html[data-link='written']")
+    request = decode(page.url)
+    assert request["texts"][1] == "A second one, ünïcödé & <b>tags</b>."
+    assert request["text_pairs"] == ["And its pair.", None]
+
+    other = page.context.new_page()
+    other.goto(page.url)
+    other.wait_for_selector("#view-layer[data-drawn='true']", timeout=30_000)
+    assert other.input_value("#texts") == page.input_value("#texts")
+    other.wait_for_selector("html[data-link='written']")
+    assert decode(other.url) == request  # the reopened page asks for the same thing
+    other.close()
+
+
+def test_old_json_links_still_open(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    request = {"sequences": ["the cat sat"], "num_heads": 4, "d_model": 8, "mask": "none"}
+    page.goto(f"{server_url}/?request={quote(json.dumps(request))}#heads")
+    wait_heads(page, 4)
+    assert page.input_value("#sequences") == "the cat sat"
+    assert page.locator("#link-note").is_hidden()
+    assert page.errors == []
+
+
+def test_a_link_too_large_to_share_is_not_written_and_json_is_offered(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_heads(page, 2)
+    # Random letters and digits hardly compress: about 48 KB of link.
+    rng = random.Random(1)
+    alphabet = string.ascii_letters + string.digits
+    lines = [" ".join("".join(rng.choices(alphabet, k=12)) for _ in range(2000)) for _ in range(2)]
+    page.fill("#sequences", "\n".join(lines))
+    page.fill("#vocab_size", "5000")  # 4000 distinct words
+    page.uncheck("#verify")
+    page.click("#compute")
+    page.wait_for_selector("html[data-link='too-large']")
+    note = page.locator("#link-note")
+    assert note.is_visible()
+    assert "too large to share as a link" in note.text_content()
+    assert "Download JSON" in note.text_content()
+    assert "request=" not in page.url  # no broken (or stale) link in the address bar
+    page.locator("#summary", has_text="(2, 2, 2000, 2000)").wait_for(timeout=60_000)
+    with page.expect_download() as info:
+        page.click("#download-json")
+    saved = json.loads(info.value.path().read_text(encoding="utf-8"))
+    assert saved["request"]["sequences"] == lines
+    # A smaller input is shareable again and the note goes away.
+    page.fill("#sequences", "the cat sat")
+    page.click("#compute")
+    page.wait_for_selector("html[data-link='written']")
+    assert note.is_hidden()
+    assert decode(page.url)["sequences"] == ["the cat sat"]
+    assert page.errors == []
+
+
+VALID = encode({"sequences": [[1, 2, 3]]})
+HOSTILE_INDEX = [
+    ("wrong type", encode({"sequences": [[1, 2, 3]], "d_model": "x"}), "d_model must be a number"),
+    ("a list, not an object", encode([1, 2, 3]), "not a JSON object"),
+    ("old link, a list", quote("[1, 2]"), "not a JSON object"),
+    ("sequences a string", encode({"sequences": "abc"}), "sequences must be a non-empty list"),
+    ("targets a number", encode({"sequences": ["a b"], "targets": 5}), "targets must be"),
+    ("no sequences", encode({"d_model": 8}), "sequences is missing"),
+    ("__proto__", encode({"__proto__": {"polluted": 1}}), 'the key "__proto__"'),
+    (
+        "constructor.prototype",
+        encode({"sequences": [[1]], "constructor": {"prototype": {"polluted": 1}}}),
+        'the key "prototype"',  # JSON.parse's reviver sees inner keys first
+    ),
+    ("garbage base64", "%21%21not*base64%3F%3F", "neither JSON nor base64url"),
+    ("truncated blob", VALID[: len(VALID) // 2], "cut short or damaged"),
+    ("not deflate", "QUFBQUFBQUE", "cut short or damaged"),
+    ("old link, bad JSON", quote('{"sequences": [1,'), "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"), [case[1:] for case in HOSTILE_INDEX], ids=[c[0] for c in HOSTILE_INDEX]
+)
+def test_a_hostile_link_gives_a_message_and_the_default_preset(
+    page, server_url, raw: str, message: str
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{server_url}/?request={raw}#heads")
+    wait_heads(page, 2)  # the default preset is drawn
+    note = page.locator("#link-note")
+    note.wait_for(state="visible")
+    assert note.text_content().startswith("This link could not be opened: ")
+    assert message in note.text_content()
+    assert "(5, 2, 10, 10)" in page.locator("#summary").text_content()
+    assert page.evaluate(
+        "() => ({}).polluted === undefined && Object.prototype.polluted === undefined"
+    )
+    assert page.errors == []
+    # The form stays usable, and the next computation clears the message.
+    page.fill("#seed", "3")
+    page.click("#compute")
+    page.wait_for_selector("html[data-link='written']")
+    note.wait_for(state="hidden")
+
+
+VALID_MODELS = encode({"texts": [f"sentence {i} of a long link" for i in range(50)]})
+HOSTILE_MODELS = [
+    ("texts a string", encode({"texts": "abc"}), "texts must be a non-empty list of strings"),
+    ("__proto__", encode({"texts": ["a"], "__proto__": {"polluted": 1}}), '"__proto__"'),
+    ("a list", encode(["a"]), "not a JSON object"),
+    ("truncated blob", VALID_MODELS[: len(VALID_MODELS) // 2], "cut short or damaged"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"), [case[1:] for case in HOSTILE_MODELS], ids=[c[0] for c in HOSTILE_MODELS]
+)
+def test_a_hostile_link_to_models_gives_a_message_and_the_default_sentence(
+    page, server_url, raw: str, message: str
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{server_url}/models?request={raw}#model")
+    page.wait_for_selector("#view-model[data-drawn='true']", timeout=30_000)
+    note = page.locator("#link-note")
+    assert note.is_visible()
+    assert message in note.text_content()
+    assert page.input_value("#texts") == "The cat sat on the mat because it was tired."
+    assert page.evaluate(
+        "() => ({}).polluted === undefined && Object.prototype.polluted === undefined"
+    )
+    assert page.errors == []
