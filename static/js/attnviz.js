@@ -1,7 +1,7 @@
 // AttnViz page: the form, the per-head heatmaps, and the tabs of the lesson views.
 // JSON from the API is snake_case; camelCase names are used only for JS locals.
 import {
-  addPlot, clearPlots, heatmapFigure, maxOf, visibleWeights,
+  addPlot, attentionHover, clearPlots, heatmapFigure, maxOf, visibleWeights,
 } from "./heatmap.js";
 import {
   ATTENTION_LINK_FIELDS, bindImageDownloads, download, errorBox, fetchJson as fetchApi,
@@ -29,11 +29,19 @@ const headsContainer = document.getElementById("heads");
 const zoomContainer = document.getElementById("head-zoom");
 const computeButton = document.getElementById("compute");
 const tabs = [...document.querySelectorAll(".tabs button")];
+const results = document.querySelector(".results");
+const staleNote = document.getElementById("stale-note");
+const maskNote = document.getElementById("mask-note");
+const errorElement = document.getElementById("error");
 
 const presets = JSON.parse(document.getElementById("presets-data").textContent);
 const defaultPreset = JSON.parse(document.getElementById("default-preset").textContent);
 
-const state = { response: null, request: null, view: "heads" };
+// requestKey: the form as it was for the shown results (see formKey); presetKey: the
+// form as the selected preset fills it.
+const state = {
+  response: null, request: null, view: "heads", requestKey: null, preset: null, presetKey: null,
+};
 
 function sequenceToLine(seq) {
   return Array.isArray(seq) ? seq.join(" ") : seq;
@@ -100,18 +108,169 @@ function readRequest() {
   return request;
 }
 
-const errors = errorBox(document.getElementById("error"));
-const showError = errors.show;
-const clearError = errors.clear;
+const errors = errorBox(errorElement);
 
-// POST or GET JSON; on an HTTP error, shows the API's message by the form and
-// returns null.
+// The control of each API field (JSON name) the page sends: the form's fields and the
+// lesson views' own controls. An error whose location names one of them is shown
+// beside it.
+const FIELD_IDS = {
+  sequences: "sequences", sequence: "sequences", targets: "targets", d_model: "d_model",
+  num_heads: "num_heads", seed: "seed", pad_id: "pad_id", vocab_size: "vocab_size",
+  device: "device", mask: "mask-causal", mask_fill: "mask_fill", scale: "scale",
+  num_layers: "num-layers", d_ff: "d-ff", positional_encoding: "positional-encoding",
+  dropout: "dropout-p", dropout_seed: "dropout-seed",
+};
+
+// Pydantic's wording, said plainly.
+const PLAIN = [
+  [/^Input should be greater than or equal to (.+)$/, "must be at least $1"],
+  [/^Input should be less than or equal to (.+)$/, "must be at most $1"],
+  [/^Input should be greater than (.+)$/, "must be more than $1"],
+  [/^Input should be less than (.+)$/, "must be less than $1"],
+  [/^Input should be a valid integer.*$/, "must be a whole number"],
+  [/^Input should be a valid number.*$/, "must be a number"],
+  [/^List should have at least 1 item.*$/, "is empty: enter at least one line"],
+  [/^Field required$/, "is required"],
+];
+
+function plain(message) {
+  for (const [pattern, replacement] of PLAIN) {
+    if (pattern.test(message)) return message.replace(pattern, replacement);
+  }
+  return message;
+}
+
+// One line of fetchJson's message, "<field>[i]: <message>" (api.js formatLoc), as
+// {name, index, message}; name is null when the line names no field.
+function parseErrorLine(line) {
+  const match = /^([A-Za-z_]\w*)((?:\[\d+\]|\.\w+)*): (.*)$/.exec(line);
+  if (!match) return { name: null, index: null, message: line };
+  const index = /^\[(\d+)\]/.exec(match[2]);
+  return { name: match[1], index: index ? Number(index[1]) : null, message: plain(match[3]) };
+}
+
+// Shows the API's message: each error that names a field beside that field (outlined,
+// aria-invalid, described by the message), and all of them in the box under Compute.
+function showError(message) {
+  clearFieldErrors();
+  const lines = String(message).split("\n").map(parseErrorLine);
+  const summaryLines = [];
+  for (const { name, index, message: text } of lines) {
+    const field = name && document.getElementById(FIELD_IDS[name] || "");
+    if (!field) {
+      summaryLines.push(name ? `${name}: ${text}` : text);
+      continue;
+    }
+    const where = index !== null && (name === "sequences" || name === "targets")
+      ? `line ${index + 1}: ` : "";
+    markField(field, `${where}${text}`);
+    // "num_heads: num_heads must divide ..." names the field once.
+    summaryLines.push(text.startsWith(`${name} `) && !where
+      ? text : `${name}${where ? ` ${where.slice(0, -2)}` : ""}: ${text}`);
+  }
+  errors.show(`Not computed:\n${summaryLines.join("\n")}`);
+}
+
+function markField(field, text) {
+  let note = document.getElementById(`${field.id}-error`);
+  if (!note) {
+    note = document.createElement("p");
+    note.id = `${field.id}-error`;
+    note.className = "field-error";
+    // Below the field: inside its cell of the grid, after its label when the label
+    // holds it (checkboxes), at the end of a row of view controls.
+    const box = field.closest(".view-controls, .grid-2 > div");
+    if (box) box.append(note);
+    else (field.closest("label.inline, label") || field).after(note);
+  }
+  note.textContent = note.textContent ? `${note.textContent}; ${text}` : text;
+  field.setAttribute("aria-invalid", "true");
+  field.setAttribute("aria-describedby", note.id);
+}
+
+function unmarkField(field) {
+  if (field.getAttribute("aria-invalid") !== "true") return;
+  field.removeAttribute("aria-invalid");
+  field.removeAttribute("aria-describedby");
+  const note = document.getElementById(`${field.id}-error`);
+  if (note) note.remove();
+}
+
+function clearFieldErrors() {
+  for (const field of document.querySelectorAll("[aria-invalid=true]")) unmarkField(field);
+}
+
+function clearError() {
+  clearFieldErrors();
+  errors.clear();
+}
+
+// POST or GET JSON; on an HTTP error, shows the API's message by the form (and by the
+// field it names) and returns null.
 function fetchJson(url, body) {
   return fetchApi(url, body, showError);
 }
 
+// The open tab travels in the URL as #view=<name>: a bare #<name> could equal an
+// element's id (#heads, #summary), which the browser scrolls to.
 function writeUrl(request) {
-  writeUrlState({ ...request, verify: form.verify.checked }, state.view);
+  writeUrlState({ ...request, verify: form.verify.checked }, `view=${state.view}`);
+}
+
+// The view a URL fragment names: "#view=summary", or an old link's "#summary".
+function viewOfHash(hash) {
+  const name = hash.replace(/^#(view=)?/, "");
+  return name in VIEWS || name === "heads" ? name : null;
+}
+
+// The input the form holds, as a string to compare with a preset's.
+function inputKey() {
+  return JSON.stringify(readRequest());
+}
+
+// What the form asks for, as a string to compare with the shown results': the input
+// and the verify box.
+function formKey() {
+  return JSON.stringify({ ...readRequest(), verify: form.verify.checked });
+}
+
+// The shown results are stale while the form differs from the request that made
+// them: dimmed, with a note, until Compute.
+function updateStale() {
+  const stale = state.requestKey !== null && formKey() !== state.requestKey;
+  results.classList.toggle("stale", stale);
+  results.dataset.stale = String(stale);
+  staleNote.hidden = !stale;
+}
+
+// The preset picker says "Custom" once the form no longer equals the preset.
+function updatePreset() {
+  if (state.preset === null) return;
+  if (inputKey() === state.presetKey) {
+    presetSelect.value = state.preset.name;
+    presetDescription.textContent = state.preset.description;
+  } else {
+    presetSelect.value = CUSTOM;
+    presetDescription.textContent = `Your own input (changed from "${state.preset.title}"); ` +
+      "pick a preset to start from it again.";
+  }
+}
+
+// After a refused request nothing of an earlier one stays on screen: the views are
+// emptied and the badge hidden, and the summary says why.
+function clearResults() {
+  state.response = null;
+  state.requestKey = null;
+  updateStale();
+  for (const container of [headsContainer, zoomContainer,
+    ...document.querySelectorAll(".view .view-body")]) {
+    clearPlots(container);
+  }
+  for (const section of document.querySelectorAll(".view")) section.dataset.drawn = "false";
+  headsContainer.dataset.drawnHeads = "0";
+  document.getElementById("verify-badge").hidden = true;
+  summary.textContent = "Nothing to show: the request was refused. Fix the field marked " +
+    "in red and press Compute.";
 }
 
 async function compute() {
@@ -123,13 +282,20 @@ async function compute() {
     const request = readRequest();
     writeUrl(request);
     const started = performance.now();
+    const key = formKey();
     const body = await fetchJson("/api/v1/attention", {
       ...request, ...COMPACT, verify: form.verify.checked, display_size: DISPLAY_SIZE,
     });
-    if (body === null) return;
+    if (body === null) {
+      clearResults();
+      errorElement.scrollIntoView({ block: "nearest" });
+      return;
+    }
     const received = performance.now();
     state.response = body;
     state.request = request;
+    state.requestKey = key;
+    updateStale();
     window.attnviz.lastResponse = body;
     populateSelectors(body);
     await renderView();
@@ -236,6 +402,7 @@ async function renderHeads(data, b) {
       z: visibleWeights(data.weights[b][h], data.attn_mask[b]),
       rowLabels: data.query_labels[b],
       colLabels: data.key_labels[b],
+      ...attentionHover(data, b),
       title: `Head ${h}`,
       zmin: 0,
       zmax: zmax > 0 ? zmax : 1,
@@ -269,20 +436,24 @@ async function zoomHead(b, h) {
     : `Head ${h}, sequence ${b}: full resolution ${Lq} × ${Lk}`;
   const div = addPlot(zoomContainer, heatmapFigure({
     z: visibleWeights(res.weights[0][0], res.attn_mask[0]),
-    rowLabels: res.query_labels[0], colLabels: res.key_labels[0], title,
+    rowLabels: res.query_labels[0], colLabels: res.key_labels[0], ...attentionHover(res, 0), title,
     zmin: 0, valueName: "weight", maskedNote: "masked: weight 0",
   }), "plot zoom-plot");
   await div.drawn;
   zoomContainer.dataset.head = String(h);
 }
 
+// The Layers tab runs the seeds' stack, whose masks are fixed (lessons.js LAYER_MASKS,
+// shown on the tab): there the mask checkboxes are disabled, with #mask-note.
+function syncMaskControls() {
+  const fixed = state.view === "layers";
+  form.mask_padding.disabled = fixed;
+  form.mask_causal.disabled = fixed;
+  maskNote.hidden = !fixed;
+}
+
 async function renderView() {
-  const data = state.response;
-  if (!data) return;
-  const b = Number(sequenceSelect.value || 0);
-  const h = Number(headSelect.value || 0);
-  summary.textContent = describe(data);
-  renderBadge(data);
+  syncMaskControls();
   for (const tab of tabs) {
     const active = tab.dataset.view === state.view;
     tab.setAttribute("aria-selected", String(active));
@@ -290,6 +461,12 @@ async function renderView() {
   }
   const view = VIEWS[state.view];
   headControl.hidden = !(view && view.usesHead);
+  const data = state.response;
+  if (!data) return; // nothing computed yet, or the last request was refused
+  const b = Number(sequenceSelect.value || 0);
+  const h = Number(headSelect.value || 0);
+  summary.textContent = describe(data);
+  renderBadge(data);
   const container = document.getElementById(`view-${state.view}`);
   container.dataset.drawn = "false";
   if (state.view === "heads") {
@@ -308,14 +485,22 @@ function selectPreset(name) {
   presetSelect.value = preset.name;
   presetDescription.textContent = preset.description;
   fillForm(preset.request);
+  state.preset = preset;
+  state.presetKey = inputKey();
 }
 
+const CUSTOM = "custom";
 for (const preset of presets) {
   const option = document.createElement("option");
   option.value = preset.name;
   option.textContent = preset.title;
   presetSelect.append(option);
 }
+const customOption = document.createElement("option");
+customOption.value = CUSTOM;
+customOption.textContent = "Custom";
+customOption.disabled = true;
+presetSelect.append(customOption);
 
 presetSelect.addEventListener("change", () => {
   selectPreset(presetSelect.value);
@@ -325,6 +510,17 @@ form.addEventListener("submit", (event) => {
   event.preventDefault();
   compute();
 });
+for (const type of ["input", "change"]) {
+  form.addEventListener(type, (event) => {
+    if (event.target === presetSelect) return;
+    unmarkField(event.target);
+    updatePreset();
+    updateStale();
+  });
+}
+for (const container of document.querySelectorAll(".view-controls")) {
+  container.addEventListener("input", (event) => unmarkField(event.target));
+}
 sequenceSelect.addEventListener("change", renderView);
 headSelect.addEventListener("change", renderView);
 for (const tab of tabs) {
@@ -346,14 +542,23 @@ for (const container of document.querySelectorAll(".view-controls")) {
 
 window.attnviz = { lastResponse: null, compute: compute };
 const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
-const sharedView = window.location.hash.slice(1);
-if (sharedView in VIEWS || sharedView === "heads") state.view = sharedView;
+state.view = viewOfHash(window.location.hash) || state.view;
 if (shared && Array.isArray(shared.sequences)) {
   selectPreset(defaultPreset);
-  presetDescription.textContent = "From the link.";
   fillForm({ ...presets[0].request, ...shared });
   if (shared.verify === false) form.verify.checked = false;
+  // The link's input may be a preset's: each preset's input, read back through the form.
+  const key = inputKey();
+  const same = presets.find((p) => (fillForm(p.request), inputKey() === key));
+  fillForm({ ...presets[0].request, ...shared });
+  if (same) {
+    selectPreset(same.name);
+  } else {
+    presetSelect.value = CUSTOM;
+    presetDescription.textContent = "Your own input, from the link.";
+  }
 } else {
   selectPreset(defaultPreset);
 }
+syncMaskControls();
 compute();

@@ -3,8 +3,8 @@
 // never as markup.
 
 export const ANNOTATE_MAX_LEN = 16; // print the value in each cell up to this size
-// Above this many rows or columns a heatmap drops per-cell hover labels and cell
-// gaps, and labels every k-th tick only: drawing cost then scales with the cells.
+// Above this many rows or columns a heatmap drops the cell gaps and labels every
+// k-th tick only: drawing cost then scales with the cells.
 const DETAIL_MAX_LEN = 64;
 const MAX_TICKS = 32;
 
@@ -26,10 +26,78 @@ export const WEIGHT_COLORSCALE = [
 export const SIGNED_COLORSCALE = [
   [0.0, "#2166ac"], [0.25, "#92c5de"], [0.5, "#f7f7f7"], [0.75, "#f4a582"], [1.0, "#b2182b"],
 ];
-const PLOT_CONFIG = { responsive: true, displaylogo: false };
+// The modebar keeps the buttons a heatmap needs (zoom, pan, reset, save as PNG); the
+// others (box/lasso select, zoom in/out, autoscale) only widened it over the titles.
+const PLOT_CONFIG = {
+  responsive: true,
+  displaylogo: false,
+  modeBarButtonsToRemove: ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d"],
+};
+// Height (px) kept free at the top of every figure for the modebar, which Plotly draws
+// over the top-right corner of the div: titles sit below it (see placeTitle).
+const MODEBAR_HEIGHT = 34;
+const TITLE_LINE_HEIGHT = 17;
 
 export function escapeForPlotly(text) {
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
+// Hover text of the positions along one axis of a map: "token 3: the", or, on a map
+// block-pooled by `factor` (labels are then the server's block labels, "the…mat"),
+// "tokens 0–7: the…mat". `length` is the number of positions before pooling.
+// Plain text: heatmapFigure and thumbnailGrid escape it for Plotly.
+export function tokenHover(labels, factor = 1, length = labels.length * factor) {
+  return labels.map((label, k) => {
+    if (factor <= 1) return `token ${k}: ${label}`;
+    const first = k * factor;
+    const last = Math.min(first + factor, length) - 1;
+    return first === last ? `token ${first}: ${label}` : `tokens ${first}–${last}: ${label}`;
+  });
+}
+
+// Hover text of the rows (queries) and columns (keys) of sequence b of an
+// /api/v1/attention response, pooled (display_size) or not.
+export function attentionHover(res, b) {
+  const [, , Lq, Lk] = res.full_shape;
+  const d = res.downsample;
+  return {
+    rowHover: tokenHover(res.query_labels[b], d ? d.factor_q : 1, Lq),
+    colHover: tokenHover(res.key_labels[b], d ? d.factor_k : 1, Lk),
+  };
+}
+
+// Hover text of the feature dimensions of Q, K, V or a head output: "dimension 2".
+export function dimensionHover(count) {
+  return [...Array(count).keys()].map((i) => `dimension ${i}`);
+}
+
+// The hover data of a rows x cols map whose row i reads rowHover[i] and column j
+// colHover[j]: customdata (rows x cols, row i filled with rowHover[i]) and hovertext
+// (every row the same array colHover), read as %{customdata} and %{hovertext}. The
+// filled rows are slots pointing at one string each, and the columns one shared array.
+function hoverData(rowHover, colHover) {
+  const cols = colHover.map(escapeForPlotly);
+  return {
+    customdata: rowHover.map((text) => new Array(cols.length).fill(escapeForPlotly(text))),
+    hovertext: rowHover.map(() => cols),
+  };
+}
+
+// The title placed at the top left, below the modebar: `layout.margin.t` grows to hold
+// the modebar and the title's lines (`<br>` separated).
+function placeTitle(layout) {
+  const text = layout.title && layout.title.text;
+  if (!text) return layout;
+  const lines = text.split("<br>").length;
+  const top = MODEBAR_HEIGHT + lines * TITLE_LINE_HEIGHT + 4;
+  return {
+    ...layout,
+    title: {
+      ...layout.title, x: 0, xref: "paper", xanchor: "left", y: 1, yref: "paper",
+      yanchor: "bottom", pad: { b: 6 },
+    },
+    margin: { ...(layout.margin || {}), t: Math.max(top, (layout.margin || {}).t || 0) },
+  };
 }
 
 // A masked cell is drawn gray when its weight is 0. Under a finite mask fill, a
@@ -51,25 +119,30 @@ export function maxAbsOf(matrix) {
 }
 
 // One matrix as a heatmap. options:
-//   z (rows x cols, null = masked), rowLabels, colLabels, title, xTitle, yTitle,
+//   z (rows x cols, null = masked), rowLabels, colLabels (tick labels, plain text),
+//   rowHover, colHover (hover text of each row and column, plain text; default
+//   tokenHover of the labels: "token i: label"; pooled maps pass tokenHover with
+//   their factor, feature axes dimensionHover), title, xTitle, yTitle,
 //   signed (diverging scale centred at 0) or zmin/zmax, showscale,
 //   maskedNote (hover text of null cells; they are drawn gray with a x).
 export function heatmapFigure(options) {
   const z = options.z;
-  const rowLabels = (options.rowLabels || z.map((_, i) => String(i))).map(escapeForPlotly);
-  const colLabels = (options.colLabels || (z[0] || []).map((_, j) => String(j))).map(escapeForPlotly);
+  const rawRows = options.rowLabels || z.map((_, i) => String(i));
+  const rawCols = options.colLabels || (z[0] || []).map((_, j) => String(j));
+  const rowLabels = rawRows.map(escapeForPlotly);
+  const colLabels = rawCols.map(escapeForPlotly);
   const rows = rowLabels.map((_, i) => i);
   const cols = colLabels.map((_, j) => j);
   const size = Math.max(rows.length, cols.length);
   const annotate = size <= ANNOTATE_MAX_LEN;
   const detailed = size <= DETAIL_MAX_LEN;
-  const customdata = detailed ? rows.map((i) => cols.map((j) => [rowLabels[i], colLabels[j]])) : undefined;
+  const { customdata, hovertext } = hoverData(
+    options.rowHover || tokenHover(rawRows), options.colHover || tokenHover(rawCols),
+  );
   const gap = detailed ? 1 : 0;
   const yName = options.yTitle || "Query";
   const xName = options.xTitle || "Key";
-  const hoverHead = detailed
-    ? `${yName} %{customdata[0]} (row %{y})<br>${xName} %{customdata[1]} (col %{x})<br>`
-    : `${yName} row %{y}<br>${xName} col %{x}<br>`;
+  const hoverHead = `${yName} %{customdata}<br>${xName} %{hovertext}<br>`;
   const extreme = options.signed ? Math.max(maxAbsOf(z), 1e-12) : null;
   const traces = [
     {
@@ -82,7 +155,8 @@ export function heatmapFigure(options) {
       colorscale: options.signed ? SIGNED_COLORSCALE : WEIGHT_COLORSCALE,
       showscale: options.showscale ?? true,
       colorbar: { thickness: 10 },
-      customdata: customdata,
+      customdata,
+      hovertext,
       hovertemplate: hoverHead + `${options.valueName || "value"} %{z:.4f}<extra></extra>`,
       texttemplate: annotate ? (options.textFormat || "%{z:.2f}") : "",
       hoverongaps: false,
@@ -98,7 +172,8 @@ export function heatmapFigure(options) {
       z: z.map((row) => row.map((v) => (v === null ? 1 : null))),
       colorscale: [[0, MASKED_COLOR], [1, MASKED_COLOR]],
       showscale: false,
-      customdata: customdata,
+      customdata,
+      hovertext,
       hovertemplate: hoverHead + `${options.maskedNote || "masked"}<extra></extra>`,
       text: z.map((row) => row.map((v) => (v === null ? "×" : ""))),
       texttemplate: annotate ? "%{text}" : "",
@@ -119,21 +194,23 @@ export function heatmapFigure(options) {
   return { traces, layout };
 }
 
-// Colours of the current theme (light or dark, from the CSS variables).
+// Colours of the current theme (light or dark, from the CSS variables), and the title
+// placed below the modebar.
 function themed(layout) {
   const style = getComputedStyle(document.documentElement);
   const text = style.getPropertyValue("--text").trim() || "#1d2330";
   const axis = { color: text, gridcolor: style.getPropertyValue("--border").trim() };
-  const merged = { ...layout, font: { color: text, ...(layout.font || {}) } };
+  const merged = placeTitle({ ...layout, font: { color: text, ...(layout.font || {}) } });
   merged.paper_bgcolor = "rgba(0,0,0,0)";
   if (!layout.plot_bgcolor || layout.plot_bgcolor === "#ffffff") {
     merged.plot_bgcolor = style.getPropertyValue("--plot-bg").trim() || "#ffffff";
   }
-  for (const key of Object.keys(merged)) {
+  // Every axis gets its own copy: Plotly writes into the axis objects it is given (its
+  // autotype), and one object shared by x and y made the y axis of a bar chart of
+  // categories categorical too.
+  for (const key of ["xaxis", "yaxis", ...Object.keys(merged)]) {
     if (/^[xy]axis\d*$/.test(key)) merged[key] = { ...axis, ...merged[key] };
   }
-  if (!merged.xaxis) merged.xaxis = axis;
-  if (!merged.yaxis) merged.yaxis = axis;
   return merged;
 }
 
@@ -179,6 +256,8 @@ function decodeTypedArray(spec) {
   let flat;
   if (spec.dtype === "f4") {
     flat = new Float32Array(bytes.buffer);
+  } else if (spec.dtype === "f8") {
+    flat = new Float64Array(bytes.buffer);
   } else if (spec.dtype === "f2") {
     const halves = new Uint16Array(bytes.buffer);
     flat = new Float32Array(halves.length);
@@ -212,13 +291,22 @@ export function decodeArrays(value) {
   return value;
 }
 
+// The hover text of one axis of thumbnail (r, c): `given` (an array, or a function
+// (r, c) -> array), else the bare positions "position i".
+function axisHover(given, r, c, count) {
+  const texts = typeof given === "function" ? given(r, c) : given;
+  return texts || [...Array(count).keys()].map((i) => `position ${i}`);
+}
+
 // One Plotly figure of rows x cols small heatmaps (e.g. layers x heads, BertViz's
 // model view): one heatmap trace per cell on its own axes, drawn as SVG images,
 // so 72 thumbnails cost one figure and no WebGL context. options:
 //   rows, cols, cell(r, c) -> matrix (null = masked, drawn gray),
 //   rowName / colName (axis titles "L0", "H0"; none when empty), title, zmax (a number shared by
-//   every cell, or "each" to scale each cell to its own maximum), hover(r, c),
-//   onClick(r, c).
+//   every cell, or "each" to scale each cell to its own maximum), hover(r, c) (the
+//   cell's name), queryHover / keyHover (hover text of each row / column of the cells,
+//   an array shared by every cell or a function (r, c) -> array: tokenHover of the
+//   labels, with the pooling factor when pooled), onClick(r, c).
 // Returns the div; its `drawn` promise resolves once Plotly has drawn it.
 export function thumbnailGrid(container, options) {
   const { rows, cols, cell } = options;
@@ -236,6 +324,10 @@ export function thumbnailGrid(container, options) {
       const n = r * cols + c + 1;
       const z = cell(r, c);
       const zmax = options.zmax === "each" ? maxOf(z) : options.zmax;
+      const { customdata, hovertext } = hoverData(
+        axisHover(options.queryHover, r, c, z.length),
+        axisHover(options.keyHover, r, c, (z[0] || []).length),
+      );
       traces.push({
         type: "heatmap",
         z,
@@ -246,10 +338,16 @@ export function thumbnailGrid(container, options) {
         xaxis: `x${n}`,
         yaxis: `y${n}`,
         meta: [r, c],
-        hovertemplate: `${options.hover ? options.hover(r, c) : `${r}, ${c}`}<br>` +
-          "query row %{y}, key col %{x}<br>weight %{z:.3f}<extra>click to enlarge</extra>",
+        customdata,
+        hovertext,
+        hovertemplate: `${escapeForPlotly(options.hover ? options.hover(r, c) : `${r}, ${c}`)}<br>` +
+          "Query %{customdata}<br>Key %{hovertext}<br>weight %{z:.3f}<extra>click to enlarge</extra>",
       });
-      const bare = { showticklabels: false, showgrid: false, zeroline: false, ticks: "" };
+      // fixedrange: no zoom, so no axis drag handles either; these reached into the
+      // thumbnail on the left and took its hover away.
+      const bare = {
+        showticklabels: false, showgrid: false, zeroline: false, ticks: "", fixedrange: true,
+      };
       const suffix = n === 1 ? "" : String(n); // the first axes are "xaxis", not "xaxis1"
       layout[`xaxis${suffix}`] = { ...bare, title: r === rows - 1 ? { text: `${options.colName}${c}`, standoff: 2 } : undefined };
       layout[`yaxis${suffix}`] = { ...bare, autorange: "reversed", title: c === 0 && options.rowName ? { text: `${options.rowName}${r}`, standoff: 2 } : undefined };

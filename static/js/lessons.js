@@ -3,8 +3,8 @@
 // the request read from the form, the selected sequence and head, and the fetch
 // helper that reports API errors beside the form.
 import {
-  addPlot, clearPlots, escapeForPlotly, heatmapFigure, maxOf, newPlot, thumbnailGrid,
-  visibleWeights,
+  addPlot, attentionHover, clearPlots, dimensionHover, escapeForPlotly, heatmapFigure, maxOf,
+  newPlot, thumbnailGrid, tokenHover, visibleWeights,
 } from "./heatmap.js";
 
 const ALL_STAGES = ["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"];
@@ -71,6 +71,7 @@ async function renderStepThrough(body, ctx) {
   const q = res.query_labels[b];
   const k = res.key_labels[b];
   const dims = range(res.d_k).map(String);
+  const features = { colLabels: dims, colHover: dimensionHover(res.d_k), xTitle: "d_k" };
   const st = res.stages;
   note(body, `Head ${ctx.head} of sequence ${ctx.sequence}, stage by stage: Q, K and V are (L, d_k) = ` +
     `(${q.length}|${k.length}, ${res.d_k}); the scores are (L_q, L_k). Masked cells are ` +
@@ -79,9 +80,9 @@ async function renderStepThrough(body, ctx) {
   grid.className = "plots";
   body.append(grid);
   const figures = [
-    { z: st.q[b][h], rowLabels: q, colLabels: dims, title: "Q (head slice of x W_q)", xTitle: "d_k", signed: true },
-    { z: st.k[b][h], rowLabels: k, colLabels: dims, title: "K (head slice of x W_k)", xTitle: "d_k", yTitle: "Key", signed: true },
-    { z: st.v[b][h], rowLabels: k, colLabels: dims, title: "V (head slice of x W_v)", xTitle: "d_k", yTitle: "Key", signed: true },
+    { z: st.q[b][h], rowLabels: q, ...features, title: "Q (head slice of x W_q)", signed: true },
+    { z: st.k[b][h], rowLabels: k, ...features, title: "K (head slice of x W_k)", yTitle: "Key", signed: true },
+    { z: st.v[b][h], rowLabels: k, ...features, title: "V (head slice of x W_v)", yTitle: "Key", signed: true },
     { z: st.scores[b][h], rowLabels: q, colLabels: k, title: "1. scores Q Kᵀ", signed: true, valueName: "score" },
     {
       z: st.scaled_scores[b][h], rowLabels: q, colLabels: k, signed: true, valueName: "score",
@@ -95,7 +96,7 @@ async function renderStepThrough(body, ctx) {
       z: visibleWeights(res.weights[b][h], res.attn_mask[b]), rowLabels: q, colLabels: k,
       title: "4. softmax weights", zmin: 0, zmax: 1, valueName: "weight", maskedNote: "masked: weight 0",
     },
-    { z: st.head_output[b][h], rowLabels: q, colLabels: dims, title: "5. head output = weights · V", xTitle: "d_k", signed: true },
+    { z: st.head_output[b][h], rowLabels: q, ...features, title: "5. head output = weights · V", signed: true },
   ];
   for (const options of figures) addPlot(grid, heatmapFigure(options), "plot stage-plot");
 }
@@ -204,20 +205,42 @@ async function renderSummary(body, ctx) {
   body.append(grid);
   addPlot(grid, heatmapFigure({
     z: visibleWeights(s.mean_weights[b], data.attn_mask[b]), rowLabels: data.query_labels[b],
-    colLabels: data.key_labels[b], title: "average of the heads", zmin: 0, valueName: "mean weight",
-    maskedNote: "masked: weight 0",
+    colLabels: data.key_labels[b], ...attentionHover(data, b), title: "average of the heads",
+    zmin: 0, valueName: "mean weight", maskedNote: "masked: weight 0",
   }), "plot summary-plot");
-  for (const [values, title, color] of [
-    [entropy, "mean row entropy (bits)", "#4292c6"],
-    [s.max_weight[b], "max weight", "#08519c"],
+  for (const [values, title, unit, color] of [
+    [entropy, "mean row entropy (bits)", "bits", "#4292c6"],
+    [s.max_weight[b], "max weight", "weight", "#08519c"],
   ]) {
     const div = document.createElement("div");
     div.className = "plot summary-plot";
     grid.append(div);
-    newPlot(div, [{ type: "bar", x: heads.map((h) => `Head ${h}`), y: values, marker: { color } }], {
-      title: { text: title, font: { size: 12 } }, margin: { l: 50, r: 8, t: 36, b: 50 },
+    newPlot(div, [headBars(values, color, unit)], {
+      title: { text: title, font: { size: 12 } },
+      margin: { l: 56, r: 8, t: 36, b: 50 },
+      xaxis: { type: "category" },
+      // A numeric axis from 0, with some room above the tallest bar for its value.
+      yaxis: {
+        type: "linear", range: [0, 1.18 * Math.max(...values, 1e-6)], tickformat: ".2~f",
+        title: { text: unit },
+      },
     });
   }
+}
+
+// One bar per head (categories "Head 0", "Head 1", ...) with its value printed above it
+// when there are few heads: a head whose value is 0 still shows "0.00".
+function headBars(values, color, unit) {
+  return {
+    type: "bar",
+    x: values.map((_, h) => `Head ${h}`),
+    y: values,
+    marker: { color },
+    text: values.length <= 16 ? values.map((v) => v.toFixed(2)) : undefined,
+    textposition: "outside",
+    cliponaxis: false,
+    hovertemplate: `%{x}: %{y:.4f} ${unit}<extra></extra>`,
+  };
 }
 
 // 6. Dropout on the weights (seeds 001, 004).
@@ -267,6 +290,8 @@ function drawGrid(container, enlarged, block) {
     title: name,
     zmax,
     hover: (l, h) => `layer ${l}, head ${h}`,
+    queryHover: tokenHover(queryLabels),
+    keyHover: tokenHover(keyLabels),
     onClick: (l, h) => showEnlarged(enlarged, block, l, h, mask),
   });
   div.dataset.block = name;
@@ -284,6 +309,13 @@ function showEnlarged(enlarged, block, l, h, mask) {
     maskedNote: "masked: weight 0",
   }), "plot enlarged-plot");
 }
+
+// The stack's masks are fixed (the API's transformer lesson takes no mask field): the
+// form's mask checkboxes are disabled on this tab (attnviz.js), and this note says why.
+const LAYER_MASKS = "Masks on this tab are fixed, as in seed 004: the encoder " +
+  "self-attention masks padding keys only (it is never causal), the decoder self-attention " +
+  "masks padding and future keys, the cross attention padding keys of the source. The " +
+  "form's padding and causal checkboxes apply to the other tabs.";
 
 // 7. The encoder layer and the decoder side (seed 004).
 async function renderLayers(body, ctx) {
@@ -304,6 +336,7 @@ async function renderLayers(body, ctx) {
     "self-attention → add & norm → feed-forward (d_ff " + `${res.d_ff}, ReLU) → add & norm; ` +
     `positional encoding: ${res.positional_encoding}. ${res.num_parameters.toLocaleString()} ` +
     "parameters. Rows are layers (L), columns heads (H); click a thumbnail to enlarge it.");
+  note(body, LAYER_MASKS).classList.add("layers-masks");
   const enlarged = document.createElement("div");
   enlarged.className = "enlarged";
   const grids = document.createElement("div");

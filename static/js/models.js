@@ -5,7 +5,7 @@ import {
   MODELS_LINK_FIELDS, bindImageDownloads, download, errorBox, fetchJson as fetchApi,
   readUrlRequest, writeUrlState,
 } from "./api.js";
-import { addPlot, clearPlots, heatmapFigure, thumbnailGrid } from "./heatmap.js";
+import { addPlot, clearPlots, heatmapFigure, thumbnailGrid, tokenHover } from "./heatmap.js";
 
 const DEFAULT_TEXT = "The cat sat on the mat because it was tired.";
 const COMPACT = { encoding: "base64_float32" };
@@ -164,6 +164,20 @@ async function showEnlarged(container, res, l, h) {
   await div.drawn;
 }
 
+// Hover text of the thumbnails' rows and columns: the tokens, or the tokens each
+// pooled block covers ("tokens 0–3: [CLS]…sat").
+function thumbnailHover(res) {
+  const tokens = res.tokens[0];
+  const f = res.downsample ? res.downsample.factor : 1;
+  if (f === 1) return tokenHover(tokens);
+  const blocks = [];
+  for (let i = 0; i < tokens.length; i += f) {
+    const block = tokens.slice(i, i + f);
+    blocks.push(block.length === 1 ? block[0] : `${block[0]}…${block[block.length - 1]}`);
+  }
+  return tokenHover(blocks, f, tokens.length);
+}
+
 // BertViz's model view: N x H thumbnails in one figure; a click enlarges one.
 async function renderModelView(section, res) {
   const body = section.querySelector(".view-body");
@@ -179,6 +193,8 @@ async function renderModelView(section, res) {
       "click one to enlarge",
     zmax: "each",
     hover: (l, h) => `layer ${l}, head ${h}`,
+    queryHover: thumbnailHover(res),
+    keyHover: thumbnailHover(res),
     onClick: (l, h) => showEnlarged(enlarged, res, l, h),
   });
   grid.id = "model-grid";
@@ -218,6 +234,8 @@ async function renderAverages(section, res, l) {
     title: "Head average of each layer (click one to show it below)",
     zmax: "each",
     hover: (_, layer) => `layer ${layer}, mean of ${res.num_heads} heads`,
+    queryHover: thumbnailHover(res),
+    keyHover: thumbnailHover(res),
     onClick: (_, layer) => {
       layerSelect.value = String(layer);
       renderView();

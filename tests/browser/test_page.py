@@ -75,7 +75,7 @@ def test_api_error_shows_next_to_the_form_and_keeps_the_input(page, server_url) 
     error = page.locator("#error")
     error.wait_for(state="visible")
     assert "num_heads" in error.text_content()
-    assert "not divisible" in error.text_content()
+    assert "must divide" in error.text_content()
     assert page.input_value("#sequences") == "the cat sat\non the mat"
     assert page.input_value("#num_heads") == "3"
     # Fixing the field computes the words batch.
@@ -215,7 +215,7 @@ def test_the_url_reproduces_the_view_and_downloads_work(page, server_url) -> Non
     page.click(".tabs button[data-view=summary]")
     page.wait_for_function("document.getElementById('view-summary').dataset.drawn === 'true'")
     shared = page.url
-    assert "request=" in shared and shared.endswith("#summary")
+    assert "request=" in shared and shared.endswith("#view=summary")
     # A fresh page from the link computes the same request and opens the same tab.
     other = page.context.new_page()
     other.goto(shared)
