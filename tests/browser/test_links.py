@@ -176,6 +176,8 @@ HOSTILE_INDEX = [
     ("truncated blob", VALID[: len(VALID) // 2], "cut short or damaged"),
     ("not deflate", "QUFBQUFBQUE", "cut short or damaged"),
     ("old link, bad JSON", quote('{"sequences": [1,'), "not valid JSON"),
+    # 5 MB of JSON in a 7 KB link: inflating stops at 4 MiB.
+    ("deflate bomb", encode({"sequences": [[1]], "x": " " * 5_000_000}), "expands to more than"),
 ]
 
 
