@@ -10,6 +10,12 @@ JSON), which must get a 4xx. It prints requests served, errors (anything else:
 5xx, timeouts, unexpected statuses), p50/p95/p99 latency per kind, and the server's
 peak RSS, which must stay under PEAK_RSS_BOUND_MIB. Traffic goes to 127.0.0.1 only,
 bounded in time and count.
+
+A second case, on a fresh server, sends 30,000 distinct tiny requests (a new seed
+each, so each builds a seeded layer and a response that the caches keep) and prints
+the server's RSS before and after: its growth beyond the configured cache budgets
+(ATTNVIZ_MODEL_CACHE_BYTES + ATTNVIZ_RESPONSE_CACHE_BYTES, set small here so that
+the caches fill and evict) must stay under GROWTH_BOUND_MIB.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from tests.live_server import live_process
 PEAK_RSS_BOUND_MIB = 2048
 """The documented bound on the server's peak resident memory under this load."""
 MAX_REQUESTS = 100_000
+GROWTH_BOUND_MIB = 64
+"""The most the server may grow beyond its cache budgets over the distinct-request case."""
 
 
 def draw(rng: random.Random) -> tuple[str, dict[str, Any] | bytes, set[int]]:
@@ -126,11 +134,66 @@ def percentile(values: list[float], q: float) -> float:
     )
 
 
+async def distinct_tiny(url: str, count: int, clients: int) -> int:
+    """Send ``count`` tiny requests, each with a seed of its own; return how many got 200."""
+    seeds = iter(range(count))
+    ok = 0
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal ok
+        for seed in seeds:
+            body = {"sequences": [[1, 2, 3]], "seed": seed, "d_model": 8, "num_heads": 2}
+            response = await client.post(url, json=body)
+            ok += response.status_code == 200
+
+    async with httpx.AsyncClient(timeout=60) as client:
+        await asyncio.gather(*(worker(client) for _ in range(clients)))
+    return ok
+
+
+def growth_case(count: int, model_cache_mib: int, response_cache_mib: int) -> bool:
+    """The distinct-request case: RSS before and after, growth against the budgets."""
+    env = {
+        "ATTNVIZ_MODEL_CACHE_BYTES": str(model_cache_mib * 2**20),
+        "ATTNVIZ_RESPONSE_CACHE_BYTES": str(response_cache_mib * 2**20),
+        "ATTNVIZ_ACCESS_LOG": "false",
+    }
+    with live_process(env=env) as (url, process):
+        endpoint = url + "/api/v1/attention"
+        asyncio.run(distinct_tiny(endpoint, 200, 4))  # warm: first allocations, pools
+        before = memory_kib(process.pid, "VmRSS") / 1024
+        started = time.perf_counter()
+        ok = asyncio.run(distinct_tiny(endpoint, count, 8))
+        elapsed = time.perf_counter() - started
+        after = memory_kib(process.pid, "VmRSS") / 1024
+    budgets = model_cache_mib + response_cache_mib
+    beyond = after - before - budgets
+    print(
+        f"\ndistinct tiny requests: {count} sent in {elapsed:.0f} s, {ok} answered 200; "
+        f"server RSS {before:.0f} MiB before, {after:.0f} MiB after (+{after - before:.0f} "
+        f"MiB); cache budgets {budgets} MiB (model {model_cache_mib}, response "
+        f"{response_cache_mib}); growth beyond them {beyond:.0f} MiB "
+        f"(bound {GROWTH_BOUND_MIB} MiB)"
+    )
+    return ok == count and beyond < GROWTH_BOUND_MIB
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--distinct", type=int, default=30_000, help="0 skips the case")
+    parser.add_argument("--model-cache-mib", type=int, default=64)
+    parser.add_argument("--response-cache-mib", type=int, default=16)
+    parser.add_argument("--skip-mix", action="store_true", help="run the distinct case only")
     args = parser.parse_args()
+    grew_within = True
+    if args.distinct:
+        grew_within = growth_case(args.distinct, args.model_cache_mib, args.response_cache_mib)
+    if args.skip_mix:
+        if not grew_within:
+            raise SystemExit("FAILED: the server grew beyond its cache budgets")
+        return
     with live_process() as (url, process):
         started = time.perf_counter()
         stats = asyncio.run(run(url + "/api/v1/attention", args.clients, args.seconds, process.pid))
@@ -157,8 +220,11 @@ def main() -> None:
         f"\nserver peak RSS {peak_mib:.0f} MiB (bound {PEAK_RSS_BOUND_MIB} MiB); "
         f"server alive after the run: {alive}"
     )
-    if errors or peak_mib > PEAK_RSS_BOUND_MIB or not alive:
-        raise SystemExit("FAILED: errors, memory over the bound, or the server died")
+    if errors or peak_mib > PEAK_RSS_BOUND_MIB or not alive or not grew_within:
+        raise SystemExit(
+            "FAILED: errors, memory over the bound, growth beyond the cache budgets, "
+            "or the server died"
+        )
 
 
 if __name__ == "__main__":

@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import torch
 
 from app.attention import AttentionModel, compute_attention
@@ -36,3 +39,39 @@ def test_a_module_larger_than_the_cache_is_used_but_not_kept() -> None:
     model = cache.get("big", lambda: AttentionModel.seeded(10, 8, 2, 0))
     assert isinstance(model, AttentionModel)
     assert cache.get("big", lambda: AttentionModel.seeded(10, 8, 2, 0)) is not model
+
+
+MEASURE = """
+import gc, sys
+from app.attention import AttentionModel
+from app.attention.cache import ModuleCache
+
+def rss():
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+vocab, d_model, num_heads = map(int, sys.argv[1:])
+cache = ModuleCache(max_bytes=2**40)
+cache.get(-1, lambda: AttentionModel.seeded(vocab, d_model, num_heads, 0))
+before = rss()
+for seed in range(2000):
+    cache.get(seed, lambda seed=seed: AttentionModel.seeded(vocab, d_model, num_heads, seed))
+print(rss() - before, cache.currsize())
+"""
+
+
+def test_the_cache_counts_what_an_entry_really_costs() -> None:
+    """2,000 tiny distinct seeds grow the process by no more than the cache counts.
+
+    Before, a d_model-1 entry counted 36 bytes of parameters and cost ~22 KB: the
+    server grew about 30 KB per distinct request without bound.
+    """
+    for config in (("1", "1", "1"), ("100", "8", "2")):
+        out = subprocess.run(
+            [sys.executable, "-c", MEASURE, *config], capture_output=True, text=True, check=True
+        ).stdout.split()
+        grown, counted = int(out[0]), int(out[1])
+        assert grown > 2000 * 10_000, grown  # the measurement sees the entries
+        assert grown <= counted, (config, grown, counted)  # the count covers the growth
+        assert counted < 2 * grown, (config, grown, counted)  # and is not wildly above
