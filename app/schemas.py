@@ -6,20 +6,23 @@ The Literal choices come from the engine, so the API and the engine cannot drift
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Annotated, Any, Final, Literal, cast
+import types
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Union, cast, get_args, get_origin
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
     PlainValidator,
-    StrictInt,
     TypeAdapter,
     ValidationError,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from app.attention.engine import FLOAT32_LOWEST, STAGE_NAMES, DeviceName, DtypeName, StageName
@@ -40,6 +43,22 @@ SEED_MAX: Final = 2**63 - 1
 
 NONEMPTY_WORDS: Final = r"\S"
 """A word string must hold at least one non-whitespace character."""
+
+
+def _json_integer(value: object) -> object:
+    """JSON Schema's integer: an int, or a number with a zero fraction (3.0); never a bool.
+
+    Strict validation then refuses anything else (1.5, "3", null) with its own message.
+    """
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not a boolean")
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+"""An integer field as JSON Schema means it: 3 and 3.0 are integers, true and 1.5 are not."""
 
 
 def _mask_fill(value: object) -> str | float:
@@ -72,50 +91,92 @@ MaskFill = Annotated[
 """The string "-inf", or a finite number in [lowest float32, 0]: the scores are masked
 in float32 (float64 for dtype float64), and every dtype must be able to hold the fill."""
 
-_IDS: Final = TypeAdapter(list[StrictInt])
+_IDS: Final = TypeAdapter(list[JsonInt])
 
 
-def _sequence(value: object) -> list[int] | str:
-    """Token ids (a non-empty list of integers) or words (a string with a word in it)."""
-    if isinstance(value, str):
-        if not value.split():
-            raise ValueError("the sequence is empty: give at least one word")
-        return value
+def _sequence_type(max_tokens: int) -> Any:
+    """The type of one sequence of at most ``max_tokens`` ids (words are counted later).
+
+    Token ids (a non-empty list of integers) or words (a string with a word in it);
+    every error is one plain message naming the sequence.
+    """
+
+    def validate(value: object) -> list[int] | str:
+        if isinstance(value, str):
+            if not value.split():
+                raise ValueError("the sequence is empty: give at least one word")
+            return value
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("the sequence is empty: give at least one token id")
+            if len(value) > max_tokens:
+                raise ValueError(f"{len(value)} tokens; the limit is {max_tokens}")
+            try:
+                return _IDS.validate_python(value, strict=True)
+            except ValidationError as error:
+                where = error.errors()[0]["loc"][0]
+                raise ValueError(f"token {where} is not an integer id") from None
+        raise ValueError("must be a list of token ids or a string of words")
+
+    return Annotated[
+        list[int] | str,
+        PlainValidator(validate),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {
+                        "type": "array",
+                        "items": {"type": "integer", "minimum": 0},
+                        "minItems": 1,
+                        "maxItems": max_tokens,
+                    },
+                    {"type": "string", "pattern": NONEMPTY_WORDS},
+                ],
+                "description": f"Token ids (1 to {max_tokens} integers, each in "
+                "[0, vocab_size)) or words (a string split on whitespace into 1 to "
+                f"{max_tokens} words; the word <pad> is the padding token).",
+                "examples": [[62, 13, 47, 39], "I love deep learning"],
+            }
+        ),
+    ]
+
+
+if TYPE_CHECKING:  # what the validated values are
+    SequenceIn = list[int] | str
+    DecodingSequenceIn = list[int] | str
+else:
+    SequenceIn = _sequence_type(MAX_TOKENS)
+    """One sequence of a batch: ids or words, at most MAX_TOKENS."""
+    DecodingSequenceIn = _sequence_type(MAX_DECODING_TOKENS)
+    """The one sequence of the decoding lesson: at most MAX_DECODING_TOKENS."""
+
+
+def _whole(value: Any) -> Any:
+    """A finite float with a zero fraction as an int (also inside a list); else unchanged."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
     if isinstance(value, list):
-        if not value:
-            raise ValueError("the sequence is empty: give at least one token id")
-        if len(value) > MAX_TOKENS:
-            raise ValueError(f"{len(value)} tokens; the limit is {MAX_TOKENS}")
-        try:
-            return _IDS.validate_python(value, strict=True)
-        except ValidationError as error:
-            where = error.errors()[0]["loc"][0]
-            raise ValueError(f"token {where} is not an integer id") from None
-    raise ValueError("must be a list of token ids or a string of words")
+        return [_whole(item) for item in value]
+    return value
 
 
-SequenceIn = Annotated[
-    list[int] | str,
-    PlainValidator(_sequence),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {
-                    "type": "array",
-                    "items": {"type": "integer", "minimum": 0},
-                    "minItems": 1,
-                    "maxItems": MAX_TOKENS,
-                },
-                {"type": "string", "pattern": NONEMPTY_WORDS},
-            ],
-            "description": "Token ids (a non-empty list of integers, each in "
-            "[0, vocab_size)) or words (a string split on whitespace into at least one "
-            "word; the word <pad> is the padding token).",
-            "examples": [[62, 13, 47, 39], "I love deep learning"],
-        }
-    ),
-]
-"""One sequence: ids or words. Errors come as one plain message per sequence."""
+@functools.cache
+def _integer_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``model`` that hold an int, an optional int or a list of ints."""
+    names = set()
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        options = set(get_args(annotation)) if get_origin(annotation) in _UNIONS else {annotation}
+        if get_origin(annotation) is list:
+            options = set(get_args(annotation))
+        if int in options or any(
+            get_origin(o) is Annotated and int in get_args(o) for o in options
+        ):
+            names.add(name)
+    return frozenset(names)
+
+
+_UNIONS: Final = (Union, types.UnionType)
 
 
 class StrictRequest(BaseModel):
@@ -127,6 +188,20 @@ class StrictRequest(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers_are_integers(cls, data: Any) -> Any:
+        """3.0 in an integer field is the integer 3, as JSON Schema has it.
+
+        Strict mode would refuse it, while a schema-valid client may send it. Only
+        numbers with a zero fraction in the model's integer fields change; a boolean
+        stays a boolean, which strict mode then refuses.
+        """
+        if not isinstance(data, dict):
+            return data
+        fields = _integer_fields(cls)
+        return {name: _whole(value) if name in fields else value for name, value in data.items()}
 
 
 IncludeName = StageName | Literal["head_mean"]
@@ -513,7 +588,9 @@ class DecodingRequest(LayerConfig):
         json_schema_extra={"examples": [{"sequence": "机 器 学 习 真 好 玩"}]},
     )
 
-    sequence: SequenceIn = Field(description="One sequence, ids or words (at most 128 tokens).")
+    sequence: DecodingSequenceIn = Field(
+        description="One sequence, ids or words (at most 128 tokens: one forward pass per token)."
+    )
 
     @field_validator("sequence")
     @classmethod

@@ -236,3 +236,28 @@ def test_float64_results_come_back_at_float64_precision(api: TestClient, encodin
     assert not np.array_equal(weights, rounded)
     max_weight = np.asarray(data["head_summary"]["max_weight"])
     assert np.array_equal(max_weight, reference.head_max_weight.numpy())
+
+
+def test_a_whole_number_is_an_integer_as_json_schema_says(api: TestClient) -> None:
+    """The schema says "integer", and 3.0 is one in JSON Schema: same result as 3."""
+    as_int = api.post("/api/v1/attention", json={"sequences": [[1, 2]], "seed": 3, "d_model": 8})
+    as_float = api.post(
+        "/api/v1/attention", json={"sequences": [[1.0, 2.0]], "seed": 3.0, "d_model": 8.0}
+    )
+    assert as_float.status_code == 200, as_float.text
+    assert as_float.json()["weights"] == as_int.json()["weights"]
+    scaling = api.post("/api/v1/lessons/scaling", json={"d_k_values": [8.0], "num_samples": 2})
+    assert scaling.status_code == 200, scaling.text
+    fraction = api.post("/api/v1/attention", json={"sequences": [[1]], "seed": 3.5})
+    assert fraction.status_code == 422
+
+
+def test_the_schema_bounds_the_decoding_lesson_at_its_own_limit(api: TestClient) -> None:
+    schema = api.get("/openapi.json").json()
+    sequence = schema["components"]["schemas"]["DecodingRequest"]["properties"]["sequence"]
+    ids = next(option for option in sequence["anyOf"] if option["type"] == "array")
+    assert ids["maxItems"] == 128
+    body = {"sequence": list(range(1, 100)) * 2, "vocab_size": 200}
+    response = api.post("/api/v1/lessons/decoding", json=body)
+    assert response.status_code == 422
+    assert locs(response) == [["body", "sequence"]]
