@@ -20,11 +20,13 @@ class Settings(BaseSettings):
             B * H * L_q * L_k for the weights plus any stages asked for; a larger
             request is refused with HTTP 413. The default, 2**25, admits B=1, H=8,
             L=2048 (134 MB of float32 weights).
-        model_cache_bytes: parameter bytes of seeded modules kept between requests.
+        model_cache_bytes: bytes of seeded modules kept between requests, each counted
+            as its parameters plus its module objects (app.attention.cache.module_bytes).
         compute_workers: threads that run attention (app.compute); requests beyond
             them queue.
         response_cache_bytes: bytes of finished responses kept for repeated
-            identical requests (0 turns the cache off).
+            identical requests, their keys (the requests) included (0 turns the cache
+            off).
         response_cache_item_bytes: the largest response kept.
         max_batch_size: the most sequences (and target sequences) in a request.
         max_seq_len: the most tokens in one sequence.
