@@ -49,8 +49,10 @@ export function errorBox(element) {
 // ---------------------------------------------------------------------------
 // Shared links. A page's request and open tab travel in the URL:
 //
-//   ?request=<base64url of the request's JSON, deflate-raw compressed>#<view>
+//   ?request=<base64url of the request's JSON, deflate-raw compressed>#view=<view>
 //
+// (The pages pass writeUrlState "view=<name>": a bare #<name> could be an element's
+// id, which the browser scrolls to. Both pages still open old links' bare #<name>.)
 // The browser's own CompressionStream compresses the JSON (a 2000-token input is a few
 // KB instead of tens). Old links with the plain JSON (?request={...}) still open. A link
 // longer than MAX_LINK_CHARS is not written: the page says so in #link-note and points

@@ -41,6 +41,7 @@ const defaultPreset = JSON.parse(document.getElementById("default-preset").textC
 // form as the selected preset fills it.
 const state = {
   response: null, request: null, view: "heads", requestKey: null, preset: null, presetKey: null,
+  link: null,
 };
 
 function sequenceToLine(seq) {
@@ -212,9 +213,11 @@ function fetchJson(url, body) {
 }
 
 // The open tab travels in the URL as #view=<name>: a bare #<name> could equal an
-// element's id (#heads, #summary), which the browser scrolls to.
-function writeUrl(request) {
-  writeUrlState({ ...request, verify: form.verify.checked }, `view=${state.view}`);
+// element's id (#heads, #summary), which the browser scrolls to. The request is
+// state.link: the one being computed, from Compute on (state.request, the shown one,
+// is set only once its response is in; a tab clicked meanwhile wrote the previous).
+function writeUrl() {
+  writeUrlState(state.link, `view=${state.view}`);
 }
 
 // The view a URL fragment names: "#view=summary", or an old link's "#summary".
@@ -280,7 +283,8 @@ async function compute() {
   const showProgress = setTimeout(() => { progress.hidden = false; }, 300);
   try {
     const request = readRequest();
-    writeUrl(request);
+    state.link = { ...request, verify: form.verify.checked };
+    writeUrl();
     const started = performance.now();
     const key = formKey();
     const body = await fetchJson("/api/v1/attention", {
@@ -526,7 +530,7 @@ headSelect.addEventListener("change", renderView);
 for (const tab of tabs) {
   tab.addEventListener("click", () => {
     state.view = tab.dataset.view;
-    if (state.request) writeUrl(state.request);
+    if (state.link) writeUrl();
     renderView();
   });
 }
@@ -541,8 +545,15 @@ for (const container of document.querySelectorAll(".view-controls")) {
 }
 
 window.attnviz = { lastResponse: null, compute: compute };
-const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
 state.view = viewOfHash(window.location.hash) || state.view;
+if (window.location.hash === `#${state.view}`) {
+  // An old link's bare fragment (#heads and #summary are also elements' ids, which the
+  // browser scrolls to) becomes #view=<name> at once, before the browser jumps there.
+  const url = new URL(window.location.href);
+  url.hash = `view=${state.view}`;
+  window.history.replaceState(null, "", url);
+}
+const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
 if (shared && Array.isArray(shared.sequences)) {
   selectPreset(defaultPreset);
   fillForm({ ...presets[0].request, ...shared });

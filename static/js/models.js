@@ -26,6 +26,10 @@ const computeButton = document.getElementById("compute");
 const tabs = [...document.querySelectorAll(".tabs button")];
 
 const THUMB_SIZE = 64; // thumbnails of longer inputs come block-max pooled to this size
+const VIEWS = ["model", "layer", "averages"];
+// Narrower than this (px), the model view's columns are numbered 0, 1, ... instead of
+// H0, H1, ...: twelve "H10"-wide labels do not fit side by side on a phone.
+const NARROW_GRID = 560;
 const state = {
   models: [], request: null, view: "model", overview: null, overviewKey: null, overviewRequest: null,
   layers: new Map(), fetchMs: 0, ticket: 0,
@@ -37,6 +41,27 @@ const clearError = errors.clear;
 
 function fetchJson(url, body) {
   return fetchApi(url, body, showError);
+}
+
+// The open tab travels in the URL as #view=<name>: a bare #model is the model picker's
+// id, and the browser scrolls to the element a fragment names.
+function writeUrl(request) {
+  return writeUrlState(request, `view=${state.view}`);
+}
+
+// The view a URL fragment names: "#view=layer", or an old link's "#layer".
+function viewOfHash(hash) {
+  const name = hash.replace(/^#(view=)?/, "");
+  return VIEWS.includes(name) ? name : null;
+}
+
+// A hint above a figure, as HTML: it wraps on a phone, where a long figure title would
+// be cut off at the figure's edge.
+function addHint(container, text) {
+  const hint = document.createElement("p");
+  hint.className = "hint figure-hint";
+  hint.textContent = text;
+  container.append(hint);
 }
 
 function readRequest() {
@@ -183,14 +208,17 @@ async function renderModelView(section, res) {
   const body = section.querySelector(".view-body");
   const enlarged = section.querySelector(".enlarged");
   clearPlots(body);
+  const narrow = body.clientWidth < NARROW_GRID;
+  addHint(body, `Rows are layers (L0–L${res.num_layers - 1}), columns heads ` +
+    `(${narrow ? "" : "H"}0–${narrow ? "" : "H"}${res.num_heads - 1}); each thumbnail is ` +
+    "scaled to its own maximum. Click one to enlarge it below.");
   const grid = thumbnailGrid(body, {
     rows: res.num_layers,
     cols: res.num_heads,
     cell: (l, h) => res.attentions[l][0][h],
     rowName: "L",
-    colName: "H",
-    title: "Layers (rows) × heads (columns); each thumbnail scaled to its own maximum; " +
-      "click one to enlarge",
+    colName: narrow ? "" : "H",
+    title: "Layers × heads",
     zmax: "each",
     hover: (l, h) => `layer ${l}, head ${h}`,
     queryHover: thumbnailHover(res),
@@ -225,13 +253,15 @@ async function renderAverages(section, res, l) {
   if (maps === null) return;
   clearPlots(body);
   const labels = res.tokens[0];
+  addHint(body, "The head average of each layer, each scaled to its own maximum. Click " +
+    "one to show it below.");
   const strip = thumbnailGrid(body, {
     rows: 1,
     cols: res.num_layers,
     cell: (_, layer) => res.head_mean[layer][0],
     rowName: "",
     colName: "L",
-    title: "Head average of each layer (click one to show it below)",
+    title: "Head average of each layer",
     zmax: "each",
     hover: (_, layer) => `layer ${layer}, mean of ${res.num_heads} heads`,
     queryHover: thumbnailHover(res),
@@ -295,7 +325,9 @@ async function compute() {
   const showProgress = setTimeout(() => { progress.hidden = false; }, 300);
   try {
     const request = readRequest();
-    writeUrlState(request, state.view);
+    // The link carries this request from now on, also while it is being computed (a tab
+    // clicked before the response writes it, not the previous one).
+    writeUrl(request);
     const model = state.models.find((m) => m.name === request.model) || state.models[0];
     state.request = request;
     state.overviewKey = null;
@@ -354,7 +386,7 @@ for (const control of [sequenceSelect, layerSelect, hideSpecial]) {
 for (const tab of tabs) {
   tab.addEventListener("click", () => {
     state.view = tab.dataset.view;
-    if (state.request) writeUrlState(state.request, state.view);
+    if (state.request) writeUrl(state.request);
     renderView();
   });
 }
@@ -367,6 +399,12 @@ document.getElementById("download-json").addEventListener("click", () => {
 bindImageDownloads(() => state.view, "attnviz-model");
 
 window.attnvizModels = { lastResponse: null, timings: null, compute };
-const sharedView = window.location.hash.slice(1);
-if (["model", "layer", "averages"].includes(sharedView)) state.view = sharedView;
+state.view = viewOfHash(window.location.hash) || state.view;
+if (window.location.hash === `#${state.view}`) {
+  // An old link's bare fragment (#model is also the model picker's id, which the
+  // browser scrolls to) becomes #view=<name> at once.
+  const url = new URL(window.location.href);
+  url.hash = `view=${state.view}`;
+  window.history.replaceState(null, "", url);
+}
 start();

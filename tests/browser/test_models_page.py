@@ -170,8 +170,10 @@ def test_layer_view_and_averages_and_rollout(page, server_url) -> None:  # type:
 
 def test_link_reproduces_the_request_and_errors_name_the_field(page, server_url) -> None:  # type: ignore[no-untyped-def]
     request = {"texts": ["Links carry the sentence."], "text_pairs": ["And its pair."]}
-    page.goto(f"{server_url}/models?request={json.dumps(request)}#layer")
+    page.goto(f"{server_url}/models?request={json.dumps(request)}#view=layer")
     wait_drawn(page, "layer")
+    page.wait_for_selector("html[data-link='written']")
+    assert page.url.endswith("#view=layer")  # the fragment names the tab, not an element
     response = page.evaluate("() => window.attnvizModels.lastResponse")
     assert response["tokens"][0].count("[SEP]") == 2
     assert 1 in response["token_type_ids"][0]
