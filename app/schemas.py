@@ -151,13 +151,22 @@ else:
     """The one sequence of the decoding lesson: at most MAX_DECODING_TOKENS."""
 
 
-def _whole(value: Any) -> Any:
-    """A finite float with a zero fraction as an int (also inside a list); else unchanged."""
+def _whole_number(value: Any) -> Any:
+    """A finite float with a zero fraction as an int; anything else unchanged."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
-    if isinstance(value, list):
-        return [_whole(item) for item in value]
     return value
+
+
+def _whole(value: Any) -> Any:
+    """:func:`_whole_number` of a value, or of each item of a list (one level only).
+
+    Integer fields are at most list[int]; anything nested deeper is left for strict
+    validation to refuse, never walked (a body can nest thousands of levels).
+    """
+    if isinstance(value, list):
+        return [_whole_number(item) for item in value]
+    return _whole_number(value)
 
 
 @functools.cache
