@@ -79,6 +79,7 @@ def test_a_2000_token_link_made_by_the_page_opens_and_draws(page, server_url) ->
     assert len(quote(json.dumps({"sequences": [text]}))) > 64 * 1024
 
     other = page.context.new_page()
+    other.bring_to_front()  # a background tab may have its drawing (animation frames) paused
     other.errors = []
     other.on("pageerror", lambda error: other.errors.append(str(error)))
     response = other.goto(link)
@@ -110,6 +111,7 @@ def test_the_models_page_link_round_trips(page, server_url) -> None:  # type: ig
     assert request["text_pairs"] == ["And its pair.", None]
 
     other = page.context.new_page()
+    other.bring_to_front()  # a background tab may have its drawing (animation frames) paused
     other.goto(page.url)
     other.wait_for_selector("#view-layer[data-drawn='true']", timeout=30_000)
     assert other.input_value("#texts") == page.input_value("#texts")
