@@ -89,30 +89,36 @@ def float_tolerance(dtype: torch.dtype, n: int, magnitude: float) -> float:
 
 
 def stage_magnitude(
-    attention: MultiHeadAttention, query: torch.Tensor, key: torch.Tensor, *, scale: bool = True
+    attention: MultiHeadAttention,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    q_heads: torch.Tensor,
+    k_heads: torch.Tensor,
 ) -> tuple[float, float]:
     """M for the weights and M for the output (each at least 1).
 
     Each bounds the sums sum |x_i y_i| that the stages before it accumulate.
 
     Projections: a = max of |x| @ |W|^T + |b| over W_q, W_k, W_v. Scores: by
-    Cauchy-Schwarz at most max ||q|| * max ||k|| per head (rows of length d_k),
-    divided by sqrt(d_k) when scaled. Weights @ V: at most a (the weights are >= 0
-    and sum to 1). W_o: at most a * max_i sum_j |W_o[i, j]| + max |b_o|. Float64.
+    Cauchy-Schwarz at most max ||q|| * max ||k|| / sqrt(d_k) per head, from the
+    reference's own projections ``q_heads`` (B, H, L_q, d_k) and ``k_heads``
+    (B, H, L_k, d_k), which already carry sqrt(d_k) in q when AttnViz does not scale
+    (:func:`torch_multihead_attention_from`). Weights @ V: at most a (the weights are
+    >= 0 and sum to 1). W_o: at most a * max_i sum_j |W_o[i, j]| + max |b_o|. Float64.
     The weights depend on the projections and scores only: M_w = max(a, scores);
     the output on every stage: M_o = max(M_w, W_o's).
     """
-    d_k, num_heads = attention.d_k, attention.num_heads
     with torch.no_grad():
         a = 0.0
         for linear, x in ((attention.W_q, query), (attention.W_k, key), (attention.W_v, key)):
             sums = x.abs().double() @ linear.weight.abs().double().T + linear.bias.abs().double()
             a = max(a, float(sums.max()) if sums.numel() else 0.0)
-        q = attention.W_q(query).double().unflatten(-1, (num_heads, d_k)).norm(dim=-1)
-        k = attention.W_k(key).double().unflatten(-1, (num_heads, d_k)).norm(dim=-1)
-        scores = float(q.amax(dim=(0, 1)).mul(k.amax(dim=(0, 1))).max()) if q.numel() else 0.0
-        if scale:
-            scores /= math.sqrt(d_k)
+        q = q_heads.double().norm(dim=-1)  # (B, H, L_q)
+        k = k_heads.double().norm(dim=-1)  # (B, H, L_k)
+        scores = 0.0
+        if q.numel() and k.numel():
+            scores = float(q.amax(dim=(0, 2)).mul(k.amax(dim=(0, 2))).max())
+            scores /= math.sqrt(attention.d_k)
         w_o = attention.W_o
         out = a * float(w_o.weight.abs().double().sum(dim=1).max()) + float(w_o.bias.abs().max())
     weights = max(1.0, a, scores)
@@ -267,11 +273,10 @@ def verify_attention(
         def heads(x: torch.Tensor) -> torch.Tensor:
             return x.view(batch_size, -1, num_heads, d_k).transpose(1, 2)  # (B, H, L, d_k)
 
+        q_heads = heads(F.linear(query, w_q, b_q))  # (B, H, L_q, d_k)
+        k_heads = heads(F.linear(key, w_k, b_k))  # (B, H, L_k, d_k)
         sdpa_heads = F.scaled_dot_product_attention(
-            heads(F.linear(query, w_q, b_q)),
-            heads(F.linear(key, w_k, b_k)),
-            heads(F.linear(key, w_v, b_v)),
-            attn_mask=(~ignore)[:, None, :, :],
+            q_heads, k_heads, heads(F.linear(key, w_v, b_v)), attn_mask=(~ignore)[:, None, :, :]
         )  # (B, H, L_q, d_k)
         sdpa_concat = sdpa_heads.transpose(1, 2).reshape(batch_size, len_q, -1)
         sdpa_output = reference.out_proj(sdpa_concat)  # (B, L_q, d_model)
@@ -302,7 +307,7 @@ def verify_attention(
     if attn_output.dtype in HALF_TOLERANCE:
         weights_tolerance = output_tolerance = HALF_TOLERANCE[attn_output.dtype]
     else:
-        m_weights, m_output = stage_magnitude(attention, query, key, scale=scale)
+        m_weights, m_output = stage_magnitude(attention, query, key, q_heads, k_heads)
         d_model, d_k = attention.d_model, attention.d_k
         # Weights: projections, scores and the softmax's sum over L_k (softmax at
         # most doubles an absolute score error).
