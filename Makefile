@@ -25,12 +25,13 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
 
 run: install
-	$(BIN)/python -m app
+	$(BIN)/python -m attnviz
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
 test: install browser lint

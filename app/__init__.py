@@ -2,7 +2,7 @@
 
 In a notebook, the engine and a figure of the heads::
 
-    from app import attention_figure, compute_attention
+    from attnviz import attention_figure, compute_attention
     result = compute_attention([[62, 13, 47], [60, 96]], mask="padding_causal")
     result.attn_weights.shape  # (B, H, L_q, L_k) = (2, 2, 3, 3)
     attention_figure(result, sequence_index=0).show()
@@ -10,7 +10,7 @@ In a notebook, the engine and a figure of the heads::
 
 __version__ = "0.1.0"
 
-from app.attention import AttentionResult, compute_attention
-from app.figure import attention_figure
+from .attention import AttentionResult, compute_attention
+from .views.figure import attention_figure
 
 __all__ = ["AttentionResult", "__version__", "attention_figure", "compute_attention"]

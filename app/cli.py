@@ -56,7 +56,7 @@ def build_request(args: argparse.Namespace) -> Any:
     Raises:
         SystemExit: with a message naming the field, for input the API would refuse.
     """
-    from app.schemas import AttentionRequest
+    from .server.schemas import AttentionRequest
 
     body: dict[str, Any] = {}
     if args.json is not None:
@@ -95,11 +95,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
     """Serve the page and the API with uvicorn."""
     import uvicorn
 
-    from app.config import get_settings
+    from .server.settings import get_settings
 
     settings = get_settings()
     uvicorn.run(
-        "app.main:app",
+        "attnviz.server.main:app",
         host=args.host or settings.host,
         port=args.port or settings.port,
         workers=args.workers,
@@ -112,8 +112,8 @@ def cmd_compute(args: argparse.Namespace) -> None:
     """Write the API's response JSON for the request."""
     from fastapi import HTTPException
 
-    from app.routers.attention import attention_payload
-    from app.serialize import stream_json
+    from .server.routers.attention import attention_payload
+    from .server.transport import stream_json
 
     request = build_request(args)
     try:
@@ -129,8 +129,8 @@ def cmd_compute(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     """Write a self-contained HTML file (Plotly.js inlined) of the per-head heatmaps."""
-    from app.attention import AttentionInputError, compute_attention
-    from app.figure import attention_figure
+    from .attention import AttentionInputError, compute_attention
+    from .views.figure import attention_figure
 
     request = build_request(args)
     if args.output is None or args.output.suffix.lower() not in (".html", ".htm", ".png", ".svg"):

@@ -24,19 +24,15 @@ import argparse
 import asyncio
 import random
 import statistics
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+from attnviz.attention.tutorials import TUTORIAL_BATCH
+from attnviz.devtools import live_process
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.seed_data import SEED_BATCH
 from benchmarks.run import memory_kib
-from tests.live_server import live_process
 
 PEAK_RSS_BOUND_MIB = 2048
 """The documented bound on the server's peak resident memory under this load."""
@@ -49,10 +45,10 @@ def draw(rng: random.Random) -> tuple[str, dict[str, Any] | bytes, set[int]]:
     """One request: (kind, JSON body or raw bytes, the statuses that count as success)."""
     roll = rng.random()
     if roll < 0.70:
-        batch = [[rng.randrange(1, 100) for _ in seq] for seq in SEED_BATCH]
+        batch = [[rng.randrange(1, 100) for _ in seq] for seq in TUTORIAL_BATCH]
         return "small", {"sequences": batch, "mask": "padding_causal"}, {200}
     if roll < 0.80:
-        return "repeated", {"sequences": SEED_BATCH, "mask": "padding_causal"}, {200}
+        return "repeated", {"sequences": TUTORIAL_BATCH, "mask": "padding_causal"}, {200}
     if roll < 0.92:
         tokens = [rng.randrange(1, 100) for _ in range(512)]
         body = {

@@ -9,7 +9,7 @@ Side by side in one run, medians in milliseconds (ms):
   in this process;
 * reference: transformers' BertModel (eager attention, output_attentions=True) on
   the same ids, forward pass only;
-* API: POST /api/v1/models/attention to a real server (python -m app on loopback),
+* API: POST /api/v1/models/attention to a real server (python -m attnviz on loopback),
   base64 float32 as the page asks, request to parsed response;
 * page: in headless Chromium, the Compute click to the drawn 6 x 12 grid (request +
   response + decode + Plotly), split into response and draw.
@@ -22,18 +22,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
-from pathlib import Path
 
 import httpx2 as httpx
 import torch
+from attnviz.devtools import CHROMIUM_ARGS, chromium_path, live_server
+from attnviz.pretrained import ModelRegistry
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.pretrained import ModelRegistry
 from benchmarks.run import median_ms
-from tests.browser.support import CHROMIUM_ARGS, chromium_path
-from tests.live_server import live_server
 
 SENTENCE = (
     "When the teacher typed a sentence, every layer and head of the small BERT model lit "

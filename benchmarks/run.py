@@ -23,7 +23,6 @@ import asyncio
 import random
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,16 +30,15 @@ from typing import Any
 
 import httpx2 as httpx
 import torch
+from attnviz.attention.tutorials import TUTORIAL_BATCH
+from attnviz.devtools import live_process
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.seed_data import SEED_BATCH
-from tests.live_server import REPO_ROOT, live_process
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 LENGTHS = (16, 128, 512, 1024, 2048)
 D_MODEL, HEADS = 512, 8
-TUTORIAL = {"sequences": SEED_BATCH, "d_model": 8, "num_heads": 2, "mask": "padding_causal"}
+TUTORIAL = {"sequences": TUTORIAL_BATCH, "d_model": 8, "num_heads": 2, "mask": "padding_causal"}
 
 
 def median_ms(run: Callable[[], object], reps: int) -> float:
@@ -146,7 +144,7 @@ def sequence(length: int, seed: int = 0) -> list[int]:
 
 def page_timings() -> list[tuple[str, dict[str, float]]]:
     """Draw times the page itself measures, in headless Chromium."""
-    from tests.browser.support import CHROMIUM_ARGS, chromium_path
+    from attnviz.devtools import CHROMIUM_ARGS, chromium_path
 
     executable = chromium_path()
     if executable is None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from attnviz.devtools import CHROMIUM_ARGS, chromium_path, live_server
 from playwright.sync_api import sync_playwright
 
-from tests.browser.support import CHROMIUM_ARGS, chromium_path
-from tests.live_server import REPO_ROOT, live_server
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:

@@ -8,14 +8,10 @@ L_k 10), fully-masked rows, and 100 random batches per dtype (B 1-4, L 1-64, d_m
 from __future__ import annotations
 
 import random
-import sys
 from collections import defaultdict
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.attention import compute_attention
-from app.seed_data import SEED_BATCH, SEED_TARGETS
+from attnviz.attention import compute_attention
+from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 
 MASKS = ["none", "padding", "causal", "padding_causal"]
 FILLS = [float("-inf"), -1e9, -1e12]
@@ -36,9 +32,9 @@ def main() -> None:
     for dtype in ("float32", "float64"):
         for mask in MASKS:
             for fill in FILLS:
-                run(f"seed batch, {mask}", dtype, SEED_BATCH, mask=mask, mask_fill=fill)
+                run(f"seed batch, {mask}", dtype, TUTORIAL_BATCH, mask=mask, mask_fill=fill)
         for mask in ("none", "padding"):
-            run(f"cross, {mask}", dtype, SEED_BATCH, targets=SEED_TARGETS, mask=mask)
+            run(f"cross, {mask}", dtype, TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, mask=mask)
         for fill in (float("-inf"), -1e9):
             run(
                 "fully-masked rows",

@@ -2,11 +2,11 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from attnviz.devtools import CHROMIUM_ARGS, chromium_path
+from attnviz.pretrained import ModelRegistry, PretrainedModel
+from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.pretrained import ModelRegistry, PretrainedModel
-from tests.browser.support import CHROMIUM_ARGS, chromium_path
 from tests.pretrained.support import require_pretrained_extra
 
 

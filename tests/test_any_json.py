@@ -37,12 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
-
-from app.main import create_app
 
 EXAMPLES = int(os.environ.get("ATTNVIZ_ANY_JSON_EXAMPLES", "40"))
 FUZZ = settings(

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from attnviz import attention_figure, compute_attention
+from attnviz.attention.tutorials import TUTORIAL_BATCH
 
-from app import attention_figure, compute_attention
-from app.seed_data import SEED_BATCH
-from tests.live_server import REPO_ROOT
+from tests import REPO_ROOT
 
 
 def attnviz(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "attnviz.cli", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -77,7 +77,7 @@ def test_compute_refuses_bad_input_naming_the_field(args: list[str], message: st
 
 
 def test_python_api_figure_has_one_heatmap_per_head() -> None:
-    result = compute_attention(SEED_BATCH, d_model=16, num_heads=4, mask="padding_causal")
+    result = compute_attention(TUTORIAL_BATCH, d_model=16, num_heads=4, mask="padding_causal")
     figure = attention_figure(result, sequence_index=1)
     heatmaps = [trace for trace in figure.data if trace.type == "heatmap"]
     assert len(heatmaps) == 4
@@ -123,12 +123,12 @@ def test_serve_runs_several_workers_that_agree(tmp_path: Path) -> None:
     import time
     import urllib.request
 
-    from tests.live_server import free_port
+    from attnviz.devtools import free_port
 
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
+        [sys.executable, "-m", "attnviz.cli", "serve", "--port", str(port), "--workers", "2"],
         cwd=REPO_ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -17,8 +17,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from attnviz.devtools import free_port
 
-from tests.live_server import REPO_ROOT, free_port
+from tests import REPO_ROOT
 
 DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
 

@@ -1,9 +1,9 @@
 """The settings documented where the README says they are."""
 
 import pytest
+from attnviz.server.settings import Settings
 
-from app.config import Settings
-from tests.live_server import REPO_ROOT
+from tests import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
 ENV_EXAMPLE = (REPO_ROOT / ".env.example").read_text()

@@ -12,10 +12,9 @@ import json
 import os
 
 import schemathesis
+from attnviz.server.main import create_app
 from hypothesis import HealthCheck, settings
 from schemathesis.generation import GenerationMode
-
-from app.main import create_app
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
 EXAMPLES = int(os.environ.get("ATTNVIZ_FUZZ_EXAMPLES", "200"))  # per operation

@@ -8,7 +8,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.live_server import live_process
+from attnviz.devtools import live_process
 
 LARGEST = {  # B=1, H=8, L=2048: the largest the default limits allow, with verification
     "sequences": [[1 + i % 99 for i in range(2048)]],

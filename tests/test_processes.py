@@ -4,7 +4,7 @@ import json
 import urllib.request
 from typing import Any
 
-from tests.live_server import live_server
+from attnviz.devtools import live_server
 
 REQUEST = {
     "sequences": ["the cat sat on the mat", "a dog"],

@@ -1,6 +1,6 @@
 import sys
 
-from app.response_cache import ENTRY_OVERHEAD_BYTES, ResponseCache
+from attnviz.server.response_cache import ENTRY_OVERHEAD_BYTES, ResponseCache
 
 
 def test_the_bound_counts_keys_too() -> None:

@@ -10,18 +10,18 @@ Masks are bool with True = attend, as in the seeds (PyTorch's nn.MultiheadAttent
 uses the opposite: True = ignore).
 """
 
-from app.attention.engine import AttentionModel, AttentionResult, compute_attention
-from app.attention.errors import AttentionInputError
-from app.attention.masks import MASK_NAMES, build_mask, causal_mask, padding_mask
-from app.attention.mha import MultiHeadAttention, count_parameters, scaled_dot_product_attention
-from app.attention.tokens import PAD_LABEL, TokenBatch, encode_batches
+from .engine import AttentionResult, EmbeddedAttention, compute_attention
+from .errors import AttentionInputError
+from .masks import MASK_NAMES, build_mask, causal_mask, padding_mask
+from .mha import MultiHeadAttention, count_parameters, scaled_dot_product_attention
+from .tokens import PAD_LABEL, TokenBatch, encode_batches
 
 __all__ = [
     "MASK_NAMES",
     "PAD_LABEL",
     "AttentionInputError",
-    "AttentionModel",
     "AttentionResult",
+    "EmbeddedAttention",
     "MultiHeadAttention",
     "TokenBatch",
     "build_mask",

@@ -8,7 +8,7 @@ from the target batch (L_q = T_L) and keys and values from the source batch
 (L_k = S_L), with the source padding mask.
 
 Reproducibility: every parameter is drawn on the CPU from one ``torch.Generator``
-seeded with ``seed`` (:mod:`app.attention.init`), in a fixed order: embedding, then
+seeded with ``seed`` (:mod:`attnviz.attention.parameters`), in a fixed order: embedding, then
 W_q, W_k, W_v, W_o, weight before bias. The same request therefore gives the same
 parameters on every call and machine, and the global RNG is never touched.
 """
@@ -24,14 +24,14 @@ from typing import Final, Literal, get_args
 import torch
 from torch import nn
 
-from app.attention.cache import MODULES
-from app.attention.errors import AttentionInputError
-from app.attention.init import build_seeded
-from app.attention.masks import build_mask
-from app.attention.mha import MultiHeadAttention, count_parameters
-from app.attention.summary import dropout_weights, head_summary
-from app.attention.tokens import SequenceInput, encode_source_target
-from app.attention.verify import Verification, verify_attention
+from .errors import AttentionInputError
+from .masks import build_mask
+from .mha import MultiHeadAttention, count_parameters
+from .module_cache import MODULES
+from .parameters import build_seeded
+from .summary import dropout_weights, head_summary
+from .tokens import SequenceInput, encode_source_target
+from .verify import Verification, verify_attention
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 DEVICE_NAMES: Final[tuple[str, ...]] = get_args(DeviceName)
@@ -55,12 +55,13 @@ scores are masked in float32 for every dtype but float64."""
 def masking_dtype(dtype: str) -> torch.dtype:
     """The dtype the scores are masked and softmaxed in: float64 for float64, else float32.
 
-    Half precision is masked in float32 (:func:`app.attention.mha.scaled_dot_product_attention`).
+    Half precision is masked in float32
+    (:func:`attnviz.attention.mha.scaled_dot_product_attention`).
     """
     return torch.float64 if dtype == "float64" else torch.float32
 
 
-class AttentionModel(nn.Module):
+class EmbeddedAttention(nn.Module):
     """An embedding table and one multi-head attention layer.
 
     Build it seeded with :meth:`seeded`; plain construction leaves PyTorch's own
@@ -82,8 +83,8 @@ class AttentionModel(nn.Module):
         self.attention = MultiHeadAttention(d_model, num_heads)
 
     @classmethod
-    def seeded(cls, vocab_size: int, d_model: int, num_heads: int, seed: int) -> AttentionModel:
-        """The model with every parameter drawn from ``seed`` (:mod:`app.attention.init`)."""
+    def seeded(cls, vocab_size: int, d_model: int, num_heads: int, seed: int) -> EmbeddedAttention:
+        """The model with every parameter drawn from ``seed`` (:mod:`.parameters`)."""
         return build_seeded(lambda: cls(vocab_size, d_model, num_heads), seed)
 
     @classmethod
@@ -95,7 +96,7 @@ class AttentionModel(nn.Module):
         seed: int,
         device: torch.device,
         dtype: torch.dtype,
-    ) -> AttentionModel:
+    ) -> EmbeddedAttention:
         """:meth:`seeded`, on ``device`` in ``dtype``, from the module cache.
 
         Parameters are drawn in float32 on the CPU, then cast, so every dtype and
@@ -147,7 +148,7 @@ class AttentionResult:
         attn_output: (B, L_q, d_model) float, the layer output after W_o.
         mask: (B, L_q, L_k) bool, True = attend (all True for mask "none").
         fully_masked: (B, L_q) bool, query rows with every key masked; their
-            weights are all 0 (see :mod:`app.attention.mha`).
+            weights are all 0 (see :mod:`attnviz.attention.mha`).
         query_ids, key_ids: (B, L_q) and (B, L_k) int64, padded ids.
         query_labels, key_labels: per sequence, one label per position.
         num_parameters: parameters of the attention layer (W_q, W_k, W_v, W_o with
@@ -283,15 +284,15 @@ def compute_attention(
         num_heads: H.
         seed: seeds every parameter (module docstring).
         mask: "none", "padding", "causal" or "padding_causal" (True = attend, see
-            :mod:`app.attention.masks`); cross attention takes "none" or "padding".
+            :mod:`attnviz.attention.masks`); cross attention takes "none" or "padding".
         pad_id: the padding id; padding positions are labelled "<pad>".
         vocab_size: the embedding table's size.
         device: "auto", "cpu" or "cuda".
         dtype: "float32" or "float64".
         mask_fill: the score masked entries get before the softmax: -inf (default;
             fully-masked rows become 0) or a finite value <= 0 such as the seeds'
-            -1e9 (fully-masked rows become uniform), see :mod:`app.attention.mha`.
-        verify: also run PyTorch's references (:mod:`app.attention.verify`) and
+            -1e9 (fully-masked rows become uniform), see :mod:`attnviz.attention.mha`.
+        verify: also run PyTorch's references (:mod:`attnviz.attention.verify`) and
             report the differences in ``verification``.
         scale: divide the scores by sqrt(d_k) (the paper); False turns it off
             (seed 001 section 7).
@@ -340,7 +341,7 @@ def compute_attention(
     attn_mask = build_mask(mask, target.ids, source.ids, pad_id, cross=cross)
     run_on = resolve_device(device)
 
-    model = AttentionModel.cached(vocab_size, d_model, num_heads, seed, run_on, DTYPES[dtype])
+    model = EmbeddedAttention.cached(vocab_size, d_model, num_heads, seed, run_on, DTYPES[dtype])
     query_ids = target.ids.to(run_on)
     key_ids = query_ids if not cross else source.ids.to(run_on)
     on_device_mask = None if attn_mask is None else attn_mask.to(run_on)

@@ -1,6 +1,6 @@
 """The seeds' lessons as experiments: the 1/sqrt(d_k) scale, why the causal mask, parameters.
 
-Shapes use the legend of :mod:`app.attention`.
+Shapes use the legend of :mod:`attnviz.attention`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
 
-from app.attention.engine import AttentionModel, check_widths, resolve_device
-from app.attention.errors import AttentionInputError
-from app.attention.masks import causal_mask
-from app.attention.mha import MultiHeadAttention
-from app.attention.summary import row_entropy_bits
-from app.attention.tokens import SequenceInput, encode_batches
+from .engine import EmbeddedAttention, check_widths, resolve_device
+from .errors import AttentionInputError
+from .masks import causal_mask
+from .mha import MultiHeadAttention
+from .summary import row_entropy_bits
+from .tokens import SequenceInput, encode_batches
 
 
 @dataclass(frozen=True)
@@ -148,27 +148,27 @@ def decoding_experiment(
 ) -> DecodingResult:
     """Seed 002 section 3.4: masked training equals step-by-step decoding.
 
-    Runs the seeded layer of :func:`app.attention.compute_attention` L + 2 times:
+    Runs the seeded layer of :func:`attnviz.attention.compute_attention` L + 2 times:
     once per prefix (1..L tokens, causal mask), once over the whole sequence with the
     causal mask, once without a mask.
 
     Args:
         sequence: one sequence, ids or words.
         d_model, num_heads, seed, pad_id, vocab_size, device: as in
-            :func:`app.attention.compute_attention`.
+            :func:`attnviz.attention.compute_attention`.
 
     Returns:
         A :class:`DecodingResult`; ``masked_max_abs_diff`` is 0 up to float rounding.
 
     Raises:
-        AttentionInputError: as :func:`app.attention.compute_attention`.
+        AttentionInputError: as :func:`attnviz.attention.compute_attention`.
     """
     check_widths(d_model, num_heads)
     batch = encode_batches({"sequence": [sequence]}, pad_id=pad_id, vocab_size=vocab_size)
     ids = batch["sequence"].ids
     length = ids.shape[1]
     run_on = resolve_device(device)
-    model = AttentionModel.cached(vocab_size, d_model, num_heads, seed, run_on, torch.float32)
+    model = EmbeddedAttention.cached(vocab_size, d_model, num_heads, seed, run_on, torch.float32)
     ids = ids.to(run_on)
     step_weights = torch.zeros(num_heads, length, length, device=run_on)
     step_output = torch.zeros(length, d_model, device=run_on)

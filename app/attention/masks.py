@@ -1,6 +1,6 @@
 """Attention masks, in the seeds' polarity: ``True`` = attend, ``False`` = masked.
 
-Shapes follow the engine's legend (see :mod:`app.attention`): B batch, L_q query
+Shapes follow the engine's legend (see :mod:`attnviz.attention`): B batch, L_q query
 length, L_k key length. Every mask here is a ``torch.bool`` tensor that broadcasts
 against attention scores of shape (B, L_q, L_k) once a head axis is inserted.
 
@@ -18,7 +18,7 @@ from typing import Final, Literal, get_args
 
 import torch
 
-from app.attention.errors import AttentionInputError
+from .errors import AttentionInputError
 
 MaskName = Literal["none", "padding", "causal", "padding_causal"]
 """The masks a request can name: none, padding (from pad_id), causal (no-peak), both."""

@@ -113,7 +113,7 @@ class MultiHeadAttention(nn.Module):
         d_model: model width.
         num_heads: H; must divide d_model.
         scale_mode: see :func:`scaled_dot_product_attention` ("divide", the seeds'
-            form, by default; :mod:`app.pretrained` uses "multiply", BERT's).
+            form, by default; :mod:`attnviz.pretrained` uses "multiply", BERT's).
         device, dtype: forwarded to the nn.Linear layers.
 
     Raises:

@@ -1,6 +1,6 @@
 """Per-head summaries and dropout on attention weights.
 
-Shapes use the legend of :mod:`app.attention`: weights are (B, H, L_q, L_k).
+Shapes use the legend of :mod:`attnviz.attention`: weights are (B, H, L_q, L_k).
 """
 
 from __future__ import annotations

@@ -15,13 +15,18 @@ from typing import Final
 
 import torch
 
-from app.attention.errors import AttentionInputError
+from .errors import AttentionInputError
 
 PAD_LABEL: Final = "<pad>"
 """The label of a padding position, and the word that means ``pad_id``."""
 
 SequenceInput = Sequence[int] | str
 """One input sequence: token ids, or words separated by whitespace."""
+
+
+def token_count(sequence: SequenceInput) -> int:
+    """How many tokens ``sequence`` is: its ids, or its whitespace-separated words."""
+    return len(sequence.split()) if isinstance(sequence, str) else len(sequence)
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ def _check_batch(field: str, sequences: Sequence[SequenceInput], words: bool) ->
                 "mixes words and token ids; give every sequence of the request as words "
                 "(a string) or every one as a list of ids",
             )
-        if (seq.split() if isinstance(seq, str) else seq) == []:
+        if token_count(seq) == 0:
             raise AttentionInputError(f"{field}[{i}]", "the sequence is empty")
 
 

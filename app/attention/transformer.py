@@ -12,7 +12,7 @@ mask. The stack runs in eval mode: no dropout. The input is ``embedding(ids) + P
 (the embedding is not multiplied by sqrt(d_model): with N(0, 1) embeddings that
 would drown the positional encoding).
 
-Shapes use the legend of :mod:`app.attention`, with N = num_layers, S = L_k of the
+Shapes use the legend of :mod:`attnviz.attention`, with N = num_layers, S = L_k of the
 source and T = L_q of the target.
 """
 
@@ -27,12 +27,12 @@ from typing import Final, Literal, get_args
 import torch
 from torch import nn
 
-from app.attention.engine import DTYPES, check_dtype, check_widths, resolve_device
-from app.attention.errors import AttentionInputError
-from app.attention.init import build_seeded
-from app.attention.masks import causal_mask, padding_mask
-from app.attention.mha import MultiHeadAttention, ScaleMode, count_parameters
-from app.attention.tokens import SequenceInput, encode_source_target
+from .engine import DTYPES, check_dtype, check_widths, resolve_device
+from .errors import AttentionInputError
+from .masks import causal_mask, padding_mask
+from .mha import MultiHeadAttention, ScaleMode, count_parameters
+from .parameters import build_seeded
+from .tokens import SequenceInput, encode_source_target
 
 PositionalEncodingName = Literal["sinusoidal", "none"]
 POSITIONAL_ENCODINGS: Final[tuple[str, ...]] = get_args(PositionalEncodingName)
@@ -83,14 +83,14 @@ class EncoderLayer(nn.Module):
     """Self-attention, add & norm, feed-forward, add & norm (seed 004 ``EncoderLayer``).
 
     The same post-LN layer is BERT's (Devlin et al. 2019, section 3), with GELU and
-    LayerNorm eps 1e-12: :mod:`app.pretrained` loads trained weights into it.
+    LayerNorm eps 1e-12: :mod:`attnviz.pretrained` loads trained weights into it.
 
     Args:
         d_model, num_heads, d_ff: sizes.
         activation: of the feed-forward; ReLU by default.
         layer_norm_eps: eps of both LayerNorms; PyTorch's 1e-5 by default.
         scale_mode: of the attention scale, see
-            :func:`app.attention.mha.scaled_dot_product_attention`.
+            :func:`attnviz.attention.mha.scaled_dot_product_attention`.
     """
 
     def __init__(
@@ -242,19 +242,19 @@ def compute_transformer(
     Args:
         sequences: B source sequences (ids or words).
         targets: optional B target sequences: adds N decoder layers.
-        d_model, num_heads: as in :func:`app.attention.compute_attention`.
+        d_model, num_heads: as in :func:`attnviz.attention.compute_attention`.
         d_ff: hidden width of the feed-forward (seed 004's pf_dim).
         num_layers: N, 1 to 12.
         positional_encoding: "sinusoidal" or "none".
-        seed: seeds every parameter (:mod:`app.attention.init`).
-        pad_id, vocab_size, device, dtype: as in :func:`app.attention.compute_attention`.
+        seed: seeds every parameter (:mod:`attnviz.attention.parameters`).
+        pad_id, vocab_size, device, dtype: as in :func:`attnviz.attention.compute_attention`.
 
     Returns:
         A :class:`TransformerResult`.
 
     Raises:
         AttentionInputError: naming the field, for the inputs
-            :func:`app.attention.compute_attention` refuses, a d_ff below 1, a
+            :func:`attnviz.attention.compute_attention` refuses, a d_ff below 1, a
             num_layers outside 1..12 or an unknown positional_encoding.
     """
     check_widths(d_model, num_heads)

@@ -11,7 +11,7 @@ References, both loaded with the model's own W_q, W_k, W_v and W_o:
    the attention output (it returns no weights), concatenated and passed through W_o.
 
 Fully-masked query rows are compared under AttnViz's documented rule
-(:mod:`app.attention.mha`). PyTorch's MultiheadAttention gives NaN there. With the
+(:mod:`attnviz.attention.mha`). PyTorch's MultiheadAttention gives NaN there. With the
 default -inf fill, the expected weights are 0 and the expected output is W_o's bias.
 With a finite fill (the seeds' behaviour), the expected weights are uniform, 1 / L_k,
 and the expected output is W_o applied to the mean of V over all keys.
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
 
-from app.attention.mha import MultiHeadAttention
+from .mha import MultiHeadAttention
 
 HALF_TOLERANCE: Final[dict[torch.dtype, float]] = {
     torch.float16: 1e-2,

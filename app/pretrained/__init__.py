@@ -3,14 +3,14 @@
 Needs the ``pretrained`` extra (``tokenizers``, ``safetensors`` and the packaged
 all-MiniLM-L6-v2); without it :data:`MODELS` stays empty and the API says how to
 install it. Shapes: N layers, B inputs, H heads, L tokens (padded), as in
-:mod:`app.attention`.
+:mod:`attnviz.attention`.
 """
 
-from app.pretrained.bert import BertConfig, BertEncoder, ModelFormatError, attention_rollout
-from app.pretrained.models import (
+from .bert import BertConfig, BertEncoder, ModelFormatError, attention_rollout
+from .registry import (
     MODELS,
-    ModelAttention,
     ModelRegistry,
+    PretrainedAttentions,
     PretrainedModel,
     TokenizedBatch,
     load_model_dir,
@@ -20,9 +20,9 @@ __all__ = [
     "MODELS",
     "BertConfig",
     "BertEncoder",
-    "ModelAttention",
     "ModelFormatError",
     "ModelRegistry",
+    "PretrainedAttentions",
     "PretrainedModel",
     "TokenizedBatch",
     "attention_rollout",

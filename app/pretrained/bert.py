@@ -4,7 +4,7 @@ BERT (Devlin et al. 2019, section 3) is a stack of post-LN Transformer encoder
 layers: seed 004's ``EncoderLayer`` with GELU in the feed-forward and LayerNorm eps
 1e-12. Its input is the sum of three embeddings, token + position + segment (A/B),
 followed by a LayerNorm (Devlin et al. 2019, figure 2). The attention of every layer
-is :class:`app.attention.mha.MultiHeadAttention`, so what the page draws is computed
+is :class:`attnviz.attention.mha.MultiHeadAttention`, so what the page draws is computed
 by the same code as the random-weight lessons.
 
 Weights come from a Hugging Face ``model.safetensors`` (``BertModel`` names, with or
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
 
-from app.attention.transformer import Activation, EncoderLayer
+from ..attention.transformer import Activation, EncoderLayer
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -147,7 +147,7 @@ class BertEmbeddings(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    """Embeddings and N :class:`app.attention.transformer.EncoderLayer` (BERT's layers).
+    """Embeddings and N :class:`attnviz.attention.transformer.EncoderLayer` (BERT's layers).
 
     Args:
         config: sizes, activation and eps (:class:`BertConfig`).

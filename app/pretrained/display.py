@@ -10,7 +10,7 @@ L x L over its real tokens. Three display choices, all optional:
   the same way. ``special_share`` says how much of each row the hidden tokens took.
 * one layer only (``layer_index``).
 * block-max pooling of the layers x heads maps to at most ``display_size`` per side,
-  for thumbnails of long inputs (:func:`app.attention.summary.block_pool`).
+  for thumbnails of long inputs (:func:`attnviz.attention.summary.block_pool`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from app.attention.errors import AttentionInputError
-from app.attention.summary import block_pool
-from app.pretrained.models import ModelAttention
+from ..attention.errors import AttentionInputError
+from ..attention.summary import block_pool
+from .registry import PretrainedAttentions
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def renormalised(maps: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def sequence_view(
-    result: ModelAttention,
+    result: PretrainedAttentions,
     *,
     hide_special_tokens: bool = False,
     layer_index: int | None = None,
@@ -76,7 +76,7 @@ def sequence_view(
     """Apply the display choices of the module docstring to a one-input result.
 
     Args:
-        result: :meth:`app.pretrained.models.PretrainedModel.attention` of one input
+        result: :meth:`attnviz.pretrained.registry.PretrainedModel.attention` of one input
             (B = 1, no padding).
         hide_special_tokens: remove [CLS] / [SEP] and renormalise rows.
         layer_index: keep this layer's attentions and head mean only.

@@ -1,6 +1,6 @@
 """References for the engine tests: PyTorch's nn.MultiheadAttention, and the seed's code.
 
-The nn.MultiheadAttention is loaded by app.attention.verify's loader. A wrong loader
+The nn.MultiheadAttention is loaded by attnviz.attention.verify's loader. A wrong loader
 could not produce agreement to 1e-6 by accident, so the agreement tests check it too.
 """
 
@@ -9,14 +9,13 @@ from __future__ import annotations
 import math
 
 import torch
+from attnviz.attention import EmbeddedAttention
+from attnviz.attention.verify import torch_multihead_attention_from
 from torch.nn import functional as F  # noqa: N812
-
-from app.attention import AttentionModel
-from app.attention.verify import torch_multihead_attention_from
 
 
 def torch_mha_attention(
-    model: AttentionModel,
+    model: EmbeddedAttention,
     query_ids: torch.Tensor,
     key_ids: torch.Tensor,
     key_padding: torch.Tensor | None,
@@ -45,7 +44,7 @@ def torch_mha_attention(
 
 
 def seed_multihead_attention(
-    model: AttentionModel,
+    model: EmbeddedAttention,
     query_ids: torch.Tensor,
     key_ids: torch.Tensor,
     mask: torch.Tensor | None,

@@ -2,32 +2,31 @@ import subprocess
 import sys
 
 import torch
-
-from app.attention import AttentionModel, compute_attention
-from app.attention.cache import MODULES, ModuleCache, module_bytes
-from app.seed_data import SEED_BATCH
+from attnviz.attention import EmbeddedAttention, compute_attention
+from attnviz.attention.module_cache import MODULES, ModuleCache, module_bytes
+from attnviz.attention.tutorials import TUTORIAL_BATCH
 
 
 def test_cached_model_equals_a_fresh_one_and_is_reused() -> None:
     MODULES.clear()
     hits = MODULES.hits
-    first = compute_attention(SEED_BATCH, seed=21)
-    second = compute_attention(SEED_BATCH, seed=21)
+    first = compute_attention(TUTORIAL_BATCH, seed=21)
+    second = compute_attention(TUTORIAL_BATCH, seed=21)
     assert MODULES.hits == hits + 1
     assert torch.equal(first.attn_weights, second.attn_weights)
-    fresh = AttentionModel.seeded(100, 8, 2, seed=21)
-    cached = AttentionModel.cached(100, 8, 2, 21, torch.device("cpu"), torch.float32)
+    fresh = EmbeddedAttention.seeded(100, 8, 2, seed=21)
+    cached = EmbeddedAttention.cached(100, 8, 2, 21, torch.device("cpu"), torch.float32)
     for (name, a), (_, b) in zip(fresh.named_parameters(), cached.named_parameters(), strict=True):
         assert torch.equal(a, b), name
 
 
 def test_cache_is_bounded_by_bytes_and_evicts_least_recently_used() -> None:
-    cache = ModuleCache(max_bytes=3 * module_bytes(AttentionModel.seeded(10, 8, 2, 0)))
+    cache = ModuleCache(max_bytes=3 * module_bytes(EmbeddedAttention.seeded(10, 8, 2, 0)))
     built: list[int] = []
 
-    def build(seed: int) -> AttentionModel:
+    def build(seed: int) -> EmbeddedAttention:
         built.append(seed)
-        return AttentionModel.seeded(10, 8, 2, seed)
+        return EmbeddedAttention.seeded(10, 8, 2, seed)
 
     for seed in (0, 1, 2, 0, 3, 1):  # 3 fit; seed 3 evicts 1 (0 was used last)
         cache.get(seed, lambda seed=seed: build(seed))
@@ -36,15 +35,15 @@ def test_cache_is_bounded_by_bytes_and_evicts_least_recently_used() -> None:
 
 def test_a_module_larger_than_the_cache_is_used_but_not_kept() -> None:
     cache = ModuleCache(max_bytes=10)
-    model = cache.get("big", lambda: AttentionModel.seeded(10, 8, 2, 0))
-    assert isinstance(model, AttentionModel)
-    assert cache.get("big", lambda: AttentionModel.seeded(10, 8, 2, 0)) is not model
+    model = cache.get("big", lambda: EmbeddedAttention.seeded(10, 8, 2, 0))
+    assert isinstance(model, EmbeddedAttention)
+    assert cache.get("big", lambda: EmbeddedAttention.seeded(10, 8, 2, 0)) is not model
 
 
 MEASURE = """
 import gc, sys
-from app.attention import AttentionModel
-from app.attention.cache import ModuleCache
+from attnviz.attention import EmbeddedAttention
+from attnviz.attention.module_cache import ModuleCache
 
 def rss():
     gc.collect()
@@ -53,10 +52,10 @@ def rss():
 
 vocab, d_model, num_heads = map(int, sys.argv[1:])
 cache = ModuleCache(max_bytes=2**40)
-cache.get(-1, lambda: AttentionModel.seeded(vocab, d_model, num_heads, 0))
+cache.get(-1, lambda: EmbeddedAttention.seeded(vocab, d_model, num_heads, 0))
 before = rss()
 for seed in range(2000):
-    cache.get(seed, lambda seed=seed: AttentionModel.seeded(vocab, d_model, num_heads, seed))
+    cache.get(seed, lambda seed=seed: EmbeddedAttention.seeded(vocab, d_model, num_heads, seed))
 print(rss() - before, cache.currsize())
 """
 

@@ -1,12 +1,17 @@
 import pytest
 import torch
+from attnviz.attention import (
+    AttentionInputError,
+    EmbeddedAttention,
+    compute_attention,
+    padding_mask,
+)
+from attnviz.attention.tokens import encode_batches
+from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 
-from app.attention import AttentionInputError, AttentionModel, compute_attention, padding_mask
-from app.attention.tokens import encode_batches
-from app.seed_data import SEED_BATCH, SEED_TARGETS
 from tests.attention.reference import seed_multihead_attention, torch_mha_attention
 
-LENGTHS = [len(seq) for seq in SEED_BATCH]
+LENGTHS = [len(seq) for seq in TUTORIAL_BATCH]
 
 
 def seed_ids(batch: list[list[int]]) -> torch.Tensor:
@@ -14,7 +19,7 @@ def seed_ids(batch: list[list[int]]) -> torch.Tensor:
 
 
 def test_seed_batch_padding_causal_zeroes_padded_and_future_keys() -> None:
-    result = compute_attention(SEED_BATCH, d_model=8, num_heads=2, mask="padding_causal")
+    result = compute_attention(TUTORIAL_BATCH, d_model=8, num_heads=2, mask="padding_causal")
     weights = result.attn_weights
     assert weights.shape == (5, 2, 10, 10)
     for b, length in enumerate(LENGTHS):
@@ -36,9 +41,9 @@ def test_seed_batch_padding_causal_zeroes_padded_and_future_keys() -> None:
     ],
 )
 def test_matches_torch_multihead_attention(mask: str, uses_padding: bool, causal: bool) -> None:
-    result = compute_attention(SEED_BATCH, d_model=8, num_heads=2, seed=3, mask=mask)
-    model = AttentionModel.seeded(100, 8, 2, seed=3)
-    ids = seed_ids(SEED_BATCH)
+    result = compute_attention(TUTORIAL_BATCH, d_model=8, num_heads=2, seed=3, mask=mask)
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=3)
+    ids = seed_ids(TUTORIAL_BATCH)
     key_padding = padding_mask(ids, 0)[:, 0] if uses_padding else None
     ref_weights, ref_output = torch_mha_attention(model, ids, ids, key_padding, causal)
     torch.testing.assert_close(result.attn_weights, ref_weights, atol=1e-6, rtol=0)
@@ -46,9 +51,11 @@ def test_matches_torch_multihead_attention(mask: str, uses_padding: bool, causal
 
 
 def test_matches_the_seed_code_line_for_line() -> None:
-    result = compute_attention(SEED_BATCH, d_model=8, num_heads=2, seed=7, mask="padding_causal")
-    model = AttentionModel.seeded(100, 8, 2, seed=7)
-    ids = seed_ids(SEED_BATCH)
+    result = compute_attention(
+        TUTORIAL_BATCH, d_model=8, num_heads=2, seed=7, mask="padding_causal"
+    )
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=7)
+    ids = seed_ids(TUTORIAL_BATCH)
     mask = padding_mask(ids, 0) & torch.tril(torch.ones(1, 10, 10, dtype=torch.bool))
     ref_weights, ref_output = seed_multihead_attention(model, ids, ids, mask)
     assert torch.equal(result.attn_weights, ref_weights)
@@ -57,7 +64,7 @@ def test_matches_the_seed_code_line_for_line() -> None:
 
 def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
     result = compute_attention(
-        SEED_BATCH, targets=SEED_TARGETS, d_model=8, num_heads=2, mask="padding"
+        TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, d_model=8, num_heads=2, mask="padding"
     )
     assert result.attn_weights.shape == (5, 2, 12, 10)
     assert result.attn_output.shape == (5, 12, 8)
@@ -67,8 +74,8 @@ def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
     assert result.query_labels[0] == ["33", "11", "49", "10"] + ["<pad>"] * 8
     assert result.key_labels[3] == ["66", "88", "98", "47"] + ["<pad>"] * 6
 
-    model = AttentionModel.seeded(100, 8, 2, seed=0)
-    src, trg = seed_ids(SEED_BATCH), seed_ids(SEED_TARGETS)
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
+    src, trg = seed_ids(TUTORIAL_BATCH), seed_ids(TUTORIAL_TARGETS)
     ref_weights, ref_output = torch_mha_attention(
         model, trg, src, padding_mask(src, 0)[:, 0], causal=False
     )
@@ -77,19 +84,19 @@ def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
 
 
 def test_cross_attention_without_mask_is_the_seed_section_7_8() -> None:
-    result = compute_attention(SEED_BATCH, targets=SEED_TARGETS, mask="none")
-    model = AttentionModel.seeded(100, 8, 2, seed=0)
+    result = compute_attention(TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, mask="none")
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
     ref_weights, _ = seed_multihead_attention(
-        model, seed_ids(SEED_TARGETS), seed_ids(SEED_BATCH), None
+        model, seed_ids(TUTORIAL_TARGETS), seed_ids(TUTORIAL_BATCH), None
     )
     assert torch.equal(result.attn_weights, ref_weights)
 
 
 def test_float64_matches_reference_to_1e_12() -> None:
-    result = compute_attention(SEED_BATCH, mask="padding_causal", dtype="float64")
+    result = compute_attention(TUTORIAL_BATCH, mask="padding_causal", dtype="float64")
     assert result.attn_weights.dtype == torch.float64
-    model = AttentionModel.seeded(100, 8, 2, seed=0).double()
-    ids = seed_ids(SEED_BATCH)
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=0).double()
+    ids = seed_ids(TUTORIAL_BATCH)
     ref_weights, ref_output = torch_mha_attention(
         model, ids, ids, padding_mask(ids, 0)[:, 0], causal=True
     )
@@ -99,9 +106,9 @@ def test_float64_matches_reference_to_1e_12() -> None:
 
 def test_same_seed_same_numbers_other_seed_other_numbers() -> None:
     rng_before = torch.get_rng_state()
-    first = compute_attention(SEED_BATCH, seed=11)
-    second = compute_attention(SEED_BATCH, seed=11)
-    other = compute_attention(SEED_BATCH, seed=12)
+    first = compute_attention(TUTORIAL_BATCH, seed=11)
+    second = compute_attention(TUTORIAL_BATCH, seed=11)
+    other = compute_attention(TUTORIAL_BATCH, seed=12)
     assert torch.equal(first.attn_weights, second.attn_weights)
     assert torch.equal(first.attn_output, second.attn_output)
     assert not torch.allclose(first.attn_weights, other.attn_weights)
@@ -109,7 +116,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers() -> None:
 
 
 def test_parameters_are_drawn_from_the_seeded_generator_in_documented_order() -> None:
-    model = AttentionModel.seeded(100, 8, 2, seed=5)
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=5)
     generator = torch.Generator().manual_seed(5)
     embedding = torch.empty(100, 8).normal_(generator=generator)
     bound = 8**-0.5
@@ -133,7 +140,7 @@ def test_fully_masked_rows_are_zero_never_nan() -> None:
     assert torch.isfinite(result.attn_weights).all()
     assert torch.isfinite(result.attn_output).all()
     # The row's attention output before W_o is 0, so the layer output is W_o's bias.
-    model = AttentionModel.seeded(100, 8, 2, seed=0)
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
     bias = model.attention.W_o.bias.detach().expand(3, 8)
     torch.testing.assert_close(result.attn_output[0], bias, atol=1e-7, rtol=0)
     assert torch.allclose(result.attn_weights[1].sum(-1), torch.ones(2, 3), atol=1e-6)
@@ -206,7 +213,7 @@ def test_cuda_without_a_gpu_is_a_clear_error() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu() -> None:
-    cpu = compute_attention(SEED_BATCH, mask="padding_causal", device="cpu")
-    gpu = compute_attention(SEED_BATCH, mask="padding_causal", device="cuda")
+    cpu = compute_attention(TUTORIAL_BATCH, mask="padding_causal", device="cpu")
+    gpu = compute_attention(TUTORIAL_BATCH, mask="padding_causal", device="cuda")
     assert gpu.device == "cuda"
     torch.testing.assert_close(gpu.attn_weights, cpu.attn_weights, atol=1e-5, rtol=0)

@@ -2,19 +2,18 @@ import math
 
 import pytest
 import torch
+from attnviz.attention import AttentionInputError, EmbeddedAttention, compute_attention
+from attnviz.attention.engine import STAGE_NAMES
+from attnviz.attention.lessons import decoding_experiment, parameter_table, scaling_experiment
+from attnviz.attention.summary import dropout_weights, row_entropy_bits
+from attnviz.attention.tutorials import TUTORIAL_BATCH
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
-
-from app.attention import AttentionInputError, AttentionModel, compute_attention
-from app.attention.engine import STAGE_NAMES
-from app.attention.lessons import decoding_experiment, parameter_table, scaling_experiment
-from app.attention.summary import dropout_weights, row_entropy_bits
-from app.seed_data import SEED_BATCH
 
 
 def test_stages_recompute_from_q_k_v_with_plain_torch() -> None:
     result = compute_attention(
-        SEED_BATCH, d_model=16, num_heads=4, mask="padding_causal", stages=STAGE_NAMES
+        TUTORIAL_BATCH, d_model=16, num_heads=4, mask="padding_causal", stages=STAGE_NAMES
     )
     st = result.stages
     assert set(st) == set(STAGE_NAMES)
@@ -27,7 +26,7 @@ def test_stages_recompute_from_q_k_v_with_plain_torch() -> None:
     torch.testing.assert_close(F.softmax(st["masked_scores"], dim=-1), result.attn_weights)
     torch.testing.assert_close(st["head_output"], result.attn_weights @ st["v"])
     # The stages are those of the returned weights' own layer: the Q slice is x W_q.
-    model = AttentionModel.seeded(100, 16, 4, seed=0)
+    model = EmbeddedAttention.seeded(100, 16, 4, seed=0)
     with torch.no_grad():
         q = model.attention.W_q(model.embedding(result.query_ids))
     torch.testing.assert_close(st["q"], q.view(5, 10, 4, 4).transpose(1, 2))
@@ -41,7 +40,7 @@ def test_unknown_stage_is_an_error() -> None:
 
 def test_scale_off_is_softmax_of_raw_scores_and_still_verified() -> None:
     result = compute_attention(
-        SEED_BATCH,
+        TUTORIAL_BATCH,
         d_model=64,
         num_heads=2,
         mask="padding",
@@ -51,14 +50,14 @@ def test_scale_off_is_softmax_of_raw_scores_and_still_verified() -> None:
     )
     assert torch.equal(result.stages["scaled_scores"], result.stages["scores"])
     assert result.verification is not None and result.verification.matches
-    scaled = compute_attention(SEED_BATCH, d_model=64, num_heads=2, mask="padding")
+    scaled = compute_attention(TUTORIAL_BATCH, d_model=64, num_heads=2, mask="padding")
     # Without the scale (d_k = 32) the heads are sharper: lower entropy everywhere.
     assert torch.all(result.head_entropy_bits < scaled.head_entropy_bits)
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_dropout_is_torch_dropout_bit_for_bit(p: float) -> None:
-    weights = compute_attention(SEED_BATCH, mask="padding").attn_weights
+    weights = compute_attention(TUTORIAL_BATCH, mask="padding").attn_weights
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(42)
         expected = F.dropout(weights, p, training=True)

@@ -1,21 +1,20 @@
 import pytest
 import torch
-
-from app.attention import AttentionInputError, build_mask, causal_mask, padding_mask
-from app.attention.tokens import encode_batches
-from app.seed_data import SEED_BATCH
+from attnviz.attention import AttentionInputError, build_mask, causal_mask, padding_mask
+from attnviz.attention.tokens import encode_batches
+from attnviz.attention.tutorials import TUTORIAL_BATCH
 
 
 @pytest.fixture
 def seed_ids() -> torch.Tensor:
-    return encode_batches({"sequences": SEED_BATCH}, pad_id=0, vocab_size=100)["sequences"].ids
+    return encode_batches({"sequences": TUTORIAL_BATCH}, pad_id=0, vocab_size=100)["sequences"].ids
 
 
 def test_padding_mask_marks_real_tokens_true(seed_ids: torch.Tensor) -> None:
     mask = padding_mask(seed_ids, pad_id=0)
     assert mask.shape == (5, 1, 10)
     assert mask.dtype == torch.bool
-    lengths = [len(seq) for seq in SEED_BATCH]
+    lengths = [len(seq) for seq in TUTORIAL_BATCH]
     for b, length in enumerate(lengths):
         assert mask[b, 0, :length].all()
         assert not mask[b, 0, length:].any()

@@ -5,11 +5,10 @@ from typing import Any
 
 import pytest
 import torch
+from attnviz.attention import MultiHeadAttention, compute_attention
+from attnviz.attention.tutorials import TUTORIAL_BATCH
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from app.attention import MultiHeadAttention, compute_attention
-from app.seed_data import SEED_BATCH
 
 MASKS = ["none", "padding", "causal", "padding_causal"]
 FILLS = [float("-inf"), -1e9, -1e12]
@@ -140,7 +139,7 @@ def test_same_seed_gives_bit_identical_weights(case: dict[str, Any]) -> None:
 
 def test_step_by_step_decoding_equals_one_masked_pass_and_not_without_the_mask() -> None:
     """Seed 002's experiment on a seed sequence, every prefix in turn."""
-    sequence = SEED_BATCH[2]  # 10 tokens, no padding
+    sequence = TUTORIAL_BATCH[2]  # 10 tokens, no padding
     full = compute_attention([sequence], mask="causal")
     for t in range(1, len(sequence)):
         step = compute_attention([sequence[:t]], mask="causal")

@@ -2,19 +2,18 @@ import math
 
 import pytest
 import torch
-from torch import nn
-
-from app.attention import AttentionInputError
-from app.attention.init import build_seeded
-from app.attention.transformer import (
+from attnviz.attention import AttentionInputError
+from attnviz.attention.parameters import build_seeded
+from attnviz.attention.transformer import (
     DecoderLayer,
     EncoderLayer,
     TransformerStack,
     compute_transformer,
     sinusoidal_positional_encoding,
 )
-from app.attention.verify import torch_multihead_attention_from
-from app.seed_data import SEED_BATCH, SEED_TARGETS
+from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from attnviz.attention.verify import torch_multihead_attention_from
+from torch import nn
 
 D_MODEL, HEADS, D_FF, LAYERS, SEED = 16, 4, 32, 3, 9
 
@@ -57,8 +56,8 @@ def torch_decoder_layer(ours: DecoderLayer) -> nn.TransformerDecoderLayer:
 
 def test_encoder_decoder_stack_matches_torch_transformer_layers() -> None:
     result = compute_transformer(
-        SEED_BATCH,
-        targets=SEED_TARGETS,
+        TUTORIAL_BATCH,
+        targets=TUTORIAL_TARGETS,
         d_model=D_MODEL,
         num_heads=HEADS,
         d_ff=D_FF,
@@ -73,8 +72,8 @@ def test_encoder_decoder_stack_matches_torch_transformer_layers() -> None:
     stack = build_seeded(
         lambda: TransformerStack(100, D_MODEL, HEADS, D_FF, LAYERS, decoder=True), SEED
     )
-    src = torch.tensor([s + [0] * (10 - len(s)) for s in SEED_BATCH])
-    trg = torch.tensor([t + [0] * (12 - len(t)) for t in SEED_TARGETS])
+    src = torch.tensor([s + [0] * (10 - len(s)) for s in TUTORIAL_BATCH])
+    trg = torch.tensor([t + [0] * (12 - len(t)) for t in TUTORIAL_TARGETS])
     src_ignore, trg_ignore = src == 0, trg == 0
     future = torch.triu(torch.ones(12, 12, dtype=torch.bool), diagonal=1)
     with torch.no_grad():
@@ -125,10 +124,10 @@ def test_encoder_decoder_stack_matches_torch_transformer_layers() -> None:
 
 
 def test_encoder_only_without_positional_encoding() -> None:
-    result = compute_transformer(SEED_BATCH, num_layers=1, positional_encoding="none")
+    result = compute_transformer(TUTORIAL_BATCH, num_layers=1, positional_encoding="none")
     assert result.decoder_self_weights is None and result.cross_weights is None
     stack = build_seeded(lambda: TransformerStack(100, 8, 2, 16, 1, decoder=False), 0)
-    src = torch.tensor([s + [0] * (10 - len(s)) for s in SEED_BATCH])
+    src = torch.tensor([s + [0] * (10 - len(s)) for s in TUTORIAL_BATCH])
     with torch.no_grad():
         expected = torch_encoder_layer(stack.encoder[0])(
             stack.embedding(src), src_key_padding_mask=src == 0

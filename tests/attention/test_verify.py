@@ -2,10 +2,10 @@ import math
 
 import pytest
 import torch
+from attnviz.attention import EmbeddedAttention, compute_attention
+from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from attnviz.attention.verify import torch_multihead_attention_from, verify_attention
 
-from app.attention import AttentionModel, compute_attention
-from app.attention.verify import torch_multihead_attention_from, verify_attention
-from app.seed_data import SEED_BATCH, SEED_TARGETS
 from tests.attention.reference import seed_multihead_attention
 
 MASKS = ["none", "padding", "causal", "padding_causal"]
@@ -17,7 +17,7 @@ FILLS = [float("-inf"), -1e9, -1e10, -1e12]
 @pytest.mark.parametrize("mask", MASKS)
 def test_every_mask_matches_torch_references(mask: str, mask_fill: float, dtype: str) -> None:
     result = compute_attention(
-        SEED_BATCH, mask=mask, mask_fill=mask_fill, dtype=dtype, seed=1, verify=True
+        TUTORIAL_BATCH, mask=mask, mask_fill=mask_fill, dtype=dtype, seed=1, verify=True
     )
     v = result.verification
     assert v is not None
@@ -36,7 +36,7 @@ def test_every_mask_matches_torch_references(mask: str, mask_fill: float, dtype:
 @pytest.mark.parametrize("mask", ["none", "padding"])
 def test_cross_attention_with_different_lengths_matches(mask: str, dtype: str) -> None:
     result = compute_attention(
-        SEED_BATCH, targets=SEED_TARGETS, mask=mask, dtype=dtype, verify=True
+        TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, mask=mask, dtype=dtype, verify=True
     )
     assert result.attn_weights.shape == (5, 2, 12, 10)
     v = result.verification
@@ -69,7 +69,7 @@ def test_finite_fill_is_the_seed_code_exactly() -> None:
     # Seed 000 uses -1e12, fully-masked rows included: AttnViz gives the same bits.
     sequences = [[0, 0, 0], [4, 0, 9]]
     result = compute_attention(sequences, mask="padding_causal", mask_fill=-1e12)
-    model = AttentionModel.seeded(100, 8, 2, seed=0)
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
     ids = torch.tensor(sequences)
     mask = (ids != 0).unsqueeze(1) & torch.tril(torch.ones(1, 3, 3, dtype=torch.bool))
     weights, output = seed_multihead_attention(model, ids, ids, mask, inf=1e12)
@@ -78,8 +78,8 @@ def test_finite_fill_is_the_seed_code_exactly() -> None:
 
 
 def test_verification_fails_on_wrong_numbers() -> None:
-    model = AttentionModel.seeded(100, 8, 2, seed=0)
-    ids = torch.tensor(SEED_BATCH[2:3])  # 10 tokens, no padding
+    model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
+    ids = torch.tensor(TUTORIAL_BATCH[2:3])  # 10 tokens, no padding
     with torch.inference_mode():
         output, weights = model(ids, ids, None)
         embedded = model.embedding(ids)
@@ -115,7 +115,7 @@ def test_verification_fails_on_wrong_numbers() -> None:
 
 
 def test_loader_copies_w_q_w_k_w_v_w_o_into_torch_multihead_attention() -> None:
-    attention = AttentionModel.seeded(100, 16, 4, seed=2).attention
+    attention = EmbeddedAttention.seeded(100, 16, 4, seed=2).attention
     reference = torch_multihead_attention_from(attention)
     expected = torch.cat([attention.W_q.weight, attention.W_k.weight, attention.W_v.weight])
     assert torch.equal(reference.in_proj_weight, expected)
@@ -126,7 +126,7 @@ def test_loader_copies_w_q_w_k_w_v_w_o_into_torch_multihead_attention() -> None:
 def test_tolerance_is_derived_from_float32_and_a_long_correct_input_matches() -> None:
     """2,000 tokens differ from PyTorch's SDPA by ~1e-6 (more than the old fixed 1e-6
     at 2,048 tokens): the derived bound grows with the length, so the badge stays green."""
-    from app.attention.verify import float_tolerance
+    from attnviz.attention.verify import float_tolerance
 
     ids = torch.randint(1, 100, (1, 2048), generator=torch.Generator().manual_seed(1)).tolist()
     result = compute_attention(ids, mask="padding_causal", verify=True)
@@ -145,8 +145,8 @@ def test_tolerance_is_derived_from_float32_and_a_long_correct_input_matches() ->
 
 def test_a_real_error_is_above_the_tolerance() -> None:
     """A wrong scale (scores not divided by sqrt(d_k)) is far outside the bound."""
-    result = compute_attention(SEED_BATCH, mask="padding_causal", verify=True)
-    wrong = compute_attention(SEED_BATCH, mask="padding_causal", scale=False)
+    result = compute_attention(TUTORIAL_BATCH, mask="padding_causal", verify=True)
+    wrong = compute_attention(TUTORIAL_BATCH, mask="padding_causal", scale=False)
     v = result.verification
     assert v is not None
     error = float((result.attn_weights - wrong.attn_weights).abs().max())

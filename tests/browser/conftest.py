@@ -1,8 +1,7 @@
 from collections.abc import Iterator
 
 import pytest
-
-from tests.live_server import live_server
+from attnviz.devtools import live_server
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ from urllib.parse import urlsplit
 
 import httpx2 as httpx
 import pytest
+from attnviz.devtools import live_process
 
-from tests.live_server import live_process
 from tests.pretrained.support import require_pretrained_extra
 
 pytestmark = pytest.mark.browser

@@ -2,8 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from app.seed_data import SEED_BATCH
+from attnviz.attention.tutorials import TUTORIAL_BATCH
 
 pytestmark = pytest.mark.browser
 
@@ -36,9 +35,9 @@ def test_default_preset_draws_one_heatmap_per_head_with_masked_keys_at_zero(
                           x: div.layout.xaxis.ticktext, y: div.layout.yaxis.ticktext}))"""
     )
     response = page.evaluate("() => window.attnviz.lastResponse")
-    length = len(SEED_BATCH[0])
+    length = len(TUTORIAL_BATCH[0])
     for h, head in enumerate(drawn):
-        assert head["x"] == [str(t) for t in SEED_BATCH[0]] + ["&lt;pad&gt;"] * 2
+        assert head["x"] == [str(t) for t in TUTORIAL_BATCH[0]] + ["&lt;pad&gt;"] * 2
         for i in range(10):
             for j in range(10):
                 attend = j <= i and j < length

@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from app.attention import AttentionInputError
-from app.pretrained import BertConfig, ModelFormatError, attention_rollout
-from app.pretrained.bert import load_bert, weight_names
+from attnviz.attention import AttentionInputError
+from attnviz.pretrained import BertConfig, ModelFormatError, attention_rollout
+from attnviz.pretrained.bert import load_bert, weight_names
 
 TEXTS = [
     "The cat sat on the mat because it was tired.",
@@ -201,7 +200,7 @@ def test_missing_or_misshapen_weights_are_refused(minilm) -> None:  # type: igno
 
 
 def test_registry_loads_model_dirs_and_names_them(minilm, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from app.pretrained import ModelRegistry
+    from attnviz.pretrained import ModelRegistry
 
     directory = copy_model(minilm, tmp_path / "my-bert")
     registry = ModelRegistry()
@@ -242,7 +241,7 @@ def test_nothing_touches_the_network(minilm, tmp_path, monkeypatch) -> None:  # 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
-    from app.pretrained import ModelRegistry
+    from attnviz.pretrained import ModelRegistry
 
     # A fresh directory, so the model is really loaded here, not taken from the cache.
     directory = tmp_path / "fresh"

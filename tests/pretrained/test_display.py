@@ -1,10 +1,9 @@
-"""One input's maps as the page shows them (app.pretrained.display)."""
+"""One input's maps as the page shows them (attnviz.pretrained.display)."""
 
 import pytest
 import torch
-
-from app.attention import AttentionInputError
-from app.pretrained.display import sequence_view
+from attnviz.attention import AttentionInputError
+from attnviz.pretrained.display import sequence_view
 
 TEXT = "The cat sat on the mat because it was tired."
 

@@ -4,11 +4,10 @@ from typing import Any
 
 import pytest
 import torch
+from attnviz.attention import compute_attention
+from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
-
-from app.attention import compute_attention
-from app.config import Settings, get_settings
-from app.seed_data import SEED_BATCH, SEED_TARGETS
 
 URL = "/api/v1/attention"
 
@@ -37,7 +36,7 @@ def test_presets_default_is_the_seed_batch_with_padding_and_causal(client: TestC
     names = [p["name"] for p in presets]
     assert names[0] == "seed-padding-causal"
     default = presets[0]["request"]
-    assert default["sequences"] == SEED_BATCH
+    assert default["sequences"] == TUTORIAL_BATCH
     assert (default["d_model"], default["num_heads"], default["pad_id"]) == (8, 2, 0)
     assert default["mask"] == "padding_causal"
     by_name = {p["name"]: p["request"] for p in presets}
@@ -47,7 +46,7 @@ def test_presets_default_is_the_seed_batch_with_padding_and_causal(client: TestC
         by_name["i-love-deep-learning"]["num_heads"],
     ) == (64, 8)
     assert by_name["i-love-deep-learning"]["mask"] == "none"
-    assert by_name["seed-encoder-decoder"]["targets"] == SEED_TARGETS
+    assert by_name["seed-encoder-decoder"]["targets"] == TUTORIAL_TARGETS
 
 
 def test_every_preset_computes(client: TestClient) -> None:
@@ -102,10 +101,10 @@ def test_mask_fill_decides_fully_masked_rows(
 def test_response_carries_the_engine_numbers_and_everything_to_draw_them(
     client: TestClient,
 ) -> None:
-    response = post(client, {"sequences": SEED_BATCH, "mask": "padding_causal", "seed": 4})
+    response = post(client, {"sequences": TUTORIAL_BATCH, "mask": "padding_causal", "seed": 4})
     assert response.status_code == 200
     body = response.json()
-    result = compute_attention(SEED_BATCH, mask="padding_causal", seed=4)
+    result = compute_attention(TUTORIAL_BATCH, mask="padding_causal", seed=4)
     assert body["shape"] == [5, 2, 10, 10]
     assert torch.equal(torch.tensor(body["weights"]), result.attn_weights)
     assert body["attn_mask"] == result.mask.tolist()
@@ -120,7 +119,7 @@ def test_response_carries_the_engine_numbers_and_everything_to_draw_them(
 
 def test_encoder_decoder_batch_has_shape_5_2_12_10(client: TestClient) -> None:
     body = post(
-        client, {"sequences": SEED_BATCH, "targets": SEED_TARGETS, "mask": "padding"}
+        client, {"sequences": TUTORIAL_BATCH, "targets": TUTORIAL_TARGETS, "mask": "padding"}
     ).json()
     assert body["shape"] == [5, 2, 12, 10]
     assert body["attention"] == "cross"
@@ -202,13 +201,13 @@ def test_cuda_without_a_gpu_is_422_naming_device(client: TestClient) -> None:
 
 def test_too_many_weights_is_413_with_the_limit(client: TestClient) -> None:
     client.app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=150)
-    response = post(client, {"sequences": SEED_BATCH})  # 5 * 2 * 10 * 10 = 1000 weights
+    response = post(client, {"sequences": TUTORIAL_BATCH})  # 5 * 2 * 10 * 10 = 1000 weights
     assert response.status_code == 413
     detail = response.json()["detail"][0]
     assert detail["loc"] == ["body", "sequences"]
     assert "1000" in detail["msg"] and "150" in detail["msg"]
     # The head average, when asked for, counts too: 5 * 10 * 10 more.
-    response = post(client, {"sequences": SEED_BATCH, "include": ["head_mean"]})
+    response = post(client, {"sequences": TUTORIAL_BATCH, "include": ["head_mean"]})
     assert "1500" in response.json()["detail"][0]["msg"]
 
 
@@ -227,6 +226,6 @@ def test_page_embeds_presets_and_serves_plotly_offline(client: TestClient) -> No
 def test_openapi_documents_the_request_with_examples(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     request = schema["components"]["schemas"]["AttentionRequest"]
-    assert request["examples"][0]["sequences"] == SEED_BATCH
+    assert request["examples"][0]["sequences"] == TUTORIAL_BATCH
     assert request["properties"]["mask"]["default"] == "padding"
     assert "/api/v1/attention" in schema["paths"]

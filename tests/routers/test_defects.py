@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from attnviz.attention import compute_attention
+from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
-
-from app.attention import compute_attention
-from app.main import create_app
 
 ENDPOINTS: list[tuple[str, dict[str, Any]]] = [
     ("/api/v1/attention", {"sequences": [[1, 2, 0]]}),
@@ -172,7 +171,7 @@ def test_conditions_the_schema_cannot_express_are_in_descriptions_and_422_is_doc
     assert "divide" in props["num_heads"]["description"]
     assert "422" in props["device"]["description"]
     assert "vocab_size" in props["pad_id"]["description"]
-    model_props = schema["components"]["schemas"]["ModelAttentionRequest"]["properties"]
+    model_props = schema["components"]["schemas"]["PretrainedAttentionRequest"]["properties"]
     assert "One entry per text" in model_props["text_pairs"]["description"]
     for path, item in schema["paths"].items():
         for method, operation in item.items():

@@ -3,12 +3,11 @@ from typing import Any
 
 import pytest
 import torch
+from attnviz.attention.lessons import decoding_experiment
+from attnviz.attention.transformer import compute_transformer
+from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
-
-from app.attention.lessons import decoding_experiment
-from app.attention.transformer import compute_transformer
-from app.config import Settings, get_settings
-from app.seed_data import SEED_BATCH, SEED_TARGETS
 
 
 def test_attention_include_returns_stages_with_null_for_masked_scores(client: TestClient) -> None:
@@ -52,7 +51,7 @@ def test_attention_defaults_return_weights_only(client: TestClient) -> None:
 
 def test_attention_scale_and_dropout(client: TestClient) -> None:
     body = {
-        "sequences": SEED_BATCH,
+        "sequences": TUTORIAL_BATCH,
         "scale": False,
         "dropout": 0.5,
         "dropout_seed": 3,
@@ -95,13 +94,13 @@ def test_parameters_lesson(client: TestClient) -> None:
 
 
 def test_transformer_lesson_matches_the_engine(client: TestClient) -> None:
-    body = {"sequences": SEED_BATCH, "targets": SEED_TARGETS, "num_layers": 2, "seed": 5}
+    body = {"sequences": TUTORIAL_BATCH, "targets": TUTORIAL_TARGETS, "num_layers": 2, "seed": 5}
     response = client.post("/api/v1/lessons/transformer", json=body)
     assert response.status_code == 200, response.text
     data = response.json()
     assert data["shape"] == [2, 5, 2, 10, 10]
     assert data["d_ff"] == 16  # 2 * d_model by default, as in seed 004
-    expected = compute_transformer(SEED_BATCH, targets=SEED_TARGETS, num_layers=2, seed=5)
+    expected = compute_transformer(TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, num_layers=2, seed=5)
     assert torch.equal(torch.tensor(data["cross_weights"]), expected.cross_weights)
     assert data["num_parameters"] == expected.num_parameters
     assert all(math.isfinite(w) for w in torch.tensor(data["encoder_weights"]).flatten().tolist())
@@ -167,11 +166,11 @@ def test_lesson_errors_are_422_naming_the_field(
 
 def test_transformer_and_stages_respect_the_cell_limit(client: TestClient) -> None:
     client.app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=2000)
-    body = {"sequences": SEED_BATCH, "num_layers": 3}  # 3 * 5 * 2 * 10 * 10 = 3000
+    body = {"sequences": TUTORIAL_BATCH, "num_layers": 3}  # 3 * 5 * 2 * 10 * 10 = 3000
     assert client.post("/api/v1/lessons/transformer", json=body).status_code == 413
     # 1000 weights fit; adding three score stages (3000) does not.
-    assert client.post("/api/v1/attention", json={"sequences": SEED_BATCH}).status_code == 200
-    staged = {"sequences": SEED_BATCH, "include": ["scores", "scaled_scores", "masked_scores"]}
+    assert client.post("/api/v1/attention", json={"sequences": TUTORIAL_BATCH}).status_code == 200
+    staged = {"sequences": TUTORIAL_BATCH, "include": ["scores", "scaled_scores", "masked_scores"]}
     assert client.post("/api/v1/attention", json=staged).status_code == 413
 
 
@@ -186,5 +185,5 @@ def test_every_lesson_is_documented_with_an_example(client: TestClient) -> None:
         assert path in schema["paths"], path
     components = schema["components"]["schemas"]
     assert components["DecodingRequest"]["examples"][0]["sequence"]
-    assert components["TransformerRequest"]["examples"][1]["targets"] == SEED_TARGETS
+    assert components["TransformerRequest"]["examples"][1]["targets"] == TUTORIAL_TARGETS
     assert "include" in components["AttentionRequest"]["examples"][1]

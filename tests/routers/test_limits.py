@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 import torch
+from attnviz.server.main import create_app
+from attnviz.server.middleware import CONTENT_SECURITY_POLICY
+from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
-
-from app.config import Settings, get_settings
-from app.main import create_app
-from app.middleware import CONTENT_SECURITY_POLICY
 
 URL = "/api/v1/attention"
 
@@ -200,7 +199,7 @@ def test_one_json_access_log_line_per_request(client: TestClient) -> None:
 def test_device_out_of_memory_is_503_and_the_server_keeps_serving(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.routers.attention as attention_router
+    import attnviz.server.routers.attention as attention_router
 
     def out_of_memory(*args: Any, **kwargs: Any) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")

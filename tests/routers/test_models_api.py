@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from attnviz.pretrained import MODELS, ModelFormatError
+from attnviz.server.main import create_app
+from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
 
-from app.config import Settings, get_settings
-from app.main import create_app
-from app.pretrained import MODELS, ModelFormatError
 from tests.pretrained.support import require_pretrained_extra
 
 URL = "/api/v1/models/attention"

@@ -6,12 +6,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from attnviz.attention import compute_attention
+from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from attnviz.server.schemas import AttentionResponse, TransformerResponse
 from fastapi.testclient import TestClient
 from torch.nn import functional as F  # noqa: N812
-
-from app.attention import compute_attention
-from app.schemas import AttentionResponse, TransformerResponse
-from app.seed_data import SEED_BATCH, SEED_TARGETS
 
 URL = "/api/v1/attention"
 
@@ -32,7 +31,7 @@ def post(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
 def test_base64_encodings_carry_the_same_weights(
     client: TestClient, encoding: str, atol: float
 ) -> None:
-    body = {"sequences": SEED_BATCH, "mask": "padding_causal", "include": ["masked_scores"]}
+    body = {"sequences": TUTORIAL_BATCH, "mask": "padding_causal", "include": ["masked_scores"]}
     plain = post(client, body)
     compact = post(client, {**body, "encoding": encoding})
     weights = decode(compact["weights"])
@@ -85,15 +84,15 @@ def test_display_size_block_pools_weights_mask_and_labels(client: TestClient, me
 
 
 def test_small_inputs_are_not_downsampled(client: TestClient) -> None:
-    data = post(client, {"sequences": SEED_BATCH, "display_size": 128})
+    data = post(client, {"sequences": TUTORIAL_BATCH, "display_size": 128})
     assert data["downsample"] is None
     assert data["shape"] == data["full_shape"] == [5, 2, 10, 10]
 
 
 def test_sequence_and_head_selection(client: TestClient) -> None:
     body = {
-        "sequences": SEED_BATCH,
-        "targets": SEED_TARGETS,
+        "sequences": TUTORIAL_BATCH,
+        "targets": TUTORIAL_TARGETS,
         "mask": "padding",
         "include": ["q", "head_mean"],
         "dropout": 0.2,
@@ -116,7 +115,7 @@ def test_sequence_and_head_selection(client: TestClient) -> None:
 
 
 def test_transformer_lesson_takes_the_compact_encoding(client: TestClient) -> None:
-    body = {"sequences": SEED_BATCH, "targets": SEED_TARGETS, "num_layers": 2}
+    body = {"sequences": TUTORIAL_BATCH, "targets": TUTORIAL_TARGETS, "num_layers": 2}
     plain = client.post("/api/v1/lessons/transformer", json=body).json()
     response = client.post(
         "/api/v1/lessons/transformer", json={**body, "encoding": "base64_float32"}
@@ -131,7 +130,7 @@ def test_half_precision_keeps_the_softmax_in_float32(client: TestClient, dtype: 
     data = post(
         client,
         {
-            "sequences": SEED_BATCH,
+            "sequences": TUTORIAL_BATCH,
             "mask": "padding_causal",
             "dtype": dtype,
             "mask_fill": -1e9,

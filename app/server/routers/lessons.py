@@ -9,18 +9,16 @@ import torch
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
-from app.attention.lessons import (
+from ...attention.lessons import (
     DecodingResult,
     decoding_experiment,
     parameter_table,
     scaling_experiment,
 )
-from app.attention.transformer import compute_transformer
-from app.config import Settings, get_settings
-from app.errors import computed, engine_errors
-from app.limits import check_cells, check_limits
-from app.routers.attention import ERROR_RESPONSES
-from app.schemas import (
+from ...attention.transformer import compute_transformer
+from ..errors import computed, engine_errors
+from ..limits import check_cells, check_limits
+from ..schemas.lessons import (
     DecodingRequest,
     DecodingResponse,
     ParameterCountOut,
@@ -33,7 +31,9 @@ from app.schemas import (
     TransformerResponse,
     WeightStatsOut,
 )
-from app.serialize import encode_large, respond
+from ..settings import Settings, get_settings
+from ..transport import encode_large, respond
+from .attention import ERROR_RESPONSES
 
 router = APIRouter(prefix="/api/v1/lessons", tags=["lessons"])
 

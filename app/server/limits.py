@@ -9,12 +9,9 @@ from typing import Any
 
 from fastapi import status
 
-from app.config import Settings
-from app.errors import field_error
-
-
-def _tokens(sequence: list[int] | str) -> int:
-    return len(sequence.split()) if isinstance(sequence, str) else len(sequence)
+from ..attention.tokens import token_count
+from .errors import field_error
+from .settings import Settings
 
 
 def check_limit(field: str, value: int, limit: int, setting: str) -> None:
@@ -48,10 +45,10 @@ def check_limits(request: Any, settings: Settings) -> None:
             continue
         refuse(field, len(batch), settings.max_batch_size, "MAX_BATCH_SIZE")
         for i, sequence in enumerate(batch):
-            refuse(f"{field}[{i}]", _tokens(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
+            refuse(f"{field}[{i}]", token_count(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
     sequence = getattr(request, "sequence", None)
     if sequence is not None:
-        refuse("sequence", _tokens(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
+        refuse("sequence", token_count(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
     for field, limit, setting in (
         ("d_model", settings.max_d_model, "MAX_D_MODEL"),
         ("num_heads", settings.max_num_heads, "MAX_NUM_HEADS"),

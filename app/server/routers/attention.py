@@ -9,16 +9,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, status
 from fastapi.responses import Response
 
-from app.attention import compute_attention
-from app.attention.engine import STAGE_NAMES
-from app.attention.summary import block_labels, block_pool
-from app.compute import held_while_sent
-from app.config import Settings, get_settings
-from app.errors import computed, engine_errors, field_error
-from app.limits import check_cells, check_limits
-from app.response_cache import RESPONSES
-from app.schemas import AttentionRequest, AttentionResponse
-from app.serialize import (
+from ...attention import compute_attention
+from ...attention.engine import STAGE_NAMES
+from ...attention.summary import block_labels, block_pool
+from ..errors import computed, engine_errors, field_error
+from ..executor import held_while_sent
+from ..limits import check_cells, check_limits
+from ..response_cache import RESPONSES
+from ..schemas.attention import AttentionRequest, AttentionResponse
+from ..settings import Settings, get_settings
+from ..transport import (
     STREAM_MIN_CELLS,
     encode_bools,
     encode_floats,
@@ -64,8 +64,8 @@ async def compute_attention_weights(request: AttentionRequest, settings: Setting
     after dropout; always a per-head summary. ``sequence_index`` / ``head_index``
     select, ``display_size`` block-pools for display, ``encoding`` picks JSON
     numbers or base64 typed arrays. The work runs on the compute executor
-    (:mod:`app.compute`), off the event loop; the body is serialised by orjson.
-    Repeated requests are answered from :mod:`app.response_cache`.
+    (:mod:`attnviz.server.executor`), off the event loop; the body is serialised by orjson.
+    Repeated requests are answered from :mod:`attnviz.server.response_cache`.
     """
     check_limits(request, settings)
     check_cells(request.weight_cells(), settings.max_weight_cells)
@@ -85,7 +85,7 @@ def attention_response(request: AttentionRequest) -> Response:
     """The blocking part of :func:`compute_attention_weights`: compute and serialise.
 
     Arrays of a million numbers or more are encoded while the response streams
-    (:class:`app.serialize.Deferred`), so their whole JSON or base64 text never
+    (:class:`attnviz.server.transport.Deferred`), so their whole JSON or base64 text never
     sits in memory beside them.
     """
     return respond(attention_payload(request))

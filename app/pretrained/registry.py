@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Final
 
 import torch
 
-from app.attention.engine import resolve_device
-from app.attention.errors import AttentionInputError
-from app.attention.mha import count_parameters
-from app.pretrained.bert import (
+from ..attention.engine import resolve_device
+from ..attention.errors import AttentionInputError
+from ..attention.mha import count_parameters
+from .bert import (
     BertConfig,
     BertEncoder,
     ModelFormatError,
@@ -79,7 +79,7 @@ class TokenizedBatch:
 
 
 @dataclass(frozen=True)
-class ModelAttention:
+class PretrainedAttentions:
     """Every attention map of one batch through a pretrained encoder, on the CPU.
 
     Attributes:
@@ -88,7 +88,7 @@ class ModelAttention:
             keys get exactly 0.
         head_mean: (N, B, L, L) the mean over the H heads of each layer.
         layer_mean: (B, L, L) the mean over every layer and head.
-        rollout: (B, L, L) attention rollout (:func:`app.pretrained.bert.attention_rollout`).
+        rollout: (B, L, L) attention rollout (:func:`attnviz.pretrained.bert.attention_rollout`).
         last_hidden_state: (B, L, d_model) the encoder output.
         compute_ms: wall time of the forward pass and the derived maps, in ms.
         device: where it ran, "cpu" or "cuda".
@@ -114,7 +114,7 @@ class PretrainedModel:
         path: the model directory.
         config: the encoder's sizes.
         tokenizer: from ``tokenizer.json``, padding to the longest, no truncation.
-        encoder: the :class:`app.pretrained.bert.BertEncoder`.
+        encoder: the :class:`attnviz.pretrained.bert.BertEncoder`.
         num_parameters: scalar parameters of the encoder.
     """
 
@@ -214,7 +214,7 @@ class PretrainedModel:
         text_pairs: Sequence[str | None] | None = None,
         *,
         device: str = "auto",
-    ) -> ModelAttention:
+    ) -> PretrainedAttentions:
         """Tokenise (:meth:`tokenize`) and run the encoder (:meth:`run`).
 
         Raises:
@@ -222,7 +222,7 @@ class PretrainedModel:
         """
         return self.run(self.tokenize(texts, text_pairs), device=device)
 
-    def run(self, batch: TokenizedBatch, *, device: str = "auto") -> ModelAttention:
+    def run(self, batch: TokenizedBatch, *, device: str = "auto") -> PretrainedAttentions:
         """Run the encoder on a tokenised batch; every layer's and head's attention.
 
         Args:
@@ -230,11 +230,11 @@ class PretrainedModel:
             device: "auto" (CUDA when available), "cpu" or "cuda".
 
         Returns:
-            A :class:`ModelAttention`, tensors on the CPU.
+            A :class:`PretrainedAttentions`, tensors on the CPU.
 
         Raises:
             AttentionInputError: (field ``device``) as
-                :func:`app.attention.engine.resolve_device`.
+                :func:`attnviz.attention.engine.resolve_device`.
         """
         run_on = resolve_device(device)
         encoder = self.on(run_on)
@@ -251,7 +251,7 @@ class PretrainedModel:
             if run_on.type == "cuda":
                 torch.cuda.synchronize(run_on)
             compute_ms = (time.perf_counter() - start) * 1000.0
-        return ModelAttention(
+        return PretrainedAttentions(
             batch=batch,
             attentions=attentions.cpu(),
             head_mean=head_mean.cpu(),
@@ -280,7 +280,7 @@ def load_model_dir(path: Path, name: str, source: str) -> PretrainedModel:
 
     Raises:
         ModelFormatError: a file of :data:`REQUIRED_FILES` is missing, or the config
-            or weights are not a BERT encoder's (:class:`app.pretrained.bert.BertConfig`).
+            or weights are not a BERT encoder's (:class:`attnviz.pretrained.bert.BertConfig`).
     """
     from safetensors.torch import load_file
     from tokenizers import Tokenizer
@@ -395,4 +395,4 @@ class ModelRegistry:
 
 
 MODELS = ModelRegistry()
-"""The process-wide registry, configured by :func:`app.main.lifespan`."""
+"""The process-wide registry, configured by :func:`attnviz.server.main.lifespan`."""

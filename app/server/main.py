@@ -5,28 +5,26 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import torch
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from app import __version__
-from app.attention import compute_attention
-from app.attention.cache import MODULES
-from app.compute import run_compute, start_executor, stop_executor
-from app.config import Settings, get_settings
-from app.errors import install_error_handlers, require_valid_unicode
-from app.middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
-from app.openapi import install_openapi
-from app.presets import DEFAULT_PRESET
-from app.pretrained import MODELS
-from app.response_cache import RESPONSES
-from app.routers import attention, health, lessons, models, pages, presets
-from app.schemas import REQUEST_MODELS
-
-STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
+from .. import __version__
+from ..attention import compute_attention
+from ..attention.module_cache import MODULES
+from ..pretrained import MODELS
+from .errors import install_error_handlers, require_valid_unicode
+from .executor import run_compute, start_executor, stop_executor
+from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
+from .openapi import install_openapi
+from .presets import DEFAULT_PRESET
+from .resources import STATIC_DIR
+from .response_cache import RESPONSES
+from .routers import attention, health, lessons, pages, presets, pretrained
+from .schemas import REQUEST_MODELS
+from .settings import Settings, get_settings
 
 
 @asynccontextmanager
@@ -35,7 +33,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
 
     The first forward pass of a process pays for torch's lazy initialisation
     (about a second here); doing it at start-up keeps it off the first page load.
-    The pretrained models (:mod:`app.pretrained`) are loaded here, once, and shared
+    The pretrained models (:mod:`attnviz.pretrained`) are loaded here, once, and shared
     by every request.
     """
     settings = get_settings()
@@ -76,7 +74,7 @@ def create_app() -> FastAPI:
     """The AttnViz app: page at /, JSON API at /api/v1, docs at /docs and /redoc."""
     application = FastAPI(
         lifespan=lifespan,
-        # /docs and /redoc are served by app.routers.pages from this server's own copy
+        # /docs and /redoc are served by attnviz.server.routers.pages from this server's own copy
         # of Swagger UI and ReDoc (fastapi-offline), not from a CDN.
         docs_url=None,
         redoc_url=None,
@@ -110,7 +108,7 @@ def create_app() -> FastAPI:
     application.include_router(presets.router)
     application.include_router(attention.router)
     application.include_router(lessons.router)
-    application.include_router(models.router)
+    application.include_router(pretrained.router)
     return application
 
 

@@ -18,10 +18,10 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from app.middleware import docs_content_security_policy
-from app.presets import DEFAULT_PRESET, PRESETS
+from ..middleware import docs_content_security_policy
+from ..presets import DEFAULT_PRESET, PRESETS
+from ..resources import TEMPLATES_DIR
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 
 router = APIRouter(tags=["page"])

@@ -7,15 +7,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, status
 from fastapi.responses import Response
 
-from app.compute import held_while_sent
-from app.config import Settings, get_settings
-from app.errors import computed, engine_errors, field_error
-from app.limits import check_cells, check_limit
-from app.pretrained import MODELS, ModelAttention, PretrainedModel
-from app.pretrained.display import SequenceView, sequence_view
-from app.routers.attention import ERROR_RESPONSES
-from app.schemas import ModelAttentionRequest, ModelAttentionResponse, ModelInfo, ModelsResponse
-from app.serialize import encode_large, respond
+from ...pretrained import MODELS, PretrainedAttentions, PretrainedModel
+from ...pretrained.display import SequenceView, sequence_view
+from ..errors import computed, engine_errors, field_error
+from ..executor import held_while_sent
+from ..limits import check_cells, check_limit
+from ..schemas.pretrained import (
+    ModelInfo,
+    ModelListResponse,
+    PretrainedAttentionRequest,
+    PretrainedAttentionResponse,
+)
+from ..settings import Settings, get_settings
+from ..transport import encode_large, respond
+from .attention import ERROR_RESPONSES
 
 router = APIRouter(prefix="/api/v1/models", tags=["pretrained models"])
 
@@ -43,11 +48,11 @@ def model_info(model: PretrainedModel) -> ModelInfo:
     )
 
 
-@router.get("", response_model=ModelsResponse, summary="The pretrained models on offer")
-def list_models() -> ModelsResponse:
+@router.get("", response_model=ModelListResponse, summary="The pretrained models on offer")
+def list_models() -> ModelListResponse:
     """Models loaded at start-up: the packaged all-MiniLM-L6-v2 and ATTNVIZ_MODEL_DIRS."""
     models = MODELS.models()
-    return ModelsResponse(
+    return ModelListResponse(
         default=models[0].name if models else None,
         models=[model_info(m) for m in models],
         install_hint=None if models else INSTALL_HINT,
@@ -56,12 +61,12 @@ def list_models() -> ModelsResponse:
 
 @router.post(
     "/attention",
-    response_model=ModelAttentionResponse,
+    response_model=PretrainedAttentionResponse,
     responses=ERROR_RESPONSES,
     summary="Attention of every layer and head of a pretrained encoder on real text",
 )
 async def compute_model_attention(
-    request: ModelAttentionRequest, settings: SettingsDep
+    request: PretrainedAttentionRequest, settings: SettingsDep
 ) -> Response:
     """Tokenise the texts with the model's WordPiece tokenizer and run the encoder.
 
@@ -75,7 +80,7 @@ async def compute_model_attention(
 
 
 def model_response(
-    model: PretrainedModel, request: ModelAttentionRequest, settings: Settings
+    model: PretrainedModel, request: PretrainedAttentionRequest, settings: Settings
 ) -> Response:
     """The blocking part of :func:`compute_model_attention`: tokenise, check, run, serialise.
 
@@ -119,7 +124,7 @@ def model_response(
     return respond(sequence_payload(model, request, result, view))
 
 
-def check_display_options(request: ModelAttentionRequest) -> None:
+def check_display_options(request: PretrainedAttentionRequest) -> None:
     """Refuse the one-input display options without sequence_index (422 naming them)."""
     for field, value in (
         ("hide_special_tokens", request.hide_special_tokens),
@@ -135,7 +140,7 @@ def check_display_options(request: ModelAttentionRequest) -> None:
 
 
 def batch_payload(
-    model: PretrainedModel, request: ModelAttentionRequest, result: ModelAttention
+    model: PretrainedModel, request: PretrainedAttentionRequest, result: PretrainedAttentions
 ) -> dict[str, Any]:
     """The response for the whole batch: every map at full resolution, padded."""
     batch, enc = result.batch, request.encoding
@@ -157,8 +162,8 @@ def batch_payload(
 
 def sequence_payload(
     model: PretrainedModel,
-    request: ModelAttentionRequest,
-    result: ModelAttention,
+    request: PretrainedAttentionRequest,
+    result: PretrainedAttentions,
     view: SequenceView,
 ) -> dict[str, Any]:
     """The response for one input (sequence_index), with its display options applied."""
@@ -190,7 +195,7 @@ def sequence_payload(
     }
 
 
-def model_fields(model: PretrainedModel, result: ModelAttention) -> dict[str, Any]:
+def model_fields(model: PretrainedModel, result: PretrainedAttentions) -> dict[str, Any]:
     """The fields every response has: the model and where and how long it ran."""
     config = model.config
     return {

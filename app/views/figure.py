@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 if TYPE_CHECKING:
-    from app.attention.engine import AttentionResult
+    from ..attention.engine import AttentionResult
 
 MASKED_COLOR = "#c8c8c8"
 WEIGHT_COLORSCALE = [
@@ -38,7 +38,7 @@ def attention_figure(
     """Per-head heatmaps of one sequence of an attention result.
 
     Args:
-        result: from :func:`app.attention.compute_attention`.
+        result: from :func:`attnviz.attention.compute_attention`.
         sequence_index: which sequence of the batch (0-based).
         columns: heads per row of the grid.
 

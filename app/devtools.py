@@ -1,8 +1,14 @@
-"""Real uvicorn servers on free loopback ports, for tests, benchmarks and scripts."""
+"""Helpers for the tests, benchmarks and scripts: real servers and Debian's Chromium.
+
+Nothing here is used by the server itself. :func:`live_process` starts a real uvicorn
+on a free loopback port; :func:`chromium_path` and :data:`CHROMIUM_ARGS` launch the
+system's Chromium through Playwright (never a downloaded browser).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,10 +19,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("ATTNVIZ_CHROMIUM", "/usr/bin/chromium")
+"""Where Chromium is looked for first (``ATTNVIZ_CHROMIUM``), then on the PATH."""
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+"""Headless, sandbox-less, no GPU, and no traffic of its own (updates, sync, QUIC)."""
+
+
+def chromium_path() -> str | None:
+    """The Chromium executable, or None when it is not installed."""
+    if Path(CHROMIUM).is_file():
+        return CHROMIUM
+    return shutil.which("chromium")
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -32,11 +58,13 @@ def live_process(
     """Start a server on a free loopback port; yield (base URL, process).
 
     Args:
-        app: None runs AttnViz's documented command, ``python -m app``; else an ASGI
+        app: None runs AttnViz's documented command, ``python -m attnviz``; else an ASGI
             app path ("module:attribute") run by ``python -m uvicorn``.
         health_path: polled until it answers 200.
         timeout_s: how long to wait for it.
         env: extra environment variables.
+
+    The server runs in the current working directory.
 
     The server's output goes to a temporary file (a pipe nobody reads would block
     it), shown if the server fails to start.
@@ -44,7 +72,7 @@ def live_process(
     port = free_port()
     full_env = {**os.environ, "ATTNVIZ_HOST": "127.0.0.1", "ATTNVIZ_PORT": str(port), **(env or {})}
     command = (
-        [sys.executable, "-m", "app"]
+        [sys.executable, "-m", "attnviz"]
         if app is None
         else [
             sys.executable,
@@ -61,9 +89,7 @@ def live_process(
     )
     base_url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen(command, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + timeout_s
             while True:
@@ -92,6 +118,6 @@ def live_process(
 
 @contextmanager
 def live_server(timeout_s: float = 30.0) -> Iterator[str]:
-    """Start ``python -m app`` (real uvicorn) on a free loopback port; yield its base URL."""
+    """Start ``python -m attnviz`` (real uvicorn) on a free loopback port; yield its base URL."""
     with live_process(timeout_s=timeout_s) as (url, _):
         yield url

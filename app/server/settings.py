@@ -14,15 +14,15 @@ class Settings(BaseSettings):
     """Server settings; each field is read from ``ATTNVIZ_<NAME>``.
 
     Attributes:
-        host: interface uvicorn binds to (``python -m app``).
+        host: interface uvicorn binds to (``python -m attnviz``).
         port: TCP port.
         max_weight_cells: the most numbers one request may compute for its response,
             B * H * L_q * L_k for the weights plus any stages asked for; a larger
             request is refused with HTTP 413. The default, 2**25, admits B=1, H=8,
             L=2048 (134 MB of float32 weights).
         model_cache_bytes: bytes of seeded modules kept between requests, each counted
-            as its parameters plus its module objects (app.attention.cache.module_bytes).
-        compute_workers: threads that run attention (app.compute); requests beyond
+            as its parameters plus its module objects (attnviz.attention.module_cache.module_bytes).
+        compute_workers: threads that run attention (attnviz.server.executor); requests beyond
             them queue.
         response_cache_bytes: bytes of finished responses kept for repeated
             identical requests, their keys (the requests) included (0 turns the cache

@@ -15,9 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.attention import AttentionInputError
-from app.compute import run_within
-from app.config import Settings
+from ..attention import AttentionInputError
+from .executor import run_within
+from .settings import Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")

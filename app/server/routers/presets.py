@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.presets import PRESETS
-from app.schemas import Preset
+from ..presets import PRESETS
+from ..schemas.attention import Preset
 
 router = APIRouter(prefix="/api/v1", tags=["presets"])
 

@@ -27,7 +27,7 @@ DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 MODULE_OVERHEAD_BYTES = 3200
 """Host memory one nn.Module object costs beyond its tensors' data (its __dict__,
 parameter and hook dicts, the tensor objects). Measured with RSS over 3,000 seeded
-AttentionModels (7 modules, 9 tensors each): 21.4-21.9 KB each beyond the parameter
+EmbeddedAttentions (7 modules, 9 tensors each): 21.4-21.9 KB each beyond the parameter
 bytes, at every size from d_model 1 to 64; 7 x 3200 = 22.4 KB covers it
 (tests/attention/test_cache.py measures it again)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-SEED_BATCH: Final[list[list[int]]] = [
+TUTORIAL_BATCH: Final[list[list[int]]] = [
     [62, 13, 47, 39, 78, 33, 56, 13],
     [60, 96, 51, 32, 90],
     [35, 45, 48, 65, 91, 99, 92, 10, 3, 21],
@@ -13,7 +13,7 @@ SEED_BATCH: Final[list[list[int]]] = [
 ]
 """The 5-sequence id batch of seed 000_ead306c3acdd1f55.txt section 7.2."""
 
-SEED_TARGETS: Final[list[list[int]]] = [
+TUTORIAL_TARGETS: Final[list[list[int]]] = [
     [33, 11, 49, 10],
     [88, 34, 5, 29, 99, 45, 11, 25],
     [67, 25, 15, 90, 54, 4, 92, 10, 46, 20, 88, 19],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from app.schemas import AttentionRequest, Preset
-from app.seed_data import SEED_BATCH, SEED_TARGETS
+from ..attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from .schemas.attention import AttentionRequest, Preset
 
 
 def _batch(rows: list[list[int]]) -> list[list[int] | str]:
@@ -20,7 +20,7 @@ PRESETS: Final[tuple[Preset, ...]] = (
         description="The 5-sequence id batch of seed 000 (pad_id 0, d_model 8, 2 heads) "
         "with padding & causal masks: padded and future keys get weight 0.",
         request=AttentionRequest(
-            sequences=_batch(SEED_BATCH), d_model=8, num_heads=2, mask="padding_causal"
+            sequences=_batch(TUTORIAL_BATCH), d_model=8, num_heads=2, mask="padding_causal"
         ),
     ),
     Preset(
@@ -38,8 +38,8 @@ PRESETS: Final[tuple[Preset, ...]] = (
         description="Queries from seed 000's 5 target sequences (T_L 12), keys and values "
         "from its source batch (S_L 10), with the source padding mask.",
         request=AttentionRequest(
-            sequences=_batch(SEED_BATCH),
-            targets=_batch(SEED_TARGETS),
+            sequences=_batch(TUTORIAL_BATCH),
+            targets=_batch(TUTORIAL_TARGETS),
             d_model=8,
             num_heads=2,
             mask="padding",

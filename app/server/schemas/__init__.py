@@ -1,0 +1,58 @@
+"""Request and response bodies of the JSON API (/api/v1), by area.
+
+A body a client sends is a ``…Request``, a body it receives a ``…Response``; the
+parts of a response that mirror an engine dataclass of the same name end in ``Out``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import BaseModel
+
+from .attention import AttentionRequest, AttentionResponse, Preset
+from .common import HealthResponse
+from .lessons import (
+    DecodingRequest,
+    DecodingResponse,
+    ParameterTableResponse,
+    ScalingRequest,
+    ScalingResponse,
+    TransformerRequest,
+    TransformerResponse,
+)
+from .pretrained import (
+    ModelInfo,
+    ModelListResponse,
+    PretrainedAttentionRequest,
+    PretrainedAttentionResponse,
+)
+
+REQUEST_MODELS: Final[tuple[type[BaseModel], ...]] = (
+    AttentionRequest,
+    ScalingRequest,
+    DecodingRequest,
+    TransformerRequest,
+    PretrainedAttentionRequest,
+)
+"""Every request body of the API (their integer bounds are kept exact in /openapi.json)."""
+
+
+__all__ = [
+    "REQUEST_MODELS",
+    "AttentionRequest",
+    "AttentionResponse",
+    "DecodingRequest",
+    "DecodingResponse",
+    "HealthResponse",
+    "ModelInfo",
+    "ModelListResponse",
+    "ParameterTableResponse",
+    "Preset",
+    "PretrainedAttentionRequest",
+    "PretrainedAttentionResponse",
+    "ScalingRequest",
+    "ScalingResponse",
+    "TransformerRequest",
+    "TransformerResponse",
+]
