@@ -10,7 +10,7 @@ In a notebook, the engine and a figure of the heads::
 
 __version__ = "0.1.0"
 
-from .attention import AttentionResult, compute_attention
+from .attention import AttentionResult, LayerConfig, compute_attention
 from .views.figure import attention_figure
 
-__all__ = ["AttentionResult", "__version__", "attention_figure", "compute_attention"]
+__all__ = ["AttentionResult", "LayerConfig", "__version__", "attention_figure", "compute_attention"]

@@ -141,7 +141,7 @@ def cmd_export(args: argparse.Namespace) -> None:
             targets=request.targets,
             mask=request.mask,
             dtype=request.dtype,
-            **request.layer_kwargs(),
+            config=request.layer(),
         )
     except AttentionInputError as error:
         raise SystemExit(f"attnviz: {error}") from None

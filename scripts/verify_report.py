@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from typing import Any
 
-from attnviz.attention import compute_attention
+from attnviz.attention import LayerConfig, compute_attention
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 
 MASKS = ["none", "padding", "causal", "padding_causal"]
@@ -20,8 +21,10 @@ FILLS = [float("-inf"), -1e9, -1e12]
 def main() -> None:
     largest: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
 
-    def run(case: str, dtype: str, *args: object, **kwargs: object) -> None:
-        v = compute_attention(*args, dtype=dtype, verify=True, **kwargs).verification  # type: ignore[arg-type]
+    def run(
+        case: str, dtype: str, sequences: Any, config: LayerConfig | None = None, **kwargs: Any
+    ) -> None:
+        v = compute_attention(sequences, config, dtype=dtype, verify=True, **kwargs).verification
         assert v is not None
         diffs = (v.mha_weights_max_abs_diff, v.mha_output_max_abs_diff, v.sdpa_output_max_abs_diff)
         row = largest[(case, dtype)]
@@ -55,8 +58,7 @@ def main() -> None:
                 f"random, {mask}",
                 dtype,
                 batch,
-                d_model=d_model,
-                num_heads=num_heads,
+                LayerConfig(d_model=d_model, num_heads=num_heads),
                 mask=mask,
                 seed=rng.randrange(1000),
             )

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from attnviz import attention_figure, compute_attention
+from attnviz.attention import LayerConfig
 from attnviz.attention.tutorials import TUTORIAL_BATCH
 
 from tests import REPO_ROOT
@@ -44,7 +45,9 @@ def test_compute_writes_the_api_response(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    expected = compute_attention([[62, 13, 47, 39], [60, 96]], mask="padding_causal", seed=3)
+    expected = compute_attention(
+        [[62, 13, 47, 39], [60, 96]], LayerConfig(seed=3), mask="padding_causal"
+    )
     assert torch.equal(torch.tensor(data["weights"]), expected.attn_weights)
     request = tmp_path / "request.json"
     request.write_text(
@@ -77,7 +80,9 @@ def test_compute_refuses_bad_input_naming_the_field(args: list[str], message: st
 
 
 def test_python_api_figure_has_one_heatmap_per_head() -> None:
-    result = compute_attention(TUTORIAL_BATCH, d_model=16, num_heads=4, mask="padding_causal")
+    result = compute_attention(
+        TUTORIAL_BATCH, LayerConfig(d_model=16, num_heads=4), mask="padding_causal"
+    )
     figure = attention_figure(result, sequence_index=1)
     heatmaps = [trace for trace in figure.data if trace.type == "heatmap"]
     assert len(heatmaps) == 4

@@ -10,7 +10,7 @@ Masks are bool with True = attend, as in the seeds (PyTorch's nn.MultiheadAttent
 uses the opposite: True = ignore).
 """
 
-from .engine import AttentionResult, EmbeddedAttention, compute_attention
+from .engine import AttentionResult, EmbeddedAttention, LayerConfig, compute_attention
 from .errors import AttentionInputError
 from .masks import MASK_NAMES, build_mask, causal_mask, padding_mask
 from .mha import MultiHeadAttention, count_parameters, scaled_dot_product_attention
@@ -22,6 +22,7 @@ __all__ = [
     "AttentionInputError",
     "AttentionResult",
     "EmbeddedAttention",
+    "LayerConfig",
     "MultiHeadAttention",
     "TokenBatch",
     "build_mask",

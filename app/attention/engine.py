@@ -52,6 +52,32 @@ FLOAT32_LOWEST: Final = float(torch.finfo(torch.float32).min)
 scores are masked in float32 for every dtype but float64."""
 
 
+@dataclass(frozen=True)
+class LayerConfig:
+    """The seeded attention layer: its widths, seed, vocabulary and device.
+
+    Passed whole to :func:`compute_attention`, :func:`.lessons.decoding_experiment` and
+    :func:`.transformer.compute_transformer`, as nanoGPT passes its ``GPTConfig``.
+    The compute functions check it and raise :class:`AttentionInputError` naming the
+    field.
+
+    Attributes:
+        d_model: model width; ``num_heads`` must divide it (d_k = d_model // num_heads).
+        num_heads: H.
+        seed: the RNG seed every parameter is drawn from (module docstring).
+        pad_id: the padding id; padding positions are labelled "<pad>".
+        vocab_size: rows of the embedding table; ids lie in [0, vocab_size).
+        device: "auto" (CUDA if available, else CPU), "cpu" or "cuda".
+    """
+
+    d_model: int = 8
+    num_heads: int = 2
+    seed: int = 0
+    pad_id: int = 0
+    vocab_size: int = 100
+    device: str = "auto"
+
+
 def masking_dtype(dtype: str) -> torch.dtype:
     """The dtype the scores are masked and softmaxed in: float64 for float64, else float32.
 
@@ -257,15 +283,10 @@ def resolve_device(name: str) -> torch.device:
 
 def compute_attention(
     sequences: Sequence[SequenceInput],
+    config: LayerConfig | None = None,
     *,
     targets: Sequence[SequenceInput] | None = None,
-    d_model: int = 8,
-    num_heads: int = 2,
-    seed: int = 0,
     mask: str = "padding",
-    pad_id: int = 0,
-    vocab_size: int = 100,
-    device: str = "auto",
     dtype: str = "float32",
     mask_fill: float = float("-inf"),
     verify: bool = False,
@@ -278,17 +299,14 @@ def compute_attention(
 
     Args:
         sequences: B source sequences, each a list of ids or a string of words.
+        config: the layer (widths, seed, pad_id, vocabulary, device); None is
+            ``LayerConfig()``: d_model 8, 2 heads, seed 0, pad_id 0, 100 ids, "auto".
         targets: optional B target sequences for cross (encoder-decoder) attention:
             queries from the targets, keys and values from ``sequences``.
-        d_model: model width; ``num_heads`` must divide it (d_k = d_model // num_heads).
-        num_heads: H.
-        seed: seeds every parameter (module docstring).
         mask: "none", "padding", "causal" or "padding_causal" (True = attend, see
             :mod:`attnviz.attention.masks`); cross attention takes "none" or "padding".
-        pad_id: the padding id; padding positions are labelled "<pad>".
-        vocab_size: the embedding table's size.
-        device: "auto", "cpu" or "cuda".
-        dtype: "float32" or "float64".
+        dtype: "float32", "float64", "float16" or "bfloat16" (half precision is
+            masked and softmaxed in float32).
         mask_fill: the score masked entries get before the softmax: -inf (default;
             fully-masked rows become 0) or a finite value <= 0 such as the seeds'
             -1e9 (fully-masked rows become uniform), see :mod:`attnviz.attention.mha`.
@@ -315,10 +333,11 @@ def compute_attention(
             :func:`masking_dtype` (float32: -3.4e38), an unknown stage, a dropout outside
             [0, 1), or a target batch whose size differs from the source batch.
     """
-    check_widths(d_model, num_heads)
+    layer = config or LayerConfig()
+    check_widths(layer.d_model, layer.num_heads)
     check_dtype(dtype)
-    if vocab_size < 1:
-        raise AttentionInputError("vocab_size", f"must be >= 1, got {vocab_size}")
+    if layer.vocab_size < 1:
+        raise AttentionInputError("vocab_size", f"must be >= 1, got {layer.vocab_size}")
     unknown = sorted(set(stages) - set(STAGE_NAMES))
     if unknown:
         raise AttentionInputError(
@@ -335,13 +354,15 @@ def compute_attention(
         )
     cross = targets is not None
     source, maybe_target = encode_source_target(
-        sequences, targets, pad_id=pad_id, vocab_size=vocab_size
+        sequences, targets, pad_id=layer.pad_id, vocab_size=layer.vocab_size
     )
     target = source if maybe_target is None else maybe_target
-    attn_mask = build_mask(mask, target.ids, source.ids, pad_id, cross=cross)
-    run_on = resolve_device(device)
+    attn_mask = build_mask(mask, target.ids, source.ids, layer.pad_id, cross=cross)
+    run_on = resolve_device(layer.device)
 
-    model = EmbeddedAttention.cached(vocab_size, d_model, num_heads, seed, run_on, DTYPES[dtype])
+    model = EmbeddedAttention.cached(
+        layer.vocab_size, layer.d_model, layer.num_heads, layer.seed, run_on, DTYPES[dtype]
+    )
     query_ids = target.ids.to(run_on)
     key_ids = query_ids if not cross else source.ids.to(run_on)
     on_device_mask = None if attn_mask is None else attn_mask.to(run_on)
@@ -364,7 +385,7 @@ def compute_attention(
                 query_ids,
                 key_ids,
                 mask_name=mask,
-                pad_id=pad_id,
+                pad_id=layer.pad_id,
                 mask_fill=mask_fill,
                 attn_weights=attn_weights,
                 attn_output=attn_output,

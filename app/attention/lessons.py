@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
 
-from .engine import EmbeddedAttention, check_widths, resolve_device
+from .engine import EmbeddedAttention, LayerConfig, check_widths, resolve_device
 from .errors import AttentionInputError
 from .masks import causal_mask
 from .mha import MultiHeadAttention
@@ -138,13 +138,7 @@ class DecodingResult:
 
 def decoding_experiment(
     sequence: SequenceInput,
-    *,
-    d_model: int = 8,
-    num_heads: int = 2,
-    seed: int = 0,
-    pad_id: int = 0,
-    vocab_size: int = 100,
-    device: str = "auto",
+    config: LayerConfig | None = None,
 ) -> DecodingResult:
     """Seed 002 section 3.4: masked training equals step-by-step decoding.
 
@@ -154,8 +148,7 @@ def decoding_experiment(
 
     Args:
         sequence: one sequence, ids or words.
-        d_model, num_heads, seed, pad_id, vocab_size, device: as in
-            :func:`attnviz.attention.compute_attention`.
+        config: the layer, as in :func:`attnviz.attention.compute_attention`.
 
     Returns:
         A :class:`DecodingResult`; ``masked_max_abs_diff`` is 0 up to float rounding.
@@ -163,15 +156,20 @@ def decoding_experiment(
     Raises:
         AttentionInputError: as :func:`attnviz.attention.compute_attention`.
     """
-    check_widths(d_model, num_heads)
-    batch = encode_batches({"sequence": [sequence]}, pad_id=pad_id, vocab_size=vocab_size)
+    layer = config or LayerConfig()
+    check_widths(layer.d_model, layer.num_heads)
+    batch = encode_batches(
+        {"sequence": [sequence]}, pad_id=layer.pad_id, vocab_size=layer.vocab_size
+    )
     ids = batch["sequence"].ids
     length = ids.shape[1]
-    run_on = resolve_device(device)
-    model = EmbeddedAttention.cached(vocab_size, d_model, num_heads, seed, run_on, torch.float32)
+    run_on = resolve_device(layer.device)
+    model = EmbeddedAttention.cached(
+        layer.vocab_size, layer.d_model, layer.num_heads, layer.seed, run_on, torch.float32
+    )
     ids = ids.to(run_on)
-    step_weights = torch.zeros(num_heads, length, length, device=run_on)
-    step_output = torch.zeros(length, d_model, device=run_on)
+    step_weights = torch.zeros(layer.num_heads, length, length, device=run_on)
+    step_output = torch.zeros(length, layer.d_model, device=run_on)
     with torch.inference_mode():
         for t in range(1, length + 1):
             prefix = ids[:, :t]

@@ -31,6 +31,12 @@ from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
 ScaleMode = Literal["divide", "multiply"]
 
 
+def _record(stages: dict[str, torch.Tensor] | None, name: str, tensor: torch.Tensor) -> None:
+    """Keep a copy of ``tensor`` as stage ``name`` when stages are being recorded."""
+    if stages is not None:
+        stages[name] = tensor.clone()
+
+
 def scaled_dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -70,27 +76,22 @@ def scaled_dot_product_attention(
         fill, which are uniform (module docstring).
     """
     d_k = query.shape[-1]
-    raw_scores = torch.matmul(query, key.transpose(-2, -1))  # (B, H, L_q, L_k)
-    # Without stages to keep, scale and mask in place: one (B, H, L_q, L_k) buffer
-    # for the scores, one for the weights.
-    keep = stages is not None
-    scores = raw_scores
+    # Each step works in place on one (B, H, L_q, L_k) buffer; a recorded stage is a copy.
+    scores = torch.matmul(query, key.transpose(-2, -1))  # (B, H, L_q, L_k)
+    _record(stages, "scores", scores)
     if scale and scale_mode == "multiply":
-        scores = scores * d_k**-0.5 if keep else scores.mul_(d_k**-0.5)
+        scores.mul_(d_k**-0.5)
     elif scale:
-        scores = scores / math.sqrt(d_k) if keep else scores.div_(math.sqrt(d_k))
+        scores.div_(math.sqrt(d_k))
     if scores.dtype in (torch.float16, torch.bfloat16):
         # Half precision: mask and softmax in float32 (a -1e9 fill overflows float16).
         scores = scores.float()
-    masked_scores = scores
+    _record(stages, "scaled_scores", scores)
     if mask is not None:
-        masked_scores = (
-            scores.masked_fill(~mask, mask_fill) if keep else scores.masked_fill_(~mask, mask_fill)
-        )
-    attn_weights = F.softmax(masked_scores, dim=-1)
-    if stages is not None:
-        stages.update(scores=raw_scores, scaled_scores=scores, masked_scores=masked_scores)
-    del raw_scores, scores, masked_scores
+        scores.masked_fill_(~mask, mask_fill)
+    _record(stages, "masked_scores", scores)
+    attn_weights = F.softmax(scores, dim=-1)
+    del scores
     if mask is not None and math.isinf(mask_fill):
         # Fully-masked rows are NaN here: make them 0.
         attn_weights.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)

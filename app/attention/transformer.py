@@ -27,7 +27,7 @@ from typing import Final, Literal, get_args
 import torch
 from torch import nn
 
-from .engine import DTYPES, check_dtype, check_widths, resolve_device
+from .engine import DTYPES, LayerConfig, check_dtype, check_widths, resolve_device
 from .errors import AttentionInputError
 from .masks import causal_mask, padding_mask
 from .mha import MultiHeadAttention, ScaleMode, count_parameters
@@ -224,30 +224,25 @@ class TransformerResult:
 
 def compute_transformer(
     sequences: Sequence[SequenceInput],
+    config: LayerConfig | None = None,
     *,
     targets: Sequence[SequenceInput] | None = None,
-    d_model: int = 8,
-    num_heads: int = 2,
     d_ff: int = 16,
     num_layers: int = 2,
     positional_encoding: str = "sinusoidal",
-    seed: int = 0,
-    pad_id: int = 0,
-    vocab_size: int = 100,
-    device: str = "auto",
     dtype: str = "float32",
 ) -> TransformerResult:
     """Run a seeded encoder (and decoder, when targets are given) stack.
 
     Args:
         sequences: B source sequences (ids or words).
+        config: the layer, as in :func:`attnviz.attention.compute_attention`; its seed
+            draws every parameter (:mod:`attnviz.attention.parameters`).
         targets: optional B target sequences: adds N decoder layers.
-        d_model, num_heads: as in :func:`attnviz.attention.compute_attention`.
         d_ff: hidden width of the feed-forward (seed 004's pf_dim).
         num_layers: N, 1 to 12.
         positional_encoding: "sinusoidal" or "none".
-        seed: seeds every parameter (:mod:`attnviz.attention.parameters`).
-        pad_id, vocab_size, device, dtype: as in :func:`attnviz.attention.compute_attention`.
+        dtype: as in :func:`attnviz.attention.compute_attention`.
 
     Returns:
         A :class:`TransformerResult`.
@@ -257,7 +252,8 @@ def compute_transformer(
             :func:`attnviz.attention.compute_attention` refuses, a d_ff below 1, a
             num_layers outside 1..12 or an unknown positional_encoding.
     """
-    check_widths(d_model, num_heads)
+    layer = config or LayerConfig()
+    check_widths(layer.d_model, layer.num_heads)
     if d_ff < 1:
         raise AttentionInputError("d_ff", f"must be >= 1, got {d_ff}")
     if not 1 <= num_layers <= MAX_LAYERS:
@@ -268,24 +264,31 @@ def compute_transformer(
             f"unknown {positional_encoding!r}; choose one of {', '.join(POSITIONAL_ENCODINGS)}",
         )
     check_dtype(dtype)
-    source, target = encode_source_target(sequences, targets, pad_id=pad_id, vocab_size=vocab_size)
-    run_on = resolve_device(device)
+    source, target = encode_source_target(
+        sequences, targets, pad_id=layer.pad_id, vocab_size=layer.vocab_size
+    )
+    run_on = resolve_device(layer.device)
     stack = build_seeded(
         lambda: TransformerStack(
-            vocab_size, d_model, num_heads, d_ff, num_layers, decoder=target is not None
+            layer.vocab_size,
+            layer.d_model,
+            layer.num_heads,
+            d_ff,
+            num_layers,
+            decoder=target is not None,
         ),
-        seed,
+        layer.seed,
     ).to(run_on, DTYPES[dtype])
 
     def embed(ids: torch.Tensor) -> torch.Tensor:
-        x: torch.Tensor = stack.embedding(ids)  # (B, L, d_model)
+        x: torch.Tensor = stack.embedding(ids)  # (B, L, layer.d_model)
         if positional_encoding == "sinusoidal":
-            pe = sinusoidal_positional_encoding(ids.shape[1], d_model)
+            pe = sinusoidal_positional_encoding(ids.shape[1], layer.d_model)
             x = x + pe.to(run_on, x.dtype)
         return x
 
     src_ids = source.ids.to(run_on)
-    src_mask = padding_mask(src_ids, pad_id)  # (B, 1, S)
+    src_mask = padding_mask(src_ids, layer.pad_id)  # (B, 1, S)
     with torch.inference_mode():
         start = time.perf_counter()
         x = embed(src_ids)
@@ -297,7 +300,7 @@ def compute_transformer(
         decoder_self, cross, decoder_output = None, None, None
         if target is not None:
             trg_ids = target.ids.to(run_on)
-            trg_mask = padding_mask(trg_ids, pad_id) & causal_mask(trg_ids.shape[1], run_on)
+            trg_mask = padding_mask(trg_ids, layer.pad_id) & causal_mask(trg_ids.shape[1], run_on)
             y = embed(trg_ids)
             self_list, cross_list = [], []
             for dec_layer in stack.decoder:

@@ -43,7 +43,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     RESPONSES.configure(settings.response_cache_bytes, settings.response_cache_item_bytes)
     preset = DEFAULT_PRESET.request
     await run_compute(
-        compute_attention, preset.sequences, mask=preset.mask, verify=True, **preset.layer_kwargs()
+        compute_attention, preset.sequences, mask=preset.mask, verify=True, config=preset.layer()
     )
     await run_compute(load_models, settings)
     yield

@@ -6,12 +6,23 @@ could not produce agreement to 1e-6 by accident, so the agreement tests check it
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import torch
-from attnviz.attention import EmbeddedAttention
+from attnviz.attention import EmbeddedAttention, LayerConfig
 from attnviz.attention.verify import torch_multihead_attention_from
 from torch.nn import functional as F  # noqa: N812
+
+LAYER_FIELDS = frozenset(field.name for field in dataclasses.fields(LayerConfig))
+
+
+def with_layer(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with its layer fields (d_model, seed, ...) gathered into ``config``."""
+    layer = {name: value for name, value in kwargs.items() if name in LAYER_FIELDS}
+    rest = {name: value for name, value in kwargs.items() if name not in LAYER_FIELDS}
+    return {**rest, "config": LayerConfig(**layer)}
 
 
 def torch_mha_attention(

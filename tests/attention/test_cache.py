@@ -2,7 +2,7 @@ import subprocess
 import sys
 
 import torch
-from attnviz.attention import EmbeddedAttention, compute_attention
+from attnviz.attention import EmbeddedAttention, LayerConfig, compute_attention
 from attnviz.attention.module_cache import MODULES, ModuleCache, module_bytes
 from attnviz.attention.tutorials import TUTORIAL_BATCH
 
@@ -10,8 +10,8 @@ from attnviz.attention.tutorials import TUTORIAL_BATCH
 def test_cached_model_equals_a_fresh_one_and_is_reused() -> None:
     MODULES.clear()
     hits = MODULES.hits
-    first = compute_attention(TUTORIAL_BATCH, seed=21)
-    second = compute_attention(TUTORIAL_BATCH, seed=21)
+    first = compute_attention(TUTORIAL_BATCH, LayerConfig(seed=21))
+    second = compute_attention(TUTORIAL_BATCH, LayerConfig(seed=21))
     assert MODULES.hits == hits + 1
     assert torch.equal(first.attn_weights, second.attn_weights)
     fresh = EmbeddedAttention.seeded(100, 8, 2, seed=21)

@@ -3,13 +3,14 @@ import torch
 from attnviz.attention import (
     AttentionInputError,
     EmbeddedAttention,
+    LayerConfig,
     compute_attention,
     padding_mask,
 )
 from attnviz.attention.tokens import encode_batches
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 
-from tests.attention.reference import seed_multihead_attention, torch_mha_attention
+from tests.attention.reference import seed_multihead_attention, torch_mha_attention, with_layer
 
 LENGTHS = [len(seq) for seq in TUTORIAL_BATCH]
 
@@ -19,7 +20,9 @@ def seed_ids(batch: list[list[int]]) -> torch.Tensor:
 
 
 def test_seed_batch_padding_causal_zeroes_padded_and_future_keys() -> None:
-    result = compute_attention(TUTORIAL_BATCH, d_model=8, num_heads=2, mask="padding_causal")
+    result = compute_attention(
+        TUTORIAL_BATCH, LayerConfig(d_model=8, num_heads=2), mask="padding_causal"
+    )
     weights = result.attn_weights
     assert weights.shape == (5, 2, 10, 10)
     for b, length in enumerate(LENGTHS):
@@ -41,7 +44,9 @@ def test_seed_batch_padding_causal_zeroes_padded_and_future_keys() -> None:
     ],
 )
 def test_matches_torch_multihead_attention(mask: str, uses_padding: bool, causal: bool) -> None:
-    result = compute_attention(TUTORIAL_BATCH, d_model=8, num_heads=2, seed=3, mask=mask)
+    result = compute_attention(
+        TUTORIAL_BATCH, LayerConfig(d_model=8, num_heads=2, seed=3), mask=mask
+    )
     model = EmbeddedAttention.seeded(100, 8, 2, seed=3)
     ids = seed_ids(TUTORIAL_BATCH)
     key_padding = padding_mask(ids, 0)[:, 0] if uses_padding else None
@@ -52,7 +57,7 @@ def test_matches_torch_multihead_attention(mask: str, uses_padding: bool, causal
 
 def test_matches_the_seed_code_line_for_line() -> None:
     result = compute_attention(
-        TUTORIAL_BATCH, d_model=8, num_heads=2, seed=7, mask="padding_causal"
+        TUTORIAL_BATCH, LayerConfig(d_model=8, num_heads=2, seed=7), mask="padding_causal"
     )
     model = EmbeddedAttention.seeded(100, 8, 2, seed=7)
     ids = seed_ids(TUTORIAL_BATCH)
@@ -64,7 +69,10 @@ def test_matches_the_seed_code_line_for_line() -> None:
 
 def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
     result = compute_attention(
-        TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, d_model=8, num_heads=2, mask="padding"
+        TUTORIAL_BATCH,
+        LayerConfig(d_model=8, num_heads=2),
+        targets=TUTORIAL_TARGETS,
+        mask="padding",
     )
     assert result.attn_weights.shape == (5, 2, 12, 10)
     assert result.attn_output.shape == (5, 12, 8)
@@ -106,9 +114,9 @@ def test_float64_matches_reference_to_1e_12() -> None:
 
 def test_same_seed_same_numbers_other_seed_other_numbers() -> None:
     rng_before = torch.get_rng_state()
-    first = compute_attention(TUTORIAL_BATCH, seed=11)
-    second = compute_attention(TUTORIAL_BATCH, seed=11)
-    other = compute_attention(TUTORIAL_BATCH, seed=12)
+    first = compute_attention(TUTORIAL_BATCH, LayerConfig(seed=11))
+    second = compute_attention(TUTORIAL_BATCH, LayerConfig(seed=11))
+    other = compute_attention(TUTORIAL_BATCH, LayerConfig(seed=12))
     assert torch.equal(first.attn_weights, second.attn_weights)
     assert torch.equal(first.attn_output, second.attn_output)
     assert not torch.allclose(first.attn_weights, other.attn_weights)
@@ -127,7 +135,7 @@ def test_parameters_are_drawn_from_the_seeded_generator_in_documented_order() ->
 
 @pytest.mark.parametrize(("d_model", "num_heads"), [(8, 1), (8, 2), (8, 8), (64, 8), (96, 3)])
 def test_parameter_count_is_independent_of_num_heads(d_model: int, num_heads: int) -> None:
-    result = compute_attention([[1, 2, 3]], d_model=d_model, num_heads=num_heads)
+    result = compute_attention([[1, 2, 3]], LayerConfig(d_model=d_model, num_heads=num_heads))
     assert result.num_parameters == 4 * d_model**2 + 4 * d_model
     assert result.num_embedding_parameters == 100 * d_model
 
@@ -147,7 +155,9 @@ def test_fully_masked_rows_are_zero_never_nan() -> None:
 
 
 def test_words_get_ids_in_first_seen_order_with_pad_reserved() -> None:
-    result = compute_attention(["I love deep learning", "deep <pad> I"], pad_id=2, vocab_size=10)
+    result = compute_attention(
+        ["I love deep learning", "deep <pad> I"], LayerConfig(pad_id=2, vocab_size=10)
+    )
     # I=0, love=1, (2 is pad), deep=3, learning=4
     assert result.query_ids.tolist() == [[0, 1, 3, 4], [3, 2, 0, 2]]
     assert result.query_labels == [
@@ -198,7 +208,7 @@ def test_targets_share_the_source_vocabulary() -> None:
 def test_errors_name_the_field(kwargs: dict, field: str, text: str) -> None:
     sequences = kwargs.pop("sequences")
     with pytest.raises(ValueError, match=text) as info:
-        compute_attention(sequences, **kwargs)
+        compute_attention(sequences, **with_layer(kwargs))
     assert isinstance(info.value, AttentionInputError)
     assert info.value.field == field
     assert str(info.value).startswith(field)
@@ -207,13 +217,13 @@ def test_errors_name_the_field(kwargs: dict, field: str, text: str) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_gpu_is_a_clear_error() -> None:
     with pytest.raises(AttentionInputError, match="'cuda' was requested but torch sees no CUDA"):
-        compute_attention([[1, 2]], device="cuda")
-    assert compute_attention([[1, 2]], device="auto").device == "cpu"
+        compute_attention([[1, 2]], LayerConfig(device="cuda"))
+    assert compute_attention([[1, 2]], LayerConfig(device="auto")).device == "cpu"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu() -> None:
-    cpu = compute_attention(TUTORIAL_BATCH, mask="padding_causal", device="cpu")
-    gpu = compute_attention(TUTORIAL_BATCH, mask="padding_causal", device="cuda")
+    cpu = compute_attention(TUTORIAL_BATCH, LayerConfig(device="cpu"), mask="padding_causal")
+    gpu = compute_attention(TUTORIAL_BATCH, LayerConfig(device="cuda"), mask="padding_causal")
     assert gpu.device == "cuda"
     torch.testing.assert_close(gpu.attn_weights, cpu.attn_weights, atol=1e-5, rtol=0)

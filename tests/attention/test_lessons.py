@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from attnviz.attention import AttentionInputError, EmbeddedAttention, compute_attention
+from attnviz.attention import AttentionInputError, EmbeddedAttention, LayerConfig, compute_attention
 from attnviz.attention.engine import STAGE_NAMES
 from attnviz.attention.lessons import decoding_experiment, parameter_table, scaling_experiment
 from attnviz.attention.summary import dropout_weights, row_entropy_bits
@@ -13,7 +13,10 @@ from torch.nn import functional as F  # noqa: N812
 
 def test_stages_recompute_from_q_k_v_with_plain_torch() -> None:
     result = compute_attention(
-        TUTORIAL_BATCH, d_model=16, num_heads=4, mask="padding_causal", stages=STAGE_NAMES
+        TUTORIAL_BATCH,
+        LayerConfig(d_model=16, num_heads=4),
+        mask="padding_causal",
+        stages=STAGE_NAMES,
     )
     st = result.stages
     assert set(st) == set(STAGE_NAMES)
@@ -41,8 +44,7 @@ def test_unknown_stage_is_an_error() -> None:
 def test_scale_off_is_softmax_of_raw_scores_and_still_verified() -> None:
     result = compute_attention(
         TUTORIAL_BATCH,
-        d_model=64,
-        num_heads=2,
+        LayerConfig(d_model=64, num_heads=2),
         mask="padding",
         scale=False,
         stages=["scores", "scaled_scores"],
@@ -50,7 +52,7 @@ def test_scale_off_is_softmax_of_raw_scores_and_still_verified() -> None:
     )
     assert torch.equal(result.stages["scaled_scores"], result.stages["scores"])
     assert result.verification is not None and result.verification.matches
-    scaled = compute_attention(TUTORIAL_BATCH, d_model=64, num_heads=2, mask="padding")
+    scaled = compute_attention(TUTORIAL_BATCH, LayerConfig(d_model=64, num_heads=2), mask="padding")
     # Without the scale (d_k = 32) the heads are sharper: lower entropy everywhere.
     assert torch.all(result.head_entropy_bits < scaled.head_entropy_bits)
 
@@ -67,8 +69,7 @@ def test_dropout_is_torch_dropout_bit_for_bit(p: float) -> None:
 def test_dropout_keeps_rows_summing_to_one_in_expectation() -> None:
     result = compute_attention(
         [[5, 6, 7, 8, 9, 10, 11, 12]],
-        d_model=8,
-        num_heads=2,
+        LayerConfig(d_model=8, num_heads=2),
         mask="none",
         dropout=0.3,
         dropout_seed=3,
@@ -127,7 +128,9 @@ def test_scaling_experiment_shows_softmax_turning_one_hot_without_the_scale() ->
 
 
 def test_decoding_step_by_step_equals_the_masked_pass_not_the_unmasked_one() -> None:
-    result = decoding_experiment("机 器 学 习 真 好 玩", d_model=16, num_heads=4, seed=2)
+    result = decoding_experiment(
+        "机 器 学 习 真 好 玩", LayerConfig(d_model=16, num_heads=4, seed=2)
+    )
     assert result.labels == ["机", "器", "学", "习", "真", "好", "玩"]
     assert result.step_weights.shape == (4, 7, 7)
     assert result.masked_max_abs_diff < 1e-6

@@ -10,6 +10,8 @@ from attnviz.attention.tutorials import TUTORIAL_BATCH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.attention.reference import with_layer
+
 MASKS = ["none", "padding", "causal", "padding_causal"]
 FILLS = [float("-inf"), -1e9, -1e12]
 PROPERTY = settings(max_examples=150, deadline=None)
@@ -48,7 +50,7 @@ def attention_cases(draw: Any) -> dict[str, Any]:
 @given(case=attention_cases())
 def test_rows_sum_to_one_masked_entries_are_zero_and_pytorch_agrees(case: dict[str, Any]) -> None:
     sequences = case.pop("sequences")
-    result = compute_attention(sequences, verify=True, **case)
+    result = compute_attention(sequences, verify=True, **with_layer(case))
     weights = result.attn_weights
     batch_size, num_heads, len_q, len_k = weights.shape
     assert (batch_size, num_heads) == (len(sequences), case["num_heads"])
@@ -87,8 +89,8 @@ def test_causal_prefix_invariance(
     d_model, num_heads = width
     t = data.draw(st.integers(min_value=1, max_value=len(sequence) - 1), label="t")
     kwargs = {"d_model": d_model, "num_heads": num_heads, "seed": seed, "mask": "causal"}
-    full = compute_attention([sequence], **kwargs)
-    prefix = compute_attention([sequence[:t]], **kwargs)
+    full = compute_attention([sequence], **with_layer(kwargs))
+    prefix = compute_attention([sequence[:t]], **with_layer(kwargs))
     torch.testing.assert_close(
         full.attn_weights[:, :, :t, :t], prefix.attn_weights, atol=1e-6, rtol=0
     )
@@ -110,8 +112,8 @@ def test_padding_invariance(
     d_model, num_heads = width
     length = len(sequence)
     kwargs = {"d_model": d_model, "num_heads": num_heads, "seed": seed, "mask": mask}
-    plain = compute_attention([sequence], **kwargs)
-    padded = compute_attention([sequence + [0] * extra_pads], **kwargs)
+    plain = compute_attention([sequence], **with_layer(kwargs))
+    padded = compute_attention([sequence + [0] * extra_pads], **with_layer(kwargs))
     torch.testing.assert_close(
         padded.attn_weights[:, :, :length, :length], plain.attn_weights, atol=1e-6, rtol=0
     )
@@ -131,8 +133,8 @@ def test_parameter_count_is_4_d_model_squared_plus_4_d_model(width: tuple[int, i
 @given(case=attention_cases())
 def test_same_seed_gives_bit_identical_weights(case: dict[str, Any]) -> None:
     sequences = case.pop("sequences")
-    first = compute_attention(sequences, **case)
-    second = compute_attention(sequences, **case)
+    first = compute_attention(sequences, **with_layer(case))
+    second = compute_attention(sequences, **with_layer(case))
     assert torch.equal(first.attn_weights, second.attn_weights)
     assert torch.equal(first.attn_output, second.attn_output)
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from attnviz.attention import AttentionInputError
+from attnviz.attention import AttentionInputError, LayerConfig
 from attnviz.attention.parameters import build_seeded
 from attnviz.attention.transformer import (
     DecoderLayer,
@@ -14,6 +14,8 @@ from attnviz.attention.transformer import (
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 from attnviz.attention.verify import torch_multihead_attention_from
 from torch import nn
+
+from tests.attention.reference import with_layer
 
 D_MODEL, HEADS, D_FF, LAYERS, SEED = 16, 4, 32, 3, 9
 
@@ -57,12 +59,10 @@ def torch_decoder_layer(ours: DecoderLayer) -> nn.TransformerDecoderLayer:
 def test_encoder_decoder_stack_matches_torch_transformer_layers() -> None:
     result = compute_transformer(
         TUTORIAL_BATCH,
+        LayerConfig(d_model=D_MODEL, num_heads=HEADS, seed=SEED),
         targets=TUTORIAL_TARGETS,
-        d_model=D_MODEL,
-        num_heads=HEADS,
         d_ff=D_FF,
         num_layers=LAYERS,
-        seed=SEED,
     )
     assert result.encoder_weights.shape == (LAYERS, 5, HEADS, 10, 10)
     assert result.decoder_self_weights is not None and result.cross_weights is not None
@@ -170,5 +170,5 @@ def test_parameter_count_of_the_stack() -> None:
 )
 def test_errors_name_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(AttentionInputError) as info:
-        compute_transformer([[1, 2]], **kwargs)
+        compute_transformer([[1, 2]], **with_layer(kwargs))
     assert info.value.field == field

@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from attnviz.attention import EmbeddedAttention, compute_attention
+from attnviz.attention import EmbeddedAttention, LayerConfig, compute_attention
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 from attnviz.attention.verify import torch_multihead_attention_from, verify_attention
 
@@ -17,7 +17,12 @@ FILLS = [float("-inf"), -1e9, -1e10, -1e12]
 @pytest.mark.parametrize("mask", MASKS)
 def test_every_mask_matches_torch_references(mask: str, mask_fill: float, dtype: str) -> None:
     result = compute_attention(
-        TUTORIAL_BATCH, mask=mask, mask_fill=mask_fill, dtype=dtype, seed=1, verify=True
+        TUTORIAL_BATCH,
+        LayerConfig(seed=1),
+        mask=mask,
+        mask_fill=mask_fill,
+        dtype=dtype,
+        verify=True,
     )
     v = result.verification
     assert v is not None

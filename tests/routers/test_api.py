@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 import torch
-from attnviz.attention import compute_attention
+from attnviz.attention import LayerConfig, compute_attention
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
@@ -104,7 +104,7 @@ def test_response_carries_the_engine_numbers_and_everything_to_draw_them(
     response = post(client, {"sequences": TUTORIAL_BATCH, "mask": "padding_causal", "seed": 4})
     assert response.status_code == 200
     body = response.json()
-    result = compute_attention(TUTORIAL_BATCH, mask="padding_causal", seed=4)
+    result = compute_attention(TUTORIAL_BATCH, LayerConfig(seed=4), mask="padding_causal")
     assert body["shape"] == [5, 2, 10, 10]
     assert torch.equal(torch.tensor(body["weights"]), result.attn_weights)
     assert body["attn_mask"] == result.mask.tolist()

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from attnviz.attention import compute_attention
+from attnviz.attention import LayerConfig, compute_attention
 from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 
@@ -222,7 +222,7 @@ def test_float64_results_come_back_at_float64_precision(api: TestClient, encodin
     body = {"sequences": batch, "dtype": "float64", "encoding": encoding, "d_model": 16}
     body |= {"num_heads": 4, "include": ["head_mean"]}
     data = api.post("/api/v1/attention", json=body).json()
-    reference = compute_attention(batch, d_model=16, num_heads=4, dtype="float64")
+    reference = compute_attention(batch, LayerConfig(d_model=16, num_heads=4), dtype="float64")
     spec = data["weights"]
     if encoding == "json":
         weights = np.asarray(spec, dtype=np.float64)

@@ -3,6 +3,7 @@ from typing import Any
 
 import pytest
 import torch
+from attnviz.attention import LayerConfig
 from attnviz.attention.lessons import decoding_experiment
 from attnviz.attention.transformer import compute_transformer
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
@@ -78,7 +79,7 @@ def test_decoding_lesson_matches_the_engine(client: TestClient) -> None:
     response = client.post("/api/v1/lessons/decoding", json={"sequence": "a b c d e", "seed": 4})
     assert response.status_code == 200
     data = response.json()
-    expected = decoding_experiment("a b c d e", seed=4)
+    expected = decoding_experiment("a b c d e", LayerConfig(seed=4))
     assert data["labels"] == ["a", "b", "c", "d", "e"]
     assert data["masked_max_abs_diff"] < 1e-6
     assert data["unmasked_max_abs_diff"] > 1e-3
@@ -100,7 +101,9 @@ def test_transformer_lesson_matches_the_engine(client: TestClient) -> None:
     data = response.json()
     assert data["shape"] == [2, 5, 2, 10, 10]
     assert data["d_ff"] == 16  # 2 * d_model by default, as in seed 004
-    expected = compute_transformer(TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, num_layers=2, seed=5)
+    expected = compute_transformer(
+        TUTORIAL_BATCH, LayerConfig(seed=5), targets=TUTORIAL_TARGETS, num_layers=2
+    )
     assert torch.equal(torch.tensor(data["cross_weights"]), expected.cross_weights)
     assert data["num_parameters"] == expected.num_parameters
     assert all(math.isfinite(w) for w in torch.tensor(data["encoder_weights"]).flatten().tolist())

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from attnviz.attention import compute_attention
+from attnviz.attention import LayerConfig, compute_attention
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 from attnviz.server.schemas import AttentionResponse, TransformerResponse
 from fastapi.testclient import TestClient
@@ -160,7 +160,9 @@ def test_large_responses_stream_the_same_numbers(client: TestClient, encoding: s
     assert "content-length" not in response.headers  # streamed, chunk by chunk
     AttentionResponse.model_validate_json(response.content)
     data = response.json()
-    expected = compute_attention([sequence], d_model=64, num_heads=4, mask="padding_causal")
+    expected = compute_attention(
+        [sequence], LayerConfig(d_model=64, num_heads=4), mask="padding_causal"
+    )
     weights = (
         torch.tensor(data["weights"])
         if encoding == "json"

@@ -98,7 +98,7 @@ def attention_payload(request: AttentionRequest) -> dict[str, Any]:
         result = compute_attention(
             request.sequences,
             targets=request.targets,
-            **request.layer_kwargs(),
+            config=request.layer(),
             mask=request.mask,
             dtype=request.dtype,
             mask_fill=float(request.mask_fill),

@@ -89,7 +89,7 @@ async def compute_decoding(request: DecodingRequest, settings: SettingsDep) -> D
 
     def run() -> DecodingResult:
         with engine_errors(request.device):
-            return decoding_experiment(request.sequence, **request.layer_kwargs())
+            return decoding_experiment(request.sequence, request.layer())
 
     result = await computed(settings, run)
     return DecodingResponse(
@@ -159,7 +159,7 @@ def stack_response(request: TransformerRequest) -> Response:
             num_layers=request.num_layers,
             positional_encoding=request.positional_encoding,
             dtype=request.dtype,
-            **request.layer_kwargs(),
+            config=request.layer(),
         )
     enc = request.encoding
 

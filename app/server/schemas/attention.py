@@ -14,13 +14,13 @@ from ...attention.engine import STAGE_NAMES, DtypeName, StageName
 from ...attention.masks import MaskName
 from ...attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 from ..transport import Encoding
-from .common import SEED_MAX, BatchInput, EncodedArray, MaskFill, Tensor4, json_example
+from .common import SEED_MAX, BatchRequest, EncodedArray, MaskFill, Tensor4, json_example
 
 IncludeName = StageName | Literal["head_mean"]
 """What ``include`` can ask for: a step-through stage, or the head-averaged map."""
 
 
-class AttentionRequest(BatchInput):
+class AttentionRequest(BatchRequest):
     """One batch to run through seeded multi-head attention."""
 
     model_config = ConfigDict(

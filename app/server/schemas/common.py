@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from ...attention.engine import FLOAT32_LOWEST, DeviceName, DtypeName
+from ...attention.engine import FLOAT32_LOWEST, DeviceName, DtypeName, LayerConfig
 from ...attention.tokens import token_count
 
 MAX_TOKENS: Final = 4096
@@ -217,8 +217,8 @@ def json_example(batch: list[list[int]]) -> JsonValue:
     return cast(JsonValue, batch)
 
 
-class LayerConfig(StrictRequest):
-    """The seeded attention layer: widths, seed, vocabulary and device."""
+class LayerRequest(StrictRequest):
+    """A request for the seeded layer: its widths, seed, vocabulary and device."""
 
     d_model: int = Field(
         8,
@@ -250,15 +250,19 @@ class LayerConfig(StrictRequest):
         "without a CUDA device is a 422 naming device.",
     )
 
-    def layer_kwargs(self) -> dict[str, Any]:
-        """The layer fields as the engine's functions take them (same keyword names).
+    def layer(self) -> LayerConfig:
+        """The layer fields as the engine takes them, one typed object."""
+        return LayerConfig(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            seed=self.seed,
+            pad_id=self.pad_id,
+            vocab_size=self.vocab_size,
+            device=self.device,
+        )
 
-        d_model, num_heads, seed, pad_id, vocab_size and device.
-        """
-        return {name: getattr(self, name) for name in LayerConfig.model_fields}
 
-
-class BatchInput(LayerConfig):
+class BatchRequest(LayerRequest):
     """A source batch, an optional target batch, and the layer to run them through."""
 
     sequences: list[SequenceIn] = Field(

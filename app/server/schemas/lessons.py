@@ -19,10 +19,10 @@ from ..transport import Encoding
 from .common import (
     MAX_DECODING_TOKENS,
     SEED_MAX,
-    BatchInput,
+    BatchRequest,
     DecodingSequenceIn,
     EncodedArray,
-    LayerConfig,
+    LayerRequest,
     StrictRequest,
     Tensor4,
     json_example,
@@ -70,7 +70,7 @@ class ScalingResponse(BaseModel):
     cases: list[ScalingCaseOut]
 
 
-class DecodingRequest(LayerConfig):
+class DecodingRequest(LayerRequest):
     """Seed 002 section 3.4: step-by-step decoding vs one (un)masked pass."""
 
     model_config = ConfigDict(
@@ -139,7 +139,7 @@ class ParameterTableResponse(BaseModel):
     )
 
 
-class TransformerRequest(BatchInput):
+class TransformerRequest(BatchRequest):
     """A stack of encoder layers (and decoder layers when targets are given)."""
 
     model_config = ConfigDict(
