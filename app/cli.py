@@ -19,7 +19,8 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-EXIT_USAGE = 2
+from .attention.engine import DEVICE_NAMES
+from .attention.masks import MASK_NAMES
 
 
 def _input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,10 +37,10 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--d-model", type=int)
     parser.add_argument("--num-heads", type=int)
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--mask", choices=["none", "padding", "causal", "padding_causal"])
+    parser.add_argument("--mask", choices=MASK_NAMES)
     parser.add_argument("--pad-id", type=int)
     parser.add_argument("--vocab-size", type=int)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--device", choices=DEVICE_NAMES)
     parser.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
 
 

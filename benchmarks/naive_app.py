@@ -1,6 +1,6 @@
-"""The naive baseline: the seeds' code behind FastAPI, as a tutorial would write it.
+"""The naive baseline: the tutorials' code behind FastAPI, as a tutorial would write it.
 
-Every request builds nn.Embedding and the layers anew (global RNG), runs seed 000's
+Every request builds nn.Embedding and the layers anew (global RNG), runs tutorial 000's
 masked multi-head attention, and returns ``attn_dists.tolist()`` through FastAPI's
 default response (jsonable_encoder + json.dumps). Kept only for the benchmark.
 """
@@ -45,5 +45,5 @@ def attention(request: NaiveRequest):  # type: ignore[no-untyped-def]
     attn_scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)
     attn_scores = attn_scores.masked_fill_(mask.unsqueeze(1) == False, -1 * inf)  # noqa: E712
     attn_dists = F.softmax(attn_scores, dim=-1)  # (B, num_heads, L, L)
-    w_v(batch_emb)  # the seeds compute V too
+    w_v(batch_emb)  # the tutorials compute V too
     return {"weights": attn_dists.tolist()}

@@ -2,7 +2,7 @@
 
 Usage (from the repository root):  make bench   or   .venv/bin/python -m benchmarks.run
 
-For the tutorial size (seed 000's batch, d_model 8, 2 heads) and for B=1, H=8,
+For the tutorial size (tutorial 000's batch, d_model 8, 2 heads) and for B=1, H=8,
 d_model 512 at L in 16, 128, 512, 1024, 2048, it prints the median end-to-end request
 time of AttnViz (real uvicorn on loopback; JSON numbers and base64 float32), the
 compute floor (torch.nn.MultiheadAttention, need_weights=True,

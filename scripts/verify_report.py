@@ -1,7 +1,7 @@
 """Print the largest difference between AttnViz and PyTorch's references, per case.
 
 Usage: .venv/bin/python scripts/verify_report.py
-Cases: every mask x fill x dtype on the seeds' batch, cross attention (L_q 12,
+Cases: every mask x fill x dtype on the tutorials' batch, cross attention (L_q 12,
 L_k 10), fully-masked rows, and 100 random batches per dtype (B 1-4, L 1-64, d_model <= 256).
 """
 
@@ -35,7 +35,7 @@ def main() -> None:
     for dtype in ("float32", "float64"):
         for mask in MASKS:
             for fill in FILLS:
-                run(f"seed batch, {mask}", dtype, TUTORIAL_BATCH, mask=mask, mask_fill=fill)
+                run(f"tutorial batch, {mask}", dtype, TUTORIAL_BATCH, mask=mask, mask_fill=fill)
         for mask in ("none", "padding"):
             run(f"cross, {mask}", dtype, TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, mask=mask)
         for fill in (float("-inf"), -1e9):

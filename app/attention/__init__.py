@@ -1,12 +1,12 @@
 """The AttnViz attention engine: torch only, no web code.
 
-Legend, used in every shape in this package (the seeds' letters):
+Legend, used in every shape in this package (the tutorials' letters):
     B    batch size (number of sequences)
     H    number of heads (num_heads)
     L    padded sequence length; L_q queries, L_k keys (S_L source, T_L target)
     d_model  model width; d_k = d_model // num_heads, the width of one head
 
-Masks are bool with True = attend, as in the seeds (PyTorch's nn.MultiheadAttention
+Masks are bool with True = attend, as in the tutorials (PyTorch's nn.MultiheadAttention
 uses the opposite: True = ignore).
 """
 

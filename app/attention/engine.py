@@ -1,6 +1,6 @@
 """The whole computation behind one AttnViz request: ids -> embeddings -> attention.
 
-Pipeline (seed 000_ead306c3acdd1f55.txt sections 7.2-7.8): pad the batch,
+Pipeline (tutorial 000_ead306c3acdd1f55.txt sections 7.2-7.8): pad the batch,
 ``nn.Embedding(vocab_size, d_model)`` -> (B, L, d_model), multi-head attention with
 the chosen mask -> per-head weights (B, H, L_q, L_k). Self-attention uses the batch
 for queries, keys and values; cross (encoder-decoder) attention takes the queries
@@ -149,7 +149,7 @@ class EmbeddedAttention(nn.Module):
             query_ids: (B, L_q) int64.
             key_ids: (B, L_k) int64 (the same tensor as query_ids for self-attention).
             mask: bool broadcastable to (B, L_q, L_k), True = attend; or None.
-            mask_fill: score of masked entries (-inf, or finite as in the seeds).
+            mask_fill: score of masked entries (-inf, or finite as in the tutorials).
             scale: divide the scores by sqrt(d_k).
             stages: if given, filled with the step-through tensors
                 (:meth:`MultiHeadAttention.forward`).
@@ -170,18 +170,20 @@ class AttentionResult:
     """Everything one attention run produced, on the CPU.
 
     Attributes:
-        attn_weights: (B, H, L_q, L_k) float, per-head softmax weights.
+        attn_weights: (B, H, L_q, L_k) per-head softmax weights: float32 for half
+            precision (the softmax runs in float32), else the computation's dtype.
         attn_output: (B, L_q, d_model) float, the layer output after W_o.
         mask: (B, L_q, L_k) bool, True = attend (all True for mask "none").
         fully_masked: (B, L_q) bool, query rows with every key masked; their
-            weights are all 0 (see :mod:`attnviz.attention.mha`).
+            weights are all 0 under the -inf fill and uniform, 1/L_k, under a finite
+            one (see :mod:`attnviz.attention.mha`).
         query_ids, key_ids: (B, L_q) and (B, L_k) int64, padded ids.
         query_labels, key_labels: per sequence, one label per position.
         num_parameters: parameters of the attention layer (W_q, W_k, W_v, W_o with
             biases), 4 * d_model**2 + 4 * d_model.
         num_embedding_parameters: vocab_size * d_model.
         device: the device the computation ran on ("cpu", "cuda").
-        dtype: "float32" or "float64".
+        dtype: "float32", "float64", "float16" or "bfloat16", the computation's.
         compute_ms: wall time of the forward pass in milliseconds (ms).
         mask_fill: the score masked entries were given (-inf or finite).
         verification: differences from PyTorch's references when asked for
@@ -295,7 +297,7 @@ def compute_attention(
     dropout: float = 0.0,
     dropout_seed: int = 0,
 ) -> AttentionResult:
-    """Run seeded multi-head attention over a batch, as the seeds do.
+    """Run seeded multi-head attention over a batch, as the tutorials do.
 
     Args:
         sequences: B source sequences, each a list of ids or a string of words.
@@ -308,16 +310,16 @@ def compute_attention(
         dtype: "float32", "float64", "float16" or "bfloat16" (half precision is
             masked and softmaxed in float32).
         mask_fill: the score masked entries get before the softmax: -inf (default;
-            fully-masked rows become 0) or a finite value <= 0 such as the seeds'
+            fully-masked rows become 0) or a finite value <= 0 such as the tutorials'
             -1e9 (fully-masked rows become uniform), see :mod:`attnviz.attention.mha`.
         verify: also run PyTorch's references (:mod:`attnviz.attention.verify`) and
             report the differences in ``verification``.
         scale: divide the scores by sqrt(d_k) (the paper); False turns it off
-            (seed 001 section 7).
+            (tutorial 001 section 7).
         stages: names from :data:`STAGE_NAMES` to return in ``stages`` (the
-            step-through of seeds 000, 003 and 004).
+            step-through of tutorials 000, 003 and 004).
         dropout: probability 0 <= p < 1 of dropout on the weights in training mode,
-            returned in ``dropped_weights`` (seeds 001 and 004); the output is the
+            returned in ``dropped_weights`` (tutorials 001 and 004); the output is the
             eval-mode output either way.
         dropout_seed: seed of the dropout mask.
 

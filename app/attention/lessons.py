@@ -1,4 +1,4 @@
-"""The seeds' lessons as experiments: the 1/sqrt(d_k) scale, why the causal mask, parameters.
+"""The tutorials' lessons as experiments: the 1/sqrt(d_k) scale, why the causal mask, parameters.
 
 Shapes use the legend of :mod:`attnviz.attention`.
 """
@@ -68,7 +68,7 @@ def scaling_experiment(
     bins: int = 20,
     seed: int = 0,
 ) -> list[ScalingCase]:
-    """Seed 001 section 7: softmax(Q K^T) with and without the 1/sqrt(d_k) scale.
+    """Tutorial 001 section 7: softmax(Q K^T) with and without the 1/sqrt(d_k) scale.
 
     For each d_k, Q and K are drawn N(0, 1) with shape (num_samples, length, d_k)
     from a generator seeded with ``seed``. The dot products then have variance d_k,
@@ -117,14 +117,14 @@ class DecodingResult:
     Attributes:
         labels: the L token labels.
         step_weights: (H, L, L); row t is the last row of the forward pass over the
-            prefix of t + 1 tokens (causal mask, as seed 002 does at each step).
+            prefix of t + 1 tokens (causal mask, as tutorial 002 does at each step).
         masked_weights: (H, L, L), one forward pass with the causal mask.
         unmasked_weights: (H, L, L), one forward pass without a mask.
         masked_max_abs_diff: max |step - masked| over weights and outputs.
         unmasked_max_abs_diff: max |step - unmasked| over weights and outputs.
         unmasked_output_diff: (L,) per position, max |output| difference between
             step-by-step decoding and the unmasked pass: how far each token's
-            encoding moves when it can see the future (seed 002 section 3.1).
+            encoding moves when it can see the future (tutorial 002 section 3.1).
     """
 
     labels: list[str]
@@ -140,7 +140,7 @@ def decoding_experiment(
     sequence: SequenceInput,
     config: LayerConfig | None = None,
 ) -> DecodingResult:
-    """Seed 002 section 3.4: masked training equals step-by-step decoding.
+    """Tutorial 002 section 3.4: masked training equals step-by-step decoding.
 
     Runs the seeded layer of :func:`attnviz.attention.compute_attention` L + 2 times:
     once per prefix (1..L tokens, causal mask), once over the whole sequence with the
@@ -214,7 +214,7 @@ class ParameterTable:
         rows: W_q, W_k, W_v, W_o weights and biases.
         total: their sum, 4 * d_model**2 + 4 * d_model.
         by_num_heads: (num_heads, d_k, total) for every num_heads dividing d_model:
-            the total never changes (seed 002, point 1).
+            the total never changes (tutorial 002, point 1).
     """
 
     d_model: int
@@ -225,7 +225,7 @@ class ParameterTable:
 
 
 def parameter_table(d_model: int, num_heads: int) -> ParameterTable:
-    """Count the attention layer's parameters per matrix (seed 001 section 5).
+    """Count the attention layer's parameters per matrix (tutorial 001 section 5).
 
     The counts come from the real module, built on the meta device (no memory).
 

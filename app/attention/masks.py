@@ -1,10 +1,10 @@
-"""Attention masks, in the seeds' polarity: ``True`` = attend, ``False`` = masked.
+"""Attention masks, in the tutorials' polarity: ``True`` = attend, ``False`` = masked.
 
 Shapes follow the engine's legend (see :mod:`attnviz.attention`): B batch, L_q query
 length, L_k key length. Every mask here is a ``torch.bool`` tensor that broadcasts
 against attention scores of shape (B, L_q, L_k) once a head axis is inserted.
 
-Source: seed 000_ead306c3acdd1f55.txt, section 7.4 ("Mask 구축"):
+Source: tutorial 000_ead306c3acdd1f55.txt, section 7.4 ("Mask 구축"):
 ``padding_mask = (batch != pad_id).unsqueeze(1)``, ``nopeak_mask = torch.tril(...)``,
 ``mask = padding_mask & nopeak_mask``.
 

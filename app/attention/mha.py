@@ -1,8 +1,8 @@
-"""Scaled dot-product and multi-head attention, exactly as the seeds compute them.
+"""Scaled dot-product and multi-head attention, exactly as the tutorials compute them.
 
 Sources: Vaswani et al. 2017, "Attention Is All You Need", eq. 1 and section 3.2.2;
-seed 000_ead306c3acdd1f55.txt section 7.7 (``MultiHeadAttention``) and
-seed 001_a60461bcfc75d473.txt sections 1, 4 and 5.
+tutorial 000_ead306c3acdd1f55.txt section 7.7 (``MultiHeadAttention``) and
+tutorial 001_a60461bcfc75d473.txt sections 1, 4 and 5.
 
 Mask fill and fully-masked rows: masked scores are replaced by ``mask_fill``
 before the softmax. A query whose every key is masked (an all-padding sequence, for
@@ -11,9 +11,9 @@ instance) has no distribution to take:
 * ``mask_fill = -inf`` (the default): softmax alone would give NaN; AttnViz sets
   such a row's weights to exactly 0, so its attention output is 0 before W_o (W_o's
   bias after it). This is also what ``F.scaled_dot_product_attention`` returns.
-* a finite fill such as -1e9, -1e10 or -1e12 (the seeds' choices): the row's scores
+* a finite fill such as -1e9, -1e10 or -1e12 (the tutorials' choices): the row's scores
   are all equal, so softmax spreads it uniformly, 1 / L_k on every (masked) key,
-  exactly as the seeds compute it.
+  exactly as the tutorials compute it.
 
 Every other row is the same under both: exp(-inf) and exp(-1e9 - max) are both
 exactly 0 in float32 and float64, as long as |fill| dwarfs the scores.
@@ -57,15 +57,15 @@ def scaled_dot_product_attention(
         mask: bool, broadcastable to (B, H, L_q, L_k); True = attend. None attends
             everywhere.
         mask_fill: the score given to masked entries: -inf, or a finite negative
-            number such as the seeds' -1e9 (module docstring).
+            number such as the tutorials' -1e9 (module docstring).
         scale: divide the scores by sqrt(d_k) (True, the paper); False shows why
-            (seed 001 section 7: without it, softmax turns one-hot as d_k grows).
+            (tutorial 001 section 7: without it, softmax turns one-hot as d_k grows).
         scale_mode: how the scale is applied: "divide", scores / sqrt(d_k) as the
             seeds write it, or "multiply", scores * d_k**-0.5 as transformers' BERT
             writes it. The two differ only in rounding of the last bit; each
             reproduces its reference bit for bit.
         stages: if given, filled with the intermediate tensors of the step-through
-            (seeds 000, 003, 004): "scores" Q K^T and "scaled_scores" (both
+            (tutorials 000, 003, 004): "scores" Q K^T and "scaled_scores" (both
             (B, H, L_q, L_k)), "masked_scores" (masked entries set to mask_fill).
 
     Returns:
@@ -105,15 +105,15 @@ class MultiHeadAttention(nn.Module):
     MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W_o, with
     head_i = Attention(Q W_q_i, K W_k_i, V W_v_i) (Vaswani et al., section 3.2.2).
     The heads are a view of the projections: (B, L, d_model) -> (B, H, L, d_k), with
-    d_k = d_model // num_heads, as in seed 000 section 7.5.
+    d_k = d_model // num_heads, as in tutorial 000 section 7.5.
 
     Parameters: 4 * d_model**2 + 4 * d_model, whatever num_heads is
-    (seed 001 section 5, seed 002 point 1).
+    (tutorial 001 section 5, tutorial 002 point 1).
 
     Args:
         d_model: model width.
         num_heads: H; must divide d_model.
-        scale_mode: see :func:`scaled_dot_product_attention` ("divide", the seeds'
+        scale_mode: see :func:`scaled_dot_product_attention` ("divide", the tutorials'
             form, by default; :mod:`attnviz.pretrained` uses "multiply", BERT's).
         device, dtype: forwarded to the nn.Linear layers.
 
@@ -195,5 +195,5 @@ class MultiHeadAttention(nn.Module):
 
 
 def count_parameters(module: nn.Module) -> int:
-    """Number of scalar parameters in ``module`` (seed 001 section 5, ``count_parameters``)."""
+    """Number of scalar parameters in ``module`` (tutorial 001 section 5, ``count_parameters``)."""
     return sum(p.numel() for p in module.parameters())

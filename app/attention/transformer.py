@@ -1,10 +1,10 @@
 """Encoder and decoder layers, stacked: attention of every layer and head.
 
-Source: seed 004_0d24e55d99c5e317.txt (``EncoderLayer``: multi-head self-attention,
+Source: tutorial 004_0d24e55d99c5e317.txt (``EncoderLayer``: multi-head self-attention,
 residual + LayerNorm, ``PositionwiseFeedForwardLayer`` fc1 -> ReLU -> fc2, residual +
 LayerNorm) and Vaswani et al. 2017 sections 3.1 (post-LN layers), 3.3 (feed-forward)
 and 3.5 (sinusoidal positional encoding). The decoder layer adds, between the two,
-cross attention to the encoder output (seed 000 section 7.8).
+cross attention to the encoder output (tutorial 000 section 7.8).
 
 Masks (True = attend): encoder self-attention uses the source padding mask; decoder
 self-attention the target padding & causal mask; cross attention the source padding
@@ -61,11 +61,11 @@ Activation = Callable[[torch.Tensor], torch.Tensor]
 
 
 class PositionwiseFeedForward(nn.Module):
-    """fc2(activation(fc1(x))), applied to each position alone (seed 004, section 3.3).
+    """fc2(activation(fc1(x))), applied to each position alone (tutorial 004, section 3.3).
 
     Args:
         d_model: model width. d_ff: hidden width.
-        activation: ReLU (the paper and seed 004) by default; BERT uses GELU.
+        activation: ReLU (the paper and tutorial 004) by default; BERT uses GELU.
     """
 
     def __init__(self, d_model: int, d_ff: int, activation: Activation = torch.relu) -> None:
@@ -80,7 +80,7 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, add & norm, feed-forward, add & norm (seed 004 ``EncoderLayer``).
+    """Self-attention, add & norm, feed-forward, add & norm (tutorial 004 ``EncoderLayer``).
 
     The same post-LN layer is BERT's (Devlin et al. 2019, section 3), with GELU and
     LayerNorm eps 1e-12: :mod:`attnviz.pretrained` loads trained weights into it.
@@ -127,7 +127,7 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, cross attention, feed-forward; each then add & norm.
 
     Source: Vaswani et al. 2017, section 3.1; the cross attention attends from the
-    target to the encoder output (seed 000 section 7.8).
+    target to the encoder output (tutorial 000 section 7.8).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int) -> None:
@@ -239,7 +239,7 @@ def compute_transformer(
         config: the layer, as in :func:`attnviz.attention.compute_attention`; its seed
             draws every parameter (:mod:`attnviz.attention.parameters`).
         targets: optional B target sequences: adds N decoder layers.
-        d_ff: hidden width of the feed-forward (seed 004's pf_dim).
+        d_ff: hidden width of the feed-forward (tutorial 004's pf_dim).
         num_layers: N, 1 to 12.
         positional_encoding: "sinusoidal" or "none".
         dtype: as in :func:`attnviz.attention.compute_attention`.

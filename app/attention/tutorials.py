@@ -1,4 +1,4 @@
-"""The token-id batches of the seeds, used by the presets, the API examples and the tests."""
+"""The token-id batches of the tutorials, used by the presets, the API examples and the tests."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ TUTORIAL_BATCH: Final[list[list[int]]] = [
     [66, 88, 98, 47],
     [77, 65, 51, 77, 19, 15, 35, 19, 23],
 ]
-"""The 5-sequence id batch of seed 000_ead306c3acdd1f55.txt section 7.2."""
+"""The 5-sequence id batch of tutorial 000_ead306c3acdd1f55.txt section 7.2."""
 
 TUTORIAL_TARGETS: Final[list[list[int]]] = [
     [33, 11, 49, 10],
@@ -20,4 +20,4 @@ TUTORIAL_TARGETS: Final[list[list[int]]] = [
     [16, 58, 91, 47, 12, 5, 8],
     [71, 63, 62, 7, 9, 11, 55, 91, 32, 48],
 ]
-"""The 5 target sequences of seed 000 section 7.8 (encoder-decoder attention)."""
+"""The 5 target sequences of tutorial 000 section 7.8 (encoder-decoder attention)."""

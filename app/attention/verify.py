@@ -13,7 +13,7 @@ References, both loaded with the model's own W_q, W_k, W_v and W_o:
 Fully-masked query rows are compared under AttnViz's documented rule
 (:mod:`attnviz.attention.mha`). PyTorch's MultiheadAttention gives NaN there. With the
 default -inf fill, the expected weights are 0 and the expected output is W_o's bias.
-With a finite fill (the seeds' behaviour), the expected weights are uniform, 1 / L_k,
+With a finite fill (the tutorials' behaviour), the expected weights are uniform, 1 / L_k,
 and the expected output is W_o applied to the mean of V over all keys.
 ``scaled_dot_product_attention`` itself returns 0 for such rows, which matches the
 -inf rule. With a finite fill, its fully-masked rows are compared under the same
@@ -232,7 +232,7 @@ def verify_attention(
         key_ids: (B, L_k) int64, for building the masks.
         mask_name: "none", "padding", "causal" or "padding_causal".
         pad_id: the padding id.
-        mask_fill: the fill AttnViz used (-inf, or finite as in the seeds).
+        mask_fill: the fill AttnViz used (-inf, or finite as in the tutorials).
         attn_weights: (B, H, L_q, L_k) AttnViz weights, on any device.
         attn_output: (B, L_q, d_model) AttnViz output.
         scale: whether AttnViz divided the scores by sqrt(d_k).

@@ -1,7 +1,7 @@
 """A BERT encoder built from AttnViz's own layers, with trained weights loaded into it.
 
 BERT (Devlin et al. 2019, section 3) is a stack of post-LN Transformer encoder
-layers: seed 004's ``EncoderLayer`` with GELU in the feed-forward and LayerNorm eps
+layers: tutorial 004's ``EncoderLayer`` with GELU in the feed-forward and LayerNorm eps
 1e-12. Its input is the sum of three embeddings, token + position + segment (A/B),
 followed by a LayerNorm (Devlin et al. 2019, figure 2). The attention of every layer
 is :class:`attnviz.attention.mha.MultiHeadAttention`, so what the page draws is computed

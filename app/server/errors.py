@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final, ParamSpec, TypeVar
 
@@ -16,8 +16,6 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..attention import AttentionInputError
-from .executor import run_within
-from .settings import Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,25 +42,6 @@ def field_error(
         {"loc": field_loc(field, location), "msg": message, "type": "value_error"}
     ]
     return HTTPException(status_code=status_code, detail=detail)
-
-
-async def computed(
-    settings: Settings, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
-) -> R:
-    """Run ``function`` on the compute pool within ``settings.compute_timeout_s``.
-
-    Raises:
-        HTTPException: 503 naming the time budget when it runs out.
-    """
-    try:
-        return await run_within(settings.compute_timeout_s, function, *args, **kwargs)
-    except TimeoutError as error:
-        raise field_error(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            "sequences",
-            f"the computation took longer than {settings.compute_timeout_s:g} s "
-            "(ATTNVIZ_COMPUTE_TIMEOUT_S); try fewer or shorter sequences",
-        ) from error
 
 
 @contextmanager

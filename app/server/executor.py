@@ -3,7 +3,7 @@
 Torch releases the GIL inside its kernels but takes it back between them; with
 dozens of threads each running many tiny ops (FastAPI's default pool has 40),
 they mostly wait on each other. A pool of ``ATTNVIZ_COMPUTE_WORKERS`` threads
-(default 2, the cores of our machines) queues requests instead, so the event
+(default 2) queues requests instead, so the event
 loop stays free for /healthz and the page while the pool works.
 """
 
@@ -15,7 +15,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
+from fastapi import status
 from starlette.responses import Response, StreamingResponse
+
+from .errors import field_error
+from .settings import Settings, get_settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,9 +48,13 @@ def stop_executor() -> None:
 
 
 async def run_compute(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    """Run ``function(*args, **kwargs)`` on the pool (started on first use) and await it."""
+    """Run ``function(*args, **kwargs)`` on the pool and await it.
+
+    The pool is started with the settings' ``compute_workers`` on first use (the
+    app's lifespan starts it; a bare call, as in a test without the lifespan, does).
+    """
     if _executor is None:
-        start_executor(2)
+        start_executor(get_settings().compute_workers)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_executor, functools.partial(function, *args, **kwargs))
 
@@ -107,3 +115,22 @@ async def held_while_sent(work: Awaitable[Response]) -> Response:
 
     response.body_iterator = body()
     return response
+
+
+async def computed(
+    settings: Settings, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
+    """Run ``function`` on the compute pool within ``settings.compute_timeout_s``.
+
+    Raises:
+        HTTPException: 503 naming the time budget when it runs out.
+    """
+    try:
+        return await run_within(settings.compute_timeout_s, function, *args, **kwargs)
+    except TimeoutError as error:
+        raise field_error(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "sequences",
+            f"the computation took longer than {settings.compute_timeout_s:g} s "
+            "(ATTNVIZ_COMPUTE_TIMEOUT_S); try fewer or shorter sequences",
+        ) from error

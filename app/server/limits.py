@@ -1,17 +1,60 @@
-"""Size limits from the settings (``ATTNVIZ_MAX_*``, ``ATTNVIZ_MAX_WEIGHT_CELLS``).
+"""Every size limit in one place: the API's fixed bounds, and the checks of the settings'.
 
-A request over one is refused with 413, naming the field, its value and the limit.
+The fixed bounds are in the request schemas (a request over one is a 422, and they
+appear in /openapi.json); the settings (``ATTNVIZ_MAX_*``, ``ATTNVIZ_MAX_WEIGHT_CELLS``)
+default to them and can lower them, and a request over a setting is refused with 413,
+naming the field, its value and the limit.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import status
 
 from ..attention.tokens import token_count
+from ..attention.transformer import MAX_LAYERS
 from .errors import field_error
-from .settings import Settings
+
+if TYPE_CHECKING:
+    from .settings import Settings
+
+MAX_TOKENS: Final = 4096
+"""The most tokens one sequence may have."""
+MAX_BATCH: Final = 64
+"""The most sequences (or texts) one batch may have."""
+MAX_D_MODEL: Final = 1024
+"""The widest seeded layer."""
+MAX_NUM_HEADS: Final = 64
+"""The most heads of a seeded layer."""
+MAX_VOCAB_SIZE: Final = 32768
+"""The largest embedding table of a seeded layer."""
+MAX_DECODING_TOKENS: Final = 128
+"""The most tokens of the step-by-step decoding lesson (one forward pass per token)."""
+MAX_TEXT_CHARS: Final = 20_000
+"""The most characters of one text sent to a pretrained model."""
+MAX_D_FF: Final = 4096
+"""The widest feed-forward of the encoder-layer lesson."""
+MAX_DISPLAY_SIZE: Final = 4096
+"""The largest display_size of the seeded attention (rows and columns after pooling)."""
+MAX_MODEL_DISPLAY_SIZE: Final = 1024
+"""The largest display_size of a pretrained model's maps (N * H of them per input)."""
+__all__ = [
+    "MAX_BATCH",
+    "MAX_DECODING_TOKENS",
+    "MAX_DISPLAY_SIZE",
+    "MAX_D_FF",
+    "MAX_D_MODEL",
+    "MAX_LAYERS",
+    "MAX_MODEL_DISPLAY_SIZE",
+    "MAX_NUM_HEADS",
+    "MAX_TEXT_CHARS",
+    "MAX_TOKENS",
+    "MAX_VOCAB_SIZE",
+    "check_cells",
+    "check_limit",
+    "check_limits",
+]
 
 
 def check_limit(field: str, value: int, limit: int, setting: str) -> None:

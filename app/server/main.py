@@ -1,4 +1,4 @@
-"""Assembles the FastAPI application; no logic lives here."""
+"""The app factory: settings, caches, executor, middleware, routers and the start-up warm-up."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     """Size the caches, warm them (and torch) with the default preset, load the models.
 
     The first forward pass of a process pays for torch's lazy initialisation
-    (about a second here); doing it at start-up keeps it off the first page load.
+    (of the order of a second); doing it at start-up keeps it off the first page load.
     The pretrained models (:mod:`attnviz.pretrained`) are loaded here, once, and shared
     by every request.
     """

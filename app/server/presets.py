@@ -1,4 +1,4 @@
-"""Named example requests, one per lesson of the seeds. The first is the default."""
+"""Named example requests, one per lesson of the tutorials. The first is the default."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ def _batch(rows: list[list[int]]) -> list[list[int] | str]:
 
 PRESETS: Final[tuple[Preset, ...]] = (
     Preset(
-        name="seed-padding-causal",
-        title="Seeds' batch: padding & causal mask",
-        description="The 5-sequence id batch of seed 000 (pad_id 0, d_model 8, 2 heads) "
+        name="tutorial-padding-causal",
+        title="Tutorial batch: padding & causal mask",
+        description="The 5-sequence id batch of tutorial 000 (pad_id 0, d_model 8, 2 heads) "
         "with padding & causal masks: padded and future keys get weight 0.",
         request=AttentionRequest(
             sequences=_batch(TUTORIAL_BATCH), d_model=8, num_heads=2, mask="padding_causal"
@@ -26,16 +26,16 @@ PRESETS: Final[tuple[Preset, ...]] = (
     Preset(
         name="i-love-deep-learning",
         title='"I love deep learning": 8 heads, no mask',
-        description="Seed 001's sentence through d_model 64 and 8 heads, as in its "
+        description="Tutorial 001's sentence through d_model 64 and 8 heads, as in its "
         "per-head heatmaps.",
         request=AttentionRequest(
             sequences=["I love deep learning"], d_model=64, num_heads=8, mask="none"
         ),
     ),
     Preset(
-        name="seed-encoder-decoder",
-        title="Seeds' encoder-decoder (cross) attention",
-        description="Queries from seed 000's 5 target sequences (T_L 12), keys and values "
+        name="tutorial-encoder-decoder",
+        title="Tutorials' encoder-decoder (cross) attention",
+        description="Queries from tutorial 000's 5 target sequences (T_L 12), keys and values "
         "from its source batch (S_L 10), with the source padding mask.",
         request=AttentionRequest(
             sequences=_batch(TUTORIAL_BATCH),
@@ -47,10 +47,10 @@ PRESETS: Final[tuple[Preset, ...]] = (
     ),
     Preset(
         name="fully-masked-rows",
-        title="Fully-masked rows: -inf vs the seeds' -1e9",
+        title="Fully-masked rows: -inf vs the tutorials' -1e9",
         description="The first query of sequence 0 is padding, so under padding & causal "
         "it has no key to attend to. With the -inf fill its row is 0; switch the mask fill "
-        "to -1e9 (the seeds' choice) and it becomes uniform.",
+        "to -1e9 (the tutorials' choice) and it becomes uniform.",
         request=AttentionRequest(
             sequences=["<pad> the cat sat", "the cat sat on the mat"],
             d_model=8,

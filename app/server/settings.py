@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .limits import MAX_BATCH, MAX_D_MODEL, MAX_LAYERS, MAX_NUM_HEADS, MAX_TOKENS
+
 
 class Settings(BaseSettings):
     """Server settings; each field is read from ``ATTNVIZ_<NAME>``.
@@ -38,8 +40,8 @@ class Settings(BaseSettings):
         compute_timeout_s: a computation running longer is answered with 503; its
             thread finishes in the background and its result is dropped.
         torch_threads: torch's intra-op threads (``torch.set_num_threads``), set at
-            start-up. Default: all cores, the fastest for one large request (L=1024
-            in ~205 ms here against ~316 ms with 1). On a busy shared server set it
+            start-up. Default: all cores, the fastest for one large request (see
+            the README's benchmarks). On a busy shared server set it
             to cores / compute_workers, so that concurrent large requests do not
             oversubscribe the cores.
         cors_origins: origins allowed to call the API from other sites (CORS); empty,
@@ -63,11 +65,11 @@ class Settings(BaseSettings):
     compute_workers: int = Field(2, ge=1, le=64)
     response_cache_bytes: int = Field(64 * 2**20, ge=0)
     response_cache_item_bytes: int = Field(2**20, ge=1)
-    max_batch_size: int = Field(64, ge=1)
-    max_seq_len: int = Field(4096, ge=1)
-    max_d_model: int = Field(1024, ge=1)
-    max_num_heads: int = Field(64, ge=1)
-    max_layers: int = Field(12, ge=1)
+    max_batch_size: int = Field(MAX_BATCH, ge=1)
+    max_seq_len: int = Field(MAX_TOKENS, ge=1)
+    max_d_model: int = Field(MAX_D_MODEL, ge=1)
+    max_num_heads: int = Field(MAX_NUM_HEADS, ge=1)
+    max_layers: int = Field(MAX_LAYERS, ge=1)
     max_body_bytes: int = Field(4 * 2**20, ge=1024)
     compute_timeout_s: float = Field(60.0, gt=0)
     torch_threads: int | None = Field(None, ge=1)

@@ -1,4 +1,4 @@
-"""References for the engine tests: PyTorch's nn.MultiheadAttention, and the seed's code.
+"""References for the engine tests: PyTorch's nn.MultiheadAttention, and the tutorial's code.
 
 The nn.MultiheadAttention is loaded by attnviz.attention.verify's loader. A wrong loader
 could not produce agreement to 1e-6 by accident, so the agreement tests check it too.
@@ -54,14 +54,14 @@ def torch_mha_attention(
     return weights, output
 
 
-def seed_multihead_attention(
+def tutorial_multihead_attention(
     model: EmbeddedAttention,
     query_ids: torch.Tensor,
     key_ids: torch.Tensor,
     mask: torch.Tensor | None,
     inf: float = 1e12,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed 000 section 7.7's MultiHeadAttention, line for line, returning the weights too.
+    """Tutorial 000 section 7.7's MultiHeadAttention, line for line, returning the weights too.
 
     mask: (B, L_q, L_k) or (B, 1, L_k) bool, True = attend.
     """

@@ -10,12 +10,12 @@ from attnviz.attention import (
 from attnviz.attention.tokens import encode_batches
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 
-from tests.attention.reference import seed_multihead_attention, torch_mha_attention, with_layer
+from tests.attention.reference import torch_mha_attention, tutorial_multihead_attention, with_layer
 
 LENGTHS = [len(seq) for seq in TUTORIAL_BATCH]
 
 
-def seed_ids(batch: list[list[int]]) -> torch.Tensor:
+def tutorial_ids(batch: list[list[int]]) -> torch.Tensor:
     return encode_batches({"sequences": batch}, pad_id=0, vocab_size=100)["sequences"].ids
 
 
@@ -48,7 +48,7 @@ def test_matches_torch_multihead_attention(mask: str, uses_padding: bool, causal
         TUTORIAL_BATCH, LayerConfig(d_model=8, num_heads=2, seed=3), mask=mask
     )
     model = EmbeddedAttention.seeded(100, 8, 2, seed=3)
-    ids = seed_ids(TUTORIAL_BATCH)
+    ids = tutorial_ids(TUTORIAL_BATCH)
     key_padding = padding_mask(ids, 0)[:, 0] if uses_padding else None
     ref_weights, ref_output = torch_mha_attention(model, ids, ids, key_padding, causal)
     torch.testing.assert_close(result.attn_weights, ref_weights, atol=1e-6, rtol=0)
@@ -60,9 +60,9 @@ def test_matches_the_seed_code_line_for_line() -> None:
         TUTORIAL_BATCH, LayerConfig(d_model=8, num_heads=2, seed=7), mask="padding_causal"
     )
     model = EmbeddedAttention.seeded(100, 8, 2, seed=7)
-    ids = seed_ids(TUTORIAL_BATCH)
+    ids = tutorial_ids(TUTORIAL_BATCH)
     mask = padding_mask(ids, 0) & torch.tril(torch.ones(1, 10, 10, dtype=torch.bool))
-    ref_weights, ref_output = seed_multihead_attention(model, ids, ids, mask)
+    ref_weights, ref_output = tutorial_multihead_attention(model, ids, ids, mask)
     assert torch.equal(result.attn_weights, ref_weights)
     torch.testing.assert_close(result.attn_output, ref_output, atol=1e-6, rtol=0)
 
@@ -83,7 +83,7 @@ def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
     assert result.key_labels[3] == ["66", "88", "98", "47"] + ["<pad>"] * 6
 
     model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
-    src, trg = seed_ids(TUTORIAL_BATCH), seed_ids(TUTORIAL_TARGETS)
+    src, trg = tutorial_ids(TUTORIAL_BATCH), tutorial_ids(TUTORIAL_TARGETS)
     ref_weights, ref_output = torch_mha_attention(
         model, trg, src, padding_mask(src, 0)[:, 0], causal=False
     )
@@ -94,8 +94,8 @@ def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
 def test_cross_attention_without_mask_is_the_seed_section_7_8() -> None:
     result = compute_attention(TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, mask="none")
     model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
-    ref_weights, _ = seed_multihead_attention(
-        model, seed_ids(TUTORIAL_TARGETS), seed_ids(TUTORIAL_BATCH), None
+    ref_weights, _ = tutorial_multihead_attention(
+        model, tutorial_ids(TUTORIAL_TARGETS), tutorial_ids(TUTORIAL_BATCH), None
     )
     assert torch.equal(result.attn_weights, ref_weights)
 
@@ -104,7 +104,7 @@ def test_float64_matches_reference_to_1e_12() -> None:
     result = compute_attention(TUTORIAL_BATCH, mask="padding_causal", dtype="float64")
     assert result.attn_weights.dtype == torch.float64
     model = EmbeddedAttention.seeded(100, 8, 2, seed=0).double()
-    ids = seed_ids(TUTORIAL_BATCH)
+    ids = tutorial_ids(TUTORIAL_BATCH)
     ref_weights, ref_output = torch_mha_attention(
         model, ids, ids, padding_mask(ids, 0)[:, 0], causal=True
     )

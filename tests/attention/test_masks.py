@@ -6,12 +6,12 @@ from attnviz.attention.tutorials import TUTORIAL_BATCH
 
 
 @pytest.fixture
-def seed_ids() -> torch.Tensor:
+def tutorial_ids() -> torch.Tensor:
     return encode_batches({"sequences": TUTORIAL_BATCH}, pad_id=0, vocab_size=100)["sequences"].ids
 
 
-def test_padding_mask_marks_real_tokens_true(seed_ids: torch.Tensor) -> None:
-    mask = padding_mask(seed_ids, pad_id=0)
+def test_padding_mask_marks_real_tokens_true(tutorial_ids: torch.Tensor) -> None:
+    mask = padding_mask(tutorial_ids, pad_id=0)
     assert mask.shape == (5, 1, 10)
     assert mask.dtype == torch.bool
     lengths = [len(seq) for seq in TUTORIAL_BATCH]
@@ -28,25 +28,25 @@ def test_causal_mask_is_lower_triangular() -> None:
             assert bool(mask[0, i, j]) == (j <= i)
 
 
-def test_padding_causal_is_the_elementwise_and(seed_ids: torch.Tensor) -> None:
-    mask = build_mask("padding_causal", seed_ids, seed_ids, pad_id=0)
+def test_padding_causal_is_the_elementwise_and(tutorial_ids: torch.Tensor) -> None:
+    mask = build_mask("padding_causal", tutorial_ids, tutorial_ids, pad_id=0)
     assert mask is not None
     assert mask.shape == (5, 10, 10)
-    expected = padding_mask(seed_ids, 0).expand(5, 10, 10) & causal_mask(10).expand(5, 10, 10)
+    expected = padding_mask(tutorial_ids, 0).expand(5, 10, 10) & causal_mask(10).expand(5, 10, 10)
     assert torch.equal(mask, expected)
 
 
-def test_none_gives_no_mask(seed_ids: torch.Tensor) -> None:
-    assert build_mask("none", seed_ids, seed_ids, pad_id=0) is None
+def test_none_gives_no_mask(tutorial_ids: torch.Tensor) -> None:
+    assert build_mask("none", tutorial_ids, tutorial_ids, pad_id=0) is None
 
 
-def test_unknown_mask_name_names_the_field(seed_ids: torch.Tensor) -> None:
+def test_unknown_mask_name_names_the_field(tutorial_ids: torch.Tensor) -> None:
     with pytest.raises(AttentionInputError, match="mask: unknown mask 'nopeak'") as info:
-        build_mask("nopeak", seed_ids, seed_ids, pad_id=0)
+        build_mask("nopeak", tutorial_ids, tutorial_ids, pad_id=0)
     assert info.value.field == "mask"
 
 
 @pytest.mark.parametrize("name", ["causal", "padding_causal"])
-def test_causal_mask_is_refused_for_cross_attention(seed_ids: torch.Tensor, name: str) -> None:
+def test_causal_mask_is_refused_for_cross_attention(tutorial_ids: torch.Tensor, name: str) -> None:
     with pytest.raises(AttentionInputError, match="self-attention only"):
-        build_mask(name, seed_ids, seed_ids, pad_id=0, cross=True)
+        build_mask(name, tutorial_ids, tutorial_ids, pad_id=0, cross=True)

@@ -84,7 +84,7 @@ def test_rows_sum_to_one_masked_entries_are_zero_and_pytorch_agrees(case: dict[s
 def test_causal_prefix_invariance(
     sequence: list[int], width: tuple[int, int], seed: int, data: st.DataObject
 ) -> None:
-    """Seed 002 section 3.4: with the causal mask, appending tokens leaves the first t
+    """Tutorial 002 section 3.4: with the causal mask, appending tokens leaves the first t
     positions unchanged, so one masked pass equals step-by-step decoding."""
     d_model, num_heads = width
     t = data.draw(st.integers(min_value=1, max_value=len(sequence) - 1), label="t")
@@ -140,7 +140,7 @@ def test_same_seed_gives_bit_identical_weights(case: dict[str, Any]) -> None:
 
 
 def test_step_by_step_decoding_equals_one_masked_pass_and_not_without_the_mask() -> None:
-    """Seed 002's experiment on a seed sequence, every prefix in turn."""
+    """Tutorial 002's experiment on a seed sequence, every prefix in turn."""
     sequence = TUTORIAL_BATCH[2]  # 10 tokens, no padding
     full = compute_attention([sequence], mask="causal")
     for t in range(1, len(sequence)):

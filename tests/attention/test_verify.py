@@ -6,7 +6,7 @@ from attnviz.attention import EmbeddedAttention, LayerConfig, compute_attention
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 from attnviz.attention.verify import torch_multihead_attention_from, verify_attention
 
-from tests.attention.reference import seed_multihead_attention
+from tests.attention.reference import tutorial_multihead_attention
 
 MASKS = ["none", "padding", "causal", "padding_causal"]
 FILLS = [float("-inf"), -1e9, -1e10, -1e12]
@@ -66,18 +66,18 @@ def test_fully_masked_rows_are_compared_under_the_documented_rule(
     rows = result.attn_weights[0]
     if math.isinf(mask_fill):
         assert torch.all(rows == 0.0)
-    else:  # the seeds' behaviour: uniform over the L_k keys
+    else:  # the tutorials' behaviour: uniform over the L_k keys
         torch.testing.assert_close(rows, torch.full_like(rows, 0.25), atol=0, rtol=0)
 
 
 def test_finite_fill_is_the_seed_code_exactly() -> None:
-    # Seed 000 uses -1e12, fully-masked rows included: AttnViz gives the same bits.
+    # Tutorial 000 uses -1e12, fully-masked rows included: AttnViz gives the same bits.
     sequences = [[0, 0, 0], [4, 0, 9]]
     result = compute_attention(sequences, mask="padding_causal", mask_fill=-1e12)
     model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
     ids = torch.tensor(sequences)
     mask = (ids != 0).unsqueeze(1) & torch.tril(torch.ones(1, 3, 3, dtype=torch.bool))
-    weights, output = seed_multihead_attention(model, ids, ids, mask, inf=1e12)
+    weights, output = tutorial_multihead_attention(model, ids, ids, mask, inf=1e12)
     assert torch.equal(result.attn_weights, weights)
     torch.testing.assert_close(result.attn_output, output, atol=1e-6, rtol=0)
 

@@ -89,7 +89,7 @@ def test_api_error_shows_next_to_the_form_and_keeps_the_input(page, server_url) 
 def test_cross_attention_preset(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
-    page.select_option("#preset", "seed-encoder-decoder")
+    page.select_option("#preset", "tutorial-encoder-decoder")
     page.wait_for_function("window.attnviz.lastResponse.attention === 'cross'")
     wait_for_heads(page, 2)
     shape = page.evaluate("() => window.attnviz.lastResponse.shape")
@@ -136,7 +136,7 @@ def test_mask_fill_switches_fully_masked_rows_from_zero_to_uniform(page, server_
     page.wait_for_function("window.attnviz.lastResponse.mask_fill === -1e9")
     wait_for_heads(page, 2)
     row = page.evaluate(first_row)
-    assert row == [pytest.approx(1 / 6)] * 6  # the seeds' finite fill: uniform
+    assert row == [pytest.approx(1 / 6)] * 6  # the tutorials' finite fill: uniform
     assert "uniform weights" in page.locator("#summary").text_content()
     assert page.locator("#verify-badge").text_content().startswith("✓ matches PyTorch")
     assert page.errors == []

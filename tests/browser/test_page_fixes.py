@@ -185,7 +185,7 @@ def test_hover_names_the_token_and_its_position_on_every_map(page, server_url) -
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
     response = page.evaluate("() => window.attnviz.lastResponse")
-    # Sequence 0 of the seeds' batch: 62 13 47 39 78 33 56 13 <pad> <pad>.
+    # Sequence 0 of the tutorials' batch: 62 13 47 39 78 33 56 13 <pad> <pad>.
     lines = hover_lines(page, HEADS, 4, 2, index=1)
     weight = response["weights"][0][1][4][2]
     assert lines == ["Query token 4: 78", "Key token 2: 47", f"weight {weight:.4f}"]

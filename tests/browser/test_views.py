@@ -95,7 +95,7 @@ def test_dropout_view_follows_its_controls(page, server_url) -> None:  # type: i
 def test_layers_view_grid_and_click_to_enlarge(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
-    page.select_option("#preset", "seed-encoder-decoder")
+    page.select_option("#preset", "tutorial-encoder-decoder")
     page.wait_for_function("window.attnviz.lastResponse.attention === 'cross'")
     open_view(page, "layers")
     page.evaluate("document.getElementById('view-layers').dataset.drawn = 'stale'")

@@ -34,7 +34,7 @@ def test_healthz(client: TestClient) -> None:
 def test_presets_default_is_the_seed_batch_with_padding_and_causal(client: TestClient) -> None:
     presets = client.get("/api/v1/presets").json()
     names = [p["name"] for p in presets]
-    assert names[0] == "seed-padding-causal"
+    assert names[0] == "tutorial-padding-causal"
     default = presets[0]["request"]
     assert default["sequences"] == TUTORIAL_BATCH
     assert (default["d_model"], default["num_heads"], default["pad_id"]) == (8, 2, 0)
@@ -46,14 +46,14 @@ def test_presets_default_is_the_seed_batch_with_padding_and_causal(client: TestC
         by_name["i-love-deep-learning"]["num_heads"],
     ) == (64, 8)
     assert by_name["i-love-deep-learning"]["mask"] == "none"
-    assert by_name["seed-encoder-decoder"]["targets"] == TUTORIAL_TARGETS
+    assert by_name["tutorial-encoder-decoder"]["targets"] == TUTORIAL_TARGETS
 
 
 def test_every_preset_computes(client: TestClient) -> None:
     expected_shapes = {
-        "seed-padding-causal": [5, 2, 10, 10],
+        "tutorial-padding-causal": [5, 2, 10, 10],
         "i-love-deep-learning": [1, 8, 4, 4],
-        "seed-encoder-decoder": [5, 2, 12, 10],
+        "tutorial-encoder-decoder": [5, 2, 12, 10],
         "fully-masked-rows": [2, 2, 6, 6],
     }
     presets = client.get("/api/v1/presets").json()
@@ -214,7 +214,7 @@ def test_too_many_weights_is_413_with_the_limit(client: TestClient) -> None:
 def test_page_embeds_presets_and_serves_plotly_offline(client: TestClient) -> None:
     page = client.get("/")
     assert page.status_code == 200
-    assert "seed-padding-causal" in page.text
+    assert "tutorial-padding-causal" in page.text
     assert '<script src="/static/vendor/plotly.min.js">' in page.text
     plotly_js = client.get("/static/vendor/plotly.min.js")
     assert plotly_js.status_code == 200

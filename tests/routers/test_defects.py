@@ -52,7 +52,7 @@ def test_mask_fill_below_float32_is_422_naming_it_with_the_range(
 
 
 def test_the_lowest_float32_fill_gives_the_seeds_weights(api: TestClient) -> None:
-    """At the edge of the range the fill works, and equals the seeds' -1e9 rule."""
+    """At the edge of the range the fill works, and equals the tutorials' -1e9 rule."""
     lowest = float(np.finfo(np.float32).min)
     batch = [[1, 2, 0], [0, 0, 0]]
     body = {"sequences": batch, "mask_fill": lowest, "mask": "padding"}

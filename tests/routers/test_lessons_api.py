@@ -100,7 +100,7 @@ def test_transformer_lesson_matches_the_engine(client: TestClient) -> None:
     assert response.status_code == 200, response.text
     data = response.json()
     assert data["shape"] == [2, 5, 2, 10, 10]
-    assert data["d_ff"] == 16  # 2 * d_model by default, as in seed 004
+    assert data["d_ff"] == 16  # 2 * d_model by default, as in tutorial 004
     expected = compute_transformer(
         TUTORIAL_BATCH, LayerConfig(seed=5), targets=TUTORIAL_TARGETS, num_layers=2
     )

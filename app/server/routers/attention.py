@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, status
+from fastapi import APIRouter, status
 from fastapi.responses import Response
 
 from ...attention import compute_attention
 from ...attention.engine import STAGE_NAMES
 from ...attention.summary import block_labels, block_pool
-from ..errors import computed, engine_errors, field_error
-from ..executor import held_while_sent
+from ..dependencies import SettingsDep
+from ..errors import engine_errors, field_error
+from ..executor import computed, held_while_sent
 from ..limits import check_cells, check_limits
 from ..response_cache import RESPONSES
 from ..schemas.attention import AttentionRequest, AttentionResponse
-from ..settings import Settings, get_settings
 from ..transport import (
     STREAM_MIN_CELLS,
     encode_bools,
@@ -29,7 +29,6 @@ from ..transport import (
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"description": "The body is not JSON text (e.g. invalid UTF-8)."},

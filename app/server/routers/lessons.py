@@ -1,4 +1,4 @@
-"""The seeds' lessons as API views, under /api/v1/lessons."""
+"""The tutorials' lessons as API views, under /api/v1/lessons."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 from typing import Annotated, Any
 
 import torch
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from ...attention.lessons import (
@@ -16,7 +16,9 @@ from ...attention.lessons import (
     scaling_experiment,
 )
 from ...attention.transformer import compute_transformer
-from ..errors import computed, engine_errors
+from ..dependencies import SettingsDep
+from ..errors import engine_errors
+from ..executor import computed
 from ..limits import check_cells, check_limits
 from ..schemas.lessons import (
     DecodingRequest,
@@ -31,13 +33,10 @@ from ..schemas.lessons import (
     TransformerResponse,
     WeightStatsOut,
 )
-from ..settings import Settings, get_settings
 from ..transport import encode_large, respond
 from .attention import ERROR_RESPONSES
 
 router = APIRouter(prefix="/api/v1/lessons", tags=["lessons"])
-
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 @router.post(
@@ -47,7 +46,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
     summary="Why 1/sqrt(d_k): weights with and without the scale",
 )
 def compute_scaling(request: ScalingRequest) -> ScalingResponse:
-    """Seed 001 section 7: softmax(Q K^T) of random Q, K, with and without the scale.
+    """Tutorial 001 section 7: softmax(Q K^T) of random Q, K, with and without the scale.
 
     Per d_k: histograms of the weights and their mean row entropy.
     """
@@ -80,7 +79,7 @@ def compute_scaling(request: ScalingRequest) -> ScalingResponse:
     summary="Why the causal mask: step-by-step decoding vs one pass",
 )
 async def compute_decoding(request: DecodingRequest, settings: SettingsDep) -> DecodingResponse:
-    """Seed 002 section 3.4: step-by-step decoding against one pass.
+    """Tutorial 002 section 3.4: step-by-step decoding against one pass.
 
     One forward pass per prefix, compared with one masked pass (equal) and one
     unmasked pass (not equal).
@@ -113,7 +112,7 @@ def read_parameters(
     d_model: Annotated[int, Query(ge=1, le=1024, description="Model width.")] = 8,
     num_heads: Annotated[int, Query(ge=1, le=64, description="Heads; must divide d_model.")] = 2,
 ) -> ParameterTableResponse:
-    """Seed 001 section 5: W_q, W_k, W_v, W_o and biases, counted from the module.
+    """Tutorial 001 section 5: W_q, W_k, W_v, W_o and biases, counted from the module.
 
     The total, 4 d_model^2 + 4 d_model, does not change with num_heads.
     """
@@ -138,7 +137,7 @@ def read_parameters(
     summary="Encoder (and decoder) stack: attention of every layer and head",
 )
 async def compute_stack(request: TransformerRequest, settings: SettingsDep) -> Response:
-    """Seed 004's encoder layer stacked N times, and N decoder layers with targets.
+    """Tutorial 004's encoder layer stacked N times, and N decoder layers with targets.
 
     Encoder layer: self-attention, add & norm, feed-forward, add & norm. Decoder
     layer: masked self-attention, cross attention, feed-forward, each with add & norm.

