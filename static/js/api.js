@@ -1,8 +1,16 @@
-// JSON calls to the AttnViz API, shared by the pages.
-import { decodeArrays } from "./heatmap.js";
+// What both pages share (/ : attnviz.js and lessons.js; /models: models.js), one copy
+// each: the requests to the API and the decoding of their typed arrays, the error box,
+// the progress indicator, reading the form (lines, numbers), filling <select>s, the
+// tabs, the shared links and the download buttons. heatmap.js draws the figures.
+
+// ---------------------------------------------------------------------------
+// Requests.
+
+// Ask the API for its arrays as base64 float32 typed arrays (decoded by fetchJson).
+export const COMPACT = { encoding: "base64_float32" };
 
 // A validation error's location without "body"/"query": ["body", "texts", 0] -> "texts[0]".
-export function formatLoc(loc) {
+function formatLoc(loc) {
   return loc
     .filter((part, i) => !(i === 0 && (part === "body" || part === "query")))
     .map((part, i) => (typeof part === "number" ? `[${part}]` : (i === 0 ? part : `.${part}`)))
@@ -10,8 +18,9 @@ export function formatLoc(loc) {
 }
 
 // POST `body` (or GET without one) and decode typed arrays. On an HTTP error the
-// API's message, naming the field, goes to showError and the result is null.
-export async function fetchJson(url, body, showError) {
+// API's message, one "<field>: <message>" line per error, goes to showError and the
+// result is null; so does "Request failed: ..." when the request does not complete.
+async function fetchJson(url, body, showError) {
   const init = body === undefined
     ? {}
     : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
@@ -32,6 +41,77 @@ export async function fetchJson(url, body, showError) {
   }
 }
 
+// The page's fetch: (url, body) -> the decoded response, or null once showError(message)
+// has been called (see fetchJson).
+export function jsonFetcher(showError) {
+  return (url, body) => fetchJson(url, body, showError);
+}
+
+// ---------------------------------------------------------------------------
+// Typed arrays. The API sends arrays as Plotly.js's typed-array spec
+// {dtype, bdata (base64), shape} when asked to (COMPACT); fetchJson turns them back into
+// nested arrays.
+
+function base64Bytes(text) {
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+function halfToFloat(bits) {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exponent = (bits >> 10) & 0x1f;
+  const fraction = bits & 0x3ff;
+  if (exponent === 0) return sign * 2 ** -14 * (fraction / 1024);
+  if (exponent === 31) return fraction ? NaN : sign * Infinity;
+  return sign * 2 ** (exponent - 15) * (1 + fraction / 1024);
+}
+
+// {dtype, bdata, shape} -> nested arrays; NaN -> null (a masked entry), u1 -> booleans.
+function decodeTypedArray(spec) {
+  const bytes = base64Bytes(spec.bdata);
+  let flat;
+  if (spec.dtype === "f4") {
+    flat = new Float32Array(bytes.buffer);
+  } else if (spec.dtype === "f8") {
+    flat = new Float64Array(bytes.buffer);
+  } else if (spec.dtype === "f2") {
+    const halves = new Uint16Array(bytes.buffer);
+    flat = new Float32Array(halves.length);
+    for (let i = 0; i < halves.length; i += 1) flat[i] = halfToFloat(halves[i]);
+  } else {
+    flat = bytes;
+  }
+  const boolean = spec.dtype === "u1";
+  const shape = spec.shape;
+  function build(offset, axis) {
+    const size = shape[axis];
+    if (axis === shape.length - 1) {
+      const row = new Array(size);
+      for (let i = 0; i < size; i += 1) {
+        const v = flat[offset + i];
+        row[i] = boolean ? v !== 0 : (Number.isNaN(v) ? null : v);
+      }
+      return row;
+    }
+    const stride = shape.slice(axis + 1).reduce((a, b) => a * b, 1);
+    return Array.from({ length: size }, (_, i) => build(offset + i * stride, axis + 1));
+  }
+  return shape.length === 0 ? [] : build(0, 0);
+}
+
+// Replace every typed-array spec in an API response by nested arrays, in place.
+function decodeArrays(value) {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
+  if (typeof value.bdata === "string" && Array.isArray(value.shape)) return decodeTypedArray(value);
+  for (const key of Object.keys(value)) value[key] = decodeArrays(value[key]);
+  return value;
+}
+
+// ---------------------------------------------------------------------------
+// The form and its results.
+
 // The error box beside a form: show(message) and clear().
 export function errorBox(element) {
   return {
@@ -46,13 +126,113 @@ export function errorBox(element) {
   };
 }
 
+// How long a computation runs before #progress ("Computing…") shows.
+const PROGRESS_DELAY_MS = 300;
+
+// Run `task` (async) with `button` (Compute) disabled, and #progress shown once it has
+// taken PROGRESS_DELAY_MS; both are undone however it ends. Resolves to its result.
+export async function whileBusy(button, task) {
+  button.disabled = true;
+  const progress = document.getElementById("progress");
+  const showProgress = setTimeout(() => { progress.hidden = false; }, PROGRESS_DELAY_MS);
+  try {
+    return await task();
+  } finally {
+    clearTimeout(showProgress);
+    progress.hidden = true;
+    button.disabled = false;
+  }
+}
+
+// The lines of a textarea, trimmed, without the empty ones.
+export function nonEmptyLines(text) {
+  return text.split("\n").map((line) => line.trim()).filter((line) => line.length > 0);
+}
+
+// A number field's value as sent: a number when the trimmed text parses as one, else the
+// text as typed ("" included), so that the API's error names the field.
+export function parseNumber(raw) {
+  const text = raw.trim();
+  return text === "" || Number.isNaN(Number(text)) ? text : Number(text);
+}
+
+// A new <option>.
+export function option(value, text) {
+  const element = document.createElement("option");
+  element.value = value;
+  element.textContent = text;
+  return element;
+}
+
+// The selected index of a <select> filled by fillIndexSelect (0 while empty).
+export function selectedIndex(select) {
+  return Number(select.value || 0);
+}
+
+// Fill `select` with one option per label (value "i", text labels[i]); the selected
+// index stays when the new options still have it, else the first is selected.
+export function fillIndexSelect(select, labels) {
+  const previous = selectedIndex(select);
+  select.replaceChildren(...labels.map((text, i) => option(String(i), text)));
+  select.value = String(previous < labels.length ? previous : 0);
+}
+
+// A <p class="`className`"> of `text` appended to `container`; returns it.
+export function paragraph(container, className, text) {
+  const element = document.createElement("p");
+  element.className = className;
+  element.textContent = text;
+  container.append(element);
+  return element;
+}
+
+// ---------------------------------------------------------------------------
+// Tabs. Each button of .tabs (data-view=<name>) opens its panel, #view-<name>. The open
+// tab travels in the URL as #view=<name> (writeUrlState): a bare #<name> could be an
+// element's id (#heads, #summary, #model), which the browser scrolls to.
+
+function tabButtons() {
+  return [...document.querySelectorAll(".tabs button")];
+}
+
+// Select the tab of `view` and show its panel only.
+export function openTab(view) {
+  for (const tab of tabButtons()) {
+    const active = tab.dataset.view === view;
+    tab.setAttribute("aria-selected", String(active));
+    document.getElementById(`view-${tab.dataset.view}`).hidden = !active;
+  }
+}
+
+// Call onSelect(view) when a tab is clicked.
+export function onTabClick(onSelect) {
+  for (const tab of tabButtons()) {
+    tab.addEventListener("click", () => onSelect(tab.dataset.view));
+  }
+}
+
+// The view the URL's fragment names ("#view=<name>", or an old link's "#<name>"), or
+// `fallback` when it names no tab. An old link's bare fragment becomes #view=<name> at
+// once, before the browser scrolls to the element of that id.
+export function viewFromUrl(fallback) {
+  const { hash } = window.location;
+  const name = hash.replace(/^#(view=)?/, "");
+  const view = tabButtons().some((tab) => tab.dataset.view === name) ? name : fallback;
+  if (hash === `#${view}`) {
+    const url = new URL(window.location.href);
+    url.hash = `view=${view}`;
+    window.history.replaceState(null, "", url);
+  }
+  return view;
+}
+
 // ---------------------------------------------------------------------------
 // Shared links. A page's request and open tab travel in the URL:
 //
 //   ?request=<base64url of the request's JSON, deflate-raw compressed>#view=<view>
 //
-// (The pages pass writeUrlState "view=<name>": a bare #<name> could be an element's
-// id, which the browser scrolls to. Both pages still open old links' bare #<name>.)
+// (#view=<name>, not a bare #<name>: see Tabs above. Both pages still open old links'
+// bare #<name>, viewFromUrl.)
 // The browser's own CompressionStream compresses the JSON (a 2000-token input is a few
 // KB instead of tens). Old links with the plain JSON (?request={...}) still open. A link
 // longer than MAX_LINK_CHARS is not written: the page says so in #link-note and points
@@ -62,7 +242,7 @@ export function errorBox(element) {
 
 // The longest link the pages write, in characters of the whole URL. uvicorn refuses a
 // request line over 64 KiB (HTTP 400), and every current browser opens 32 KiB.
-export const MAX_LINK_CHARS = 32 * 1024;
+const MAX_LINK_CHARS = 32 * 1024;
 // The most bytes of JSON a link may expand to (the API's default body limit, 4 MiB):
 // a hostile link cannot make the page inflate gigabytes.
 const MAX_LINK_JSON_BYTES = 4 * 2 ** 20;
@@ -104,8 +284,7 @@ function fromBase64Url(text) {
   if (!/^[A-Za-z0-9_-]+$/.test(text) || text.length % 4 === 1) {
     throw new LinkError("its request is neither JSON nor base64url");
   }
-  const binary = atob(text.replace(/-/g, "+").replace(/_/g, "/"));
-  return Uint8Array.from(binary, (c) => c.charCodeAt(0));
+  return base64Bytes(text.replace(/-/g, "+").replace(/_/g, "/"));
 }
 
 // `bytes` through a (de)compression stream; at most `limit` bytes come out.
@@ -231,9 +410,9 @@ export const MODELS_LINK_FIELDS = {
 let linkWrites = 0; // the latest write wins when compressions overlap
 let unreadableShown = false;
 
-// Write `request` and the open tab `view` into the URL (history.replaceState), or,
-// when the link would be longer than MAX_LINK_CHARS, drop the request from the URL and
-// say so in #link-note. Resolves when done.
+// Write `request` and the open tab `view` (as #view=<view>) into the URL
+// (history.replaceState), or, when the link would be longer than MAX_LINK_CHARS, drop
+// the request from the URL and say so in #link-note. Resolves when done.
 export async function writeUrlState(request, view) {
   const ticket = (linkWrites += 1);
   setLinkState("pending");
@@ -241,7 +420,7 @@ export async function writeUrlState(request, view) {
   if (ticket !== linkWrites) return;
   const url = new URL(window.location.href);
   url.searchParams.set("request", encoded);
-  url.hash = view;
+  url.hash = `view=${view}`;
   // The message about an unreadable link stays up for the page's first computation.
   if (unreadableShown) unreadableShown = false;
   else linkNote(null, "unreadable");
@@ -278,10 +457,18 @@ export async function readUrlRequest(fields) {
   }
 }
 
-// The Download PNG and Download SVG buttons (#download-png, #download-svg) save the
-// first figure of the open view with Plotly's own toImage. `currentView()` names the
-// open view (its section is #view-<name>); files are called <prefix>-<view>.<format>.
-export function bindImageDownloads(currentView, prefix) {
+// ---------------------------------------------------------------------------
+// Downloads. Download JSON (#download-json) saves `payload()` ({request, response}; null
+// while there is nothing to save) as <prefix>.json; Download PNG and Download SVG
+// (#download-png, #download-svg) save the first figure of the open view with Plotly's
+// own toImage. `currentView()` names the open view (its section is #view-<name>); image
+// files are called <prefix>-<view>.<format>.
+export function bindDownloads(prefix, currentView, payload) {
+  document.getElementById("download-json").addEventListener("click", () => {
+    const content = payload();
+    if (!content) return;
+    download(`${prefix}.json`, new Blob([JSON.stringify(content)], { type: "application/json" }));
+  });
   for (const format of ["png", "svg"]) {
     const button = document.getElementById(`download-${format}`);
     if (!button) continue;
@@ -294,7 +481,7 @@ export function bindImageDownloads(currentView, prefix) {
 }
 
 // Save `blob` as a file called `name`.
-export function download(name, blob) {
+function download(name, blob) {
   const link = document.createElement("a");
   link.href = URL.createObjectURL(blob);
   link.download = name;

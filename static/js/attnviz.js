@@ -4,8 +4,9 @@ import {
   addPlot, attentionHover, clearPlots, heatmapFigure, maxOf, visibleWeights,
 } from "./heatmap.js";
 import {
-  ATTENTION_LINK_FIELDS, bindImageDownloads, download, errorBox, fetchJson as fetchApi,
-  readUrlRequest, writeUrlState,
+  ATTENTION_LINK_FIELDS, COMPACT, bindDownloads, errorBox, fillIndexSelect, jsonFetcher,
+  nonEmptyLines, onTabClick, openTab, option, parseNumber, readUrlRequest, selectedIndex,
+  viewFromUrl, whileBusy, writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
 
@@ -16,7 +17,6 @@ const INT_TOKEN = /^-?\d+$/;
 // fetches it at up to ZOOM_SIZE.
 const DISPLAY_SIZE = 128;
 const ZOOM_SIZE = 1024;
-const COMPACT = { encoding: "base64_float32" };
 
 const form = document.getElementById("attn-form");
 const presetSelect = document.getElementById("preset");
@@ -28,7 +28,6 @@ const headControl = document.getElementById("head-control");
 const headsContainer = document.getElementById("heads");
 const zoomContainer = document.getElementById("head-zoom");
 const computeButton = document.getElementById("compute");
-const tabs = [...document.querySelectorAll(".tabs button")];
 const results = document.querySelector(".results");
 const staleNote = document.getElementById("stale-note");
 const maskNote = document.getElementById("mask-note");
@@ -66,17 +65,8 @@ function setMaskFill(value) {
   const known = [...form.mask_fill.options].find(
     (o) => o.value === text || Number(o.value) === Number(text),
   );
-  if (!known) {
-    const option = document.createElement("option");
-    option.value = text;
-    option.textContent = text;
-    form.mask_fill.append(option);
-  }
+  if (!known) form.mask_fill.append(option(text, text));
   form.mask_fill.value = known ? known.value : text;
-}
-
-function nonEmptyLines(text) {
-  return text.split("\n").map((line) => line.trim()).filter((line) => line.length > 0);
 }
 
 // All lines are token ids when every token of every line is an integer;
@@ -90,18 +80,15 @@ function readRequest() {
   const padding = form.mask_padding.checked;
   const causal = form.mask_causal.checked;
   const mask = padding && causal ? "padding_causal" : padding ? "padding" : causal ? "causal" : "none";
-  const fill = form.mask_fill.value;
   const request = {
     sequences: sources.map(encode),
     mask: mask,
-    mask_fill: fill === "-inf" ? fill : Number(fill),
+    mask_fill: parseNumber(form.mask_fill.value), // a number, or "-inf"
     scale: form.scale.checked,
     device: form.device.value,
   };
   for (const name of ["d_model", "num_heads", "seed", "pad_id", "vocab_size"]) {
-    const raw = form[name].value.trim();
-    // Sent as typed (a number when it parses), so that the API names the field on error.
-    request[name] = raw === "" || Number.isNaN(Number(raw)) ? raw : Number(raw);
+    request[name] = parseNumber(form[name].value);
   }
   if (targets.length > 0) {
     request.targets = targets.map(encode);
@@ -208,22 +195,13 @@ function clearError() {
 
 // POST or GET JSON; on an HTTP error, shows the API's message by the form (and by the
 // field it names) and returns null.
-function fetchJson(url, body) {
-  return fetchApi(url, body, showError);
-}
+const fetchJson = jsonFetcher(showError);
 
-// The open tab travels in the URL as #view=<name>: a bare #<name> could equal an
-// element's id (#heads, #summary), which the browser scrolls to. The request is
-// state.link: the one being computed, from Compute on (state.request, the shown one,
-// is set only once its response is in; a tab clicked meanwhile wrote the previous).
+// The link: state.link and the open tab. state.link is the request being computed, from
+// Compute on; state.request, the shown one, is set only once its response is in (a tab
+// clicked meanwhile would write the previous request).
 function writeUrl() {
-  writeUrlState(state.link, `view=${state.view}`);
-}
-
-// The view a URL fragment names: "#view=summary", or an old link's "#summary".
-function viewOfHash(hash) {
-  const name = hash.replace(/^#(view=)?/, "");
-  return name in VIEWS || name === "heads" ? name : null;
+  writeUrlState(state.link, state.view);
 }
 
 // The input the form holds, as a string to compare with a preset's.
@@ -278,10 +256,7 @@ function clearResults() {
 
 async function compute() {
   clearError();
-  computeButton.disabled = true;
-  const progress = document.getElementById("progress");
-  const showProgress = setTimeout(() => { progress.hidden = false; }, 300);
-  try {
+  await whileBusy(computeButton, async () => {
     const request = readRequest();
     state.link = { ...request, verify: form.verify.checked };
     writeUrl();
@@ -313,33 +288,15 @@ async function compute() {
       sinceLoadMs: drawn,
     };
     headsContainer.dataset.drawMs = (drawn - received).toFixed(1);
-  } finally {
-    clearTimeout(showProgress);
-    progress.hidden = true;
-    computeButton.disabled = false;
-  }
+  });
 }
 
 function populateSelectors(data) {
-  const previous = Number(sequenceSelect.value || 0);
-  sequenceSelect.replaceChildren();
-  data.key_labels.forEach((labels, b) => {
-    const option = document.createElement("option");
-    option.value = String(b);
+  fillIndexSelect(sequenceSelect, data.key_labels.map((labels, b) => {
     const preview = labels.filter((t) => t !== "<pad>").slice(0, 6).join(" ");
-    option.textContent = `${b}: ${preview}${labels.length > 6 ? " …" : ""}`;
-    sequenceSelect.append(option);
-  });
-  sequenceSelect.value = String(previous < data.shape[0] ? previous : 0);
-  const previousHead = Number(headSelect.value || 0);
-  headSelect.replaceChildren();
-  for (let h = 0; h < data.shape[1]; h += 1) {
-    const option = document.createElement("option");
-    option.value = String(h);
-    option.textContent = `Head ${h}`;
-    headSelect.append(option);
-  }
-  headSelect.value = String(previousHead < data.shape[1] ? previousHead : 0);
+    return `${b}: ${preview}${labels.length > 6 ? " …" : ""}`;
+  }));
+  fillIndexSelect(headSelect, Array.from({ length: data.shape[1] }, (_, h) => `Head ${h}`));
 }
 
 function describe(data) {
@@ -458,17 +415,13 @@ function syncMaskControls() {
 
 async function renderView() {
   syncMaskControls();
-  for (const tab of tabs) {
-    const active = tab.dataset.view === state.view;
-    tab.setAttribute("aria-selected", String(active));
-    document.getElementById(`view-${tab.dataset.view}`).hidden = !active;
-  }
+  openTab(state.view);
   const view = VIEWS[state.view];
   headControl.hidden = !(view && view.usesHead);
   const data = state.response;
   if (!data) return; // nothing computed yet, or the last request was refused
-  const b = Number(sequenceSelect.value || 0);
-  const h = Number(headSelect.value || 0);
+  const b = selectedIndex(sequenceSelect);
+  const h = selectedIndex(headSelect);
   summary.textContent = describe(data);
   renderBadge(data);
   const container = document.getElementById(`view-${state.view}`);
@@ -494,15 +447,8 @@ function selectPreset(name) {
 }
 
 const CUSTOM = "custom";
-for (const preset of presets) {
-  const option = document.createElement("option");
-  option.value = preset.name;
-  option.textContent = preset.title;
-  presetSelect.append(option);
-}
-const customOption = document.createElement("option");
-customOption.value = CUSTOM;
-customOption.textContent = "Custom";
+presetSelect.append(...presets.map((preset) => option(preset.name, preset.title)));
+const customOption = option(CUSTOM, "Custom");
 customOption.disabled = true;
 presetSelect.append(customOption);
 
@@ -527,32 +473,19 @@ for (const container of document.querySelectorAll(".view-controls")) {
 }
 sequenceSelect.addEventListener("change", renderView);
 headSelect.addEventListener("change", renderView);
-for (const tab of tabs) {
-  tab.addEventListener("click", () => {
-    state.view = tab.dataset.view;
-    if (state.link) writeUrl();
-    renderView();
-  });
-}
-document.getElementById("download-json").addEventListener("click", () => {
-  if (!state.response) return;
-  const body = JSON.stringify({ request: state.request, response: state.response });
-  download("attnviz.json", new Blob([body], { type: "application/json" }));
+onTabClick((view) => {
+  state.view = view;
+  if (state.link) writeUrl();
+  renderView();
 });
-bindImageDownloads(() => state.view, "attnviz");
+bindDownloads("attnviz", () => state.view,
+  () => state.response && { request: state.request, response: state.response });
 for (const container of document.querySelectorAll(".view-controls")) {
   container.addEventListener("change", renderView);
 }
 
 window.attnviz = { lastResponse: null, compute: compute };
-state.view = viewOfHash(window.location.hash) || state.view;
-if (window.location.hash === `#${state.view}`) {
-  // An old link's bare fragment (#heads and #summary are also elements' ids, which the
-  // browser scrolls to) becomes #view=<name> at once, before the browser jumps there.
-  const url = new URL(window.location.href);
-  url.hash = `view=${state.view}`;
-  window.history.replaceState(null, "", url);
-}
+state.view = viewFromUrl(state.view);
 const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
 if (shared && Array.isArray(shared.sequences)) {
   selectPreset(defaultPreset);

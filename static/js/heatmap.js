@@ -2,7 +2,7 @@
 // Plotly only with & < > escaped as entities, so Plotly shows them literally and
 // never as markup.
 
-export const ANNOTATE_MAX_LEN = 16; // print the value in each cell up to this size
+const ANNOTATE_MAX_LEN = 16; // print the value in each cell up to this size
 // Above this many rows or columns a heatmap drops the cell gaps and labels every
 // k-th tick only: drawing cost then scales with the cells.
 const DETAIL_MAX_LEN = 64;
@@ -14,16 +14,16 @@ function ticks(labels) {
   for (let i = 0; i < labels.length; i += stride) tickvals.push(i);
   return { tickvals, ticktext: tickvals.map((i) => labels[i]) };
 }
-export const MASKED_COLOR = "#c8c8c8";
+const MASKED_COLOR = "#c8c8c8";
 // ColorBrewer "Blues" (9 classes), white at 0: Plotly's own "Blues" ends in gray,
 // which would look like a masked cell.
-export const WEIGHT_COLORSCALE = [
+const WEIGHT_COLORSCALE = [
   [0.0, "#f7fbff"], [0.125, "#deebf7"], [0.25, "#c6dbef"], [0.375, "#9ecae1"],
   [0.5, "#6baed6"], [0.625, "#4292c6"], [0.75, "#2171b5"], [0.875, "#08519c"],
   [1.0, "#08306b"],
 ];
 // ColorBrewer "RdBu" for signed values (scores, Q, K, V, outputs), centred at 0.
-export const SIGNED_COLORSCALE = [
+const SIGNED_COLORSCALE = [
   [0.0, "#2166ac"], [0.25, "#92c5de"], [0.5, "#f7f7f7"], [0.75, "#f4a582"], [1.0, "#b2182b"],
 ];
 // The modebar keeps the buttons a heatmap needs (zoom, pan, reset, save as PNG); the
@@ -112,7 +112,7 @@ export function maxOf(matrix) {
   return largest;
 }
 
-export function maxAbsOf(matrix) {
+function maxAbsOf(matrix) {
   let largest = 0;
   for (const row of matrix) for (const v of row) if (v !== null) largest = Math.max(largest, Math.abs(v));
   return largest;
@@ -214,8 +214,9 @@ function themed(layout) {
   return merged;
 }
 
-// Draw a figure into a new div appended to container; returns the div, whose
-// `drawn` promise resolves once Plotly has drawn it.
+// Draw a figure ({traces, layout}: a heatmapFigure, or any Plotly traces and layout) into
+// a new div appended to container; returns the div, whose `drawn` promise resolves once
+// Plotly has drawn it.
 export function addPlot(container, figure, className = "plot") {
   const div = document.createElement("div");
   div.className = className;
@@ -229,68 +230,6 @@ export function clearPlots(container) {
   container.replaceChildren();
 }
 
-export function newPlot(div, traces, layout) {
-  return Plotly.newPlot(div, traces, themed(layout), PLOT_CONFIG);
-}
-
-function base64Bytes(text) {
-  const binary = atob(text);
-  const bytes = new Uint8Array(binary.length);
-  for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
-  return bytes;
-}
-
-function halfToFloat(bits) {
-  const sign = bits & 0x8000 ? -1 : 1;
-  const exponent = (bits >> 10) & 0x1f;
-  const fraction = bits & 0x3ff;
-  if (exponent === 0) return sign * 2 ** -14 * (fraction / 1024);
-  if (exponent === 31) return fraction ? NaN : sign * Infinity;
-  return sign * 2 ** (exponent - 15) * (1 + fraction / 1024);
-}
-
-// {dtype, bdata, shape} (Plotly.js's typed-array spec) -> nested arrays; NaN -> null
-// (a masked entry), u1 -> booleans.
-function decodeTypedArray(spec) {
-  const bytes = base64Bytes(spec.bdata);
-  let flat;
-  if (spec.dtype === "f4") {
-    flat = new Float32Array(bytes.buffer);
-  } else if (spec.dtype === "f8") {
-    flat = new Float64Array(bytes.buffer);
-  } else if (spec.dtype === "f2") {
-    const halves = new Uint16Array(bytes.buffer);
-    flat = new Float32Array(halves.length);
-    for (let i = 0; i < halves.length; i += 1) flat[i] = halfToFloat(halves[i]);
-  } else {
-    flat = bytes;
-  }
-  const boolean = spec.dtype === "u1";
-  const shape = spec.shape;
-  function build(offset, axis) {
-    const size = shape[axis];
-    if (axis === shape.length - 1) {
-      const row = new Array(size);
-      for (let i = 0; i < size; i += 1) {
-        const v = flat[offset + i];
-        row[i] = boolean ? v !== 0 : (Number.isNaN(v) ? null : v);
-      }
-      return row;
-    }
-    const stride = shape.slice(axis + 1).reduce((a, b) => a * b, 1);
-    return Array.from({ length: size }, (_, i) => build(offset + i * stride, axis + 1));
-  }
-  return shape.length === 0 ? [] : build(0, 0);
-}
-
-// Replace every typed-array spec in an API response by nested arrays, in place.
-export function decodeArrays(value) {
-  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
-  if (typeof value.bdata === "string" && Array.isArray(value.shape)) return decodeTypedArray(value);
-  for (const key of Object.keys(value)) value[key] = decodeArrays(value[key]);
-  return value;
-}
-
 // The hover text of one axis of thumbnail (r, c): `given` (an array, or a function
 // (r, c) -> array), else the bare positions "position i".
 function axisHover(given, r, c, count) {
@@ -302,8 +241,9 @@ function axisHover(given, r, c, count) {
 // model view): one heatmap trace per cell on its own axes, drawn as SVG images,
 // so 72 thumbnails cost one figure and no WebGL context. options:
 //   rows, cols, cell(r, c) -> matrix (null = masked, drawn gray),
-//   rowName / colName (axis titles "L0", "H0"; none when empty), title, zmax (a number shared by
-//   every cell, or "each" to scale each cell to its own maximum), hover(r, c) (the
+//   rowName / colName (axis titles "L0", "H0": an empty rowName gives no row titles, an
+//   empty colName bare numbers), title, zmax (a number shared by every cell, or "each" to
+//   scale each cell to its own maximum), hover(r, c) (the
 //   cell's name), queryHover / keyHover (hover text of each row / column of the cells,
 //   an array shared by every cell or a function (r, c) -> array: tokenHover of the
 //   labels, with the pooling factor when pooled), onClick(r, c).
@@ -353,10 +293,8 @@ export function thumbnailGrid(container, options) {
       layout[`yaxis${suffix}`] = { ...bare, autorange: "reversed", title: c === 0 && options.rowName ? { text: `${options.rowName}${r}`, standoff: 2 } : undefined };
     }
   }
-  const div = document.createElement("div");
-  div.className = "plot grid-plot";
-  container.append(div);
-  div.drawn = newPlot(div, traces, layout).then(() => {
+  const div = addPlot(container, { traces, layout }, "plot grid-plot");
+  div.drawn = div.drawn.then(() => {
     if (options.onClick) {
       div.on("plotly_click", (event) => options.onClick(...event.points[0].data.meta));
     }

@@ -2,9 +2,10 @@
 // ctx = {data, request, sequence, head, fetchJson}: the last /attention response,
 // the request read from the form, the selected sequence and head, and the fetch
 // helper that reports API errors beside the form.
+import { COMPACT, paragraph, parseNumber } from "./api.js";
 import {
   addPlot, attentionHover, clearPlots, dimensionHover, escapeForPlotly, heatmapFigure, maxOf,
-  newPlot, thumbnailGrid, tokenHover, visibleWeights,
+  thumbnailGrid, tokenHover, visibleWeights,
 } from "./heatmap.js";
 
 const ALL_STAGES = ["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"];
@@ -15,11 +16,15 @@ function range(n) {
 }
 
 function note(container, text) {
-  const p = document.createElement("p");
-  p.className = "view-note";
-  p.textContent = text;
-  container.append(p);
-  return p;
+  return paragraph(container, "view-note", text);
+}
+
+// The grid (div.plots) the figures of a view go in.
+function plotGrid(body) {
+  const grid = document.createElement("div");
+  grid.className = "plots";
+  body.append(grid);
+  return grid;
 }
 
 function table(container, header, rows, highlight = () => false) {
@@ -43,7 +48,7 @@ function table(container, header, rows, highlight = () => false) {
 
 // Only the selected sequence and head travel back, as base64 float32.
 function oneHead(ctx) {
-  return { sequence_index: ctx.sequence, head_index: ctx.head, encoding: "base64_float32" };
+  return { sequence_index: ctx.sequence, head_index: ctx.head, ...COMPACT };
 }
 
 function layerFields(request) {
@@ -51,12 +56,9 @@ function layerFields(request) {
   return { d_model, num_heads, seed, pad_id, vocab_size, device };
 }
 
+// A view control's value, trimmed.
 function controlValue(id) {
   return document.getElementById(id).value.trim();
-}
-
-function sendable(raw) {
-  return raw === "" || Number.isNaN(Number(raw)) ? raw : Number(raw);
 }
 
 // 1. Step-through of one head (seeds 000, 003, 004).
@@ -76,9 +78,7 @@ async function renderStepThrough(body, ctx) {
   note(body, `Head ${ctx.head} of sequence ${ctx.sequence}, stage by stage: Q, K and V are (L, d_k) = ` +
     `(${q.length}|${k.length}, ${res.d_k}); the scores are (L_q, L_k). Masked cells are ` +
     `shown as masked, not as the fill value.`);
-  const grid = document.createElement("div");
-  grid.className = "plots";
-  body.append(grid);
+  const grid = plotGrid(body);
   const figures = [
     { z: st.q[b][h], rowLabels: q, ...features, title: "Q (head slice of x W_q)", signed: true },
     { z: st.k[b][h], rowLabels: k, ...features, title: "K (head slice of x W_k)", yTitle: "Key", signed: true },
@@ -111,23 +111,21 @@ async function renderScaling(body, ctx) {
     "scores per d_k. Q·K has variance d_k: without 1/√d_k, softmax turns one-hot as d_k " +
     "grows; with it, the weights stay spread. Turn the scale off in the form (\"scale by " +
     "1/√d_k\") to see it on your own input.");
-  const grid = document.createElement("div");
-  grid.className = "plots";
-  body.append(grid);
+  const grid = plotGrid(body);
   for (const [kind, label] of [["unscaled", "no scaling"], ["scaled", "with 1/√d_k"]]) {
     for (const c of res.cases) {
       const stats = c[kind];
       const centres = stats.counts.map((_, i) => (stats.bin_edges[i] + stats.bin_edges[i + 1]) / 2);
-      const div = document.createElement("div");
-      div.className = "plot scaling-plot";
-      grid.append(div);
-      newPlot(div, [{ type: "bar", x: centres, y: stats.counts, marker: { color: kind === "scaled" ? "#4292c6" : "#b2182b" } }], {
-        title: { text: `d_k = ${c.d_k}, ${label}<br>entropy ${stats.mean_entropy_bits.toFixed(2)} bits`, font: { size: 12 } },
-        margin: { l: 50, r: 8, t: 48, b: 40 },
-        xaxis: { title: { text: "attention weight" }, range: [0, 1] },
-        yaxis: { title: { text: "count" } },
-        bargap: 0.05,
-      });
+      addPlot(grid, {
+        traces: [{ type: "bar", x: centres, y: stats.counts, marker: { color: kind === "scaled" ? "#4292c6" : "#b2182b" } }],
+        layout: {
+          title: { text: `d_k = ${c.d_k}, ${label}<br>entropy ${stats.mean_entropy_bits.toFixed(2)} bits`, font: { size: 12 } },
+          margin: { l: 50, r: 8, t: 48, b: 40 },
+          xaxis: { title: { text: "attention weight" }, range: [0, 1] },
+          yaxis: { title: { text: "count" } },
+          bargap: 0.05,
+        },
+      }, "plot scaling-plot");
     }
   }
   table(body, ["d_k", "entropy with scale (bits)", "entropy without (bits)",
@@ -148,22 +146,20 @@ async function renderDecoding(body, ctx) {
     `gives the same: max |Δ| = ${res.masked_max_abs_diff.toExponential(1)} (0 up to rounding). ` +
     `Without the mask, max |Δ| = ${res.unmasked_max_abs_diff.toExponential(2)}: earlier ` +
     "tokens see later ones and their outputs change.").dataset.maskedDiff = String(res.masked_max_abs_diff);
-  const grid = document.createElement("div");
-  grid.className = "plots";
-  body.append(grid);
+  const grid = plotGrid(body);
   const common = { rowLabels: res.labels, colLabels: res.labels, zmin: 0, zmax: 1, valueName: "weight" };
   addPlot(grid, heatmapFigure({ ...common, z: res.step_weights[h], title: "step by step (one pass per prefix)" }), "plot decoding-plot");
   addPlot(grid, heatmapFigure({ ...common, z: res.masked_weights[h], title: "one pass, causal mask: identical" }), "plot decoding-plot");
   addPlot(grid, heatmapFigure({ ...common, z: res.unmasked_weights[h], title: "one pass, no mask: sees the future" }), "plot decoding-plot");
-  const div = document.createElement("div");
-  div.className = "plot decoding-plot";
-  grid.append(div);
-  newPlot(div, [{ type: "bar", x: res.labels.map((_, i) => i), y: res.unmasked_output_diff, marker: { color: "#b2182b" } }], {
-    title: { text: "how far each output moves without the mask", font: { size: 12 } },
-    margin: { l: 50, r: 8, t: 36, b: 64 },
-    xaxis: { tickvals: res.labels.map((_, i) => i), ticktext: res.labels.map(escapeForPlotly), tickangle: -45 },
-    yaxis: { title: { text: "max |Δ output|" } },
-  });
+  addPlot(grid, {
+    traces: [{ type: "bar", x: res.labels.map((_, i) => i), y: res.unmasked_output_diff, marker: { color: "#b2182b" } }],
+    layout: {
+      title: { text: "how far each output moves without the mask", font: { size: 12 } },
+      margin: { l: 50, r: 8, t: 36, b: 64 },
+      xaxis: { tickvals: res.labels.map((_, i) => i), ticktext: res.labels.map(escapeForPlotly), tickangle: -45 },
+      yaxis: { title: { text: "max |Δ output|" } },
+    },
+  }, "plot decoding-plot");
 }
 
 // 4. Parameters (seed 001 section 5, seed 002 point 1).
@@ -187,7 +183,7 @@ async function renderParameters(body, ctx) {
 async function renderSummary(body, ctx) {
   const data = await ctx.fetchJson("/api/v1/attention", {
     ...ctx.request, include: ["head_mean"], sequence_index: ctx.sequence,
-    display_size: 128, encoding: "base64_float32",
+    display_size: 128, ...COMPACT,
   });
   clearPlots(body);
   if (!data) return;
@@ -200,9 +196,7 @@ async function renderSummary(body, ctx) {
   note(body, `Sequence ${ctx.sequence}: the sharpest head is ${sharpest} (${entropy[sharpest].toFixed(2)} ` +
     `bits), the most diffuse ${diffuse} (${entropy[diffuse].toFixed(2)} bits). Entropy is the ` +
     "mean over query rows of −Σ w log₂ w: 0 = one-hot, log₂(#keys) = uniform.");
-  const grid = document.createElement("div");
-  grid.className = "plots";
-  body.append(grid);
+  const grid = plotGrid(body);
   addPlot(grid, heatmapFigure({
     z: visibleWeights(s.mean_weights[b], data.attn_mask[b]), rowLabels: data.query_labels[b],
     colLabels: data.key_labels[b], ...attentionHover(data, b), title: "average of the heads",
@@ -212,19 +206,19 @@ async function renderSummary(body, ctx) {
     [entropy, "mean row entropy (bits)", "bits", "#4292c6"],
     [s.max_weight[b], "max weight", "weight", "#08519c"],
   ]) {
-    const div = document.createElement("div");
-    div.className = "plot summary-plot";
-    grid.append(div);
-    newPlot(div, [headBars(values, color, unit)], {
-      title: { text: title, font: { size: 12 } },
-      margin: { l: 56, r: 8, t: 36, b: 50 },
-      xaxis: { type: "category" },
-      // A numeric axis from 0, with some room above the tallest bar for its value.
-      yaxis: {
-        type: "linear", range: [0, 1.18 * Math.max(...values, 1e-6)], tickformat: ".2~f",
-        title: { text: unit },
+    addPlot(grid, {
+      traces: [headBars(values, color, unit)],
+      layout: {
+        title: { text: title, font: { size: 12 } },
+        margin: { l: 56, r: 8, t: 36, b: 50 },
+        xaxis: { type: "category" },
+        // A numeric axis from 0, with some room above the tallest bar for its value.
+        yaxis: {
+          type: "linear", range: [0, 1.18 * Math.max(...values, 1e-6)], tickformat: ".2~f",
+          title: { text: unit },
+        },
       },
-    });
+    }, "plot summary-plot");
   }
 }
 
@@ -245,8 +239,8 @@ function headBars(values, color, unit) {
 
 // 6. Dropout on the weights (seeds 001, 004).
 async function renderDropout(body, ctx) {
-  const p = sendable(controlValue("dropout-p"));
-  const seed = sendable(controlValue("dropout-seed"));
+  const p = parseNumber(controlValue("dropout-p"));
+  const seed = parseNumber(controlValue("dropout-seed"));
   const res = await ctx.fetchJson("/api/v1/attention", {
     ...ctx.request, dropout: p, dropout_seed: seed, ...oneHead(ctx),
   });
@@ -262,9 +256,7 @@ async function renderDropout(body, ctx) {
     `${scale.toFixed(3)}, so each row sums to 1 in expectation (here between ` +
     `${Math.min(...sums).toFixed(3)} and ${Math.max(...sums).toFixed(3)}). The layer output shown ` +
     "elsewhere is the eval-mode one.");
-  const grid = document.createElement("div");
-  grid.className = "plots";
-  body.append(grid);
+  const grid = plotGrid(body);
   const zmax = Math.max(maxOf(after), maxOf(res.weights[b][0]), 1e-12);
   const common = { rowLabels: res.query_labels[b], colLabels: res.key_labels[b], zmin: 0, zmax, valueName: "weight", maskedNote: "masked: weight 0" };
   addPlot(grid, heatmapFigure({ ...common, z: visibleWeights(res.weights[b][0], res.attn_mask[b]), title: `head ${h} before dropout` }), "plot dropout-plot");
@@ -322,12 +314,12 @@ async function renderLayers(body, ctx) {
   const request = {
     sequences: ctx.request.sequences,
     ...layerFields(ctx.request),
-    num_layers: sendable(controlValue("num-layers")),
+    num_layers: parseNumber(controlValue("num-layers")),
     positional_encoding: controlValue("positional-encoding"),
   };
   if (ctx.request.targets) request.targets = ctx.request.targets;
   const dff = controlValue("d-ff");
-  if (dff !== "") request.d_ff = sendable(dff);
+  if (dff !== "") request.d_ff = parseNumber(dff);
   const res = await ctx.fetchJson("/api/v1/lessons/transformer", request);
   clearPlots(body);
   if (!res) return;

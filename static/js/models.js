@@ -2,13 +2,13 @@
 // every layer's and head's attention (BertViz's model view), one layer's heads,
 // the averages and attention rollout.
 import {
-  MODELS_LINK_FIELDS, bindImageDownloads, download, errorBox, fetchJson as fetchApi,
-  readUrlRequest, writeUrlState,
+  COMPACT, MODELS_LINK_FIELDS, bindDownloads, errorBox, fillIndexSelect, jsonFetcher,
+  nonEmptyLines, onTabClick, openTab, option, paragraph, readUrlRequest, selectedIndex,
+  viewFromUrl, whileBusy, writeUrlState,
 } from "./api.js";
 import { addPlot, clearPlots, heatmapFigure, thumbnailGrid, tokenHover } from "./heatmap.js";
 
 const DEFAULT_TEXT = "The cat sat on the mat because it was tired.";
-const COMPACT = { encoding: "base64_float32" };
 
 const form = document.getElementById("model-form");
 const modelSelect = document.getElementById("model");
@@ -23,10 +23,8 @@ const layerSelect = document.getElementById("layer-index");
 const layerControl = document.getElementById("layer-control");
 const hideSpecial = document.getElementById("hide-special");
 const computeButton = document.getElementById("compute");
-const tabs = [...document.querySelectorAll(".tabs button")];
 
 const THUMB_SIZE = 64; // thumbnails of longer inputs come block-max pooled to this size
-const VIEWS = ["model", "layer", "averages"];
 // Narrower than this (px), the model view's columns are numbered 0, 1, ... instead of
 // H0, H1, ...: twelve "H10"-wide labels do not fit side by side on a phone.
 const NARROW_GRID = 560;
@@ -38,34 +36,16 @@ const state = {
 const errors = errorBox(document.getElementById("error"));
 const showError = errors.show;
 const clearError = errors.clear;
-
-function fetchJson(url, body) {
-  return fetchApi(url, body, showError);
-}
-
-// The open tab travels in the URL as #view=<name>: a bare #model is the model picker's
-// id, and the browser scrolls to the element a fragment names.
-function writeUrl(request) {
-  return writeUrlState(request, `view=${state.view}`);
-}
-
-// The view a URL fragment names: "#view=layer", or an old link's "#layer".
-function viewOfHash(hash) {
-  const name = hash.replace(/^#(view=)?/, "");
-  return VIEWS.includes(name) ? name : null;
-}
+const fetchJson = jsonFetcher(showError);
 
 // A hint above a figure, as HTML: it wraps on a phone, where a long figure title would
 // be cut off at the figure's edge.
 function addHint(container, text) {
-  const hint = document.createElement("p");
-  hint.className = "hint figure-hint";
-  hint.textContent = text;
-  container.append(hint);
+  paragraph(container, "hint figure-hint", text);
 }
 
 function readRequest() {
-  const texts = textsBox.value.split("\n").map((t) => t.trim()).filter((t) => t !== "");
+  const texts = nonEmptyLines(textsBox.value);
   const request = { model: modelSelect.value || null, texts, device: deviceSelect.value };
   const pairs = pairsBox.value.split("\n").map((t) => (t.trim() === "" ? null : t.trim()));
   while (pairs.length && pairs[pairs.length - 1] === null) pairs.pop();
@@ -89,7 +69,7 @@ function viewRequest(extra) {
   return {
     ...state.request,
     ...COMPACT,
-    sequence_index: Number(sequenceSelect.value || 0),
+    sequence_index: selectedIndex(sequenceSelect),
     hide_special_tokens: hideSpecial.checked,
     ...extra,
   };
@@ -152,24 +132,10 @@ function noteFor(res) {
 }
 
 function populateSelectors(request, numLayers) {
-  const previous = Number(sequenceSelect.value || 0);
-  sequenceSelect.replaceChildren();
-  request.texts.forEach((text, b) => {
-    const option = document.createElement("option");
-    option.value = String(b);
-    option.textContent = `${b}: ${text.length > 40 ? `${text.slice(0, 40)}…` : text}`;
-    sequenceSelect.append(option);
-  });
-  sequenceSelect.value = String(previous < request.texts.length ? previous : 0);
-  const previousLayer = Number(layerSelect.value || 0);
-  layerSelect.replaceChildren();
-  for (let l = 0; l < numLayers; l += 1) {
-    const option = document.createElement("option");
-    option.value = String(l);
-    option.textContent = `Layer ${l}`;
-    layerSelect.append(option);
-  }
-  layerSelect.value = String(previousLayer < numLayers ? previousLayer : 0);
+  fillIndexSelect(sequenceSelect, request.texts.map(
+    (text, b) => `${b}: ${text.length > 40 ? `${text.slice(0, 40)}…` : text}`,
+  ));
+  fillIndexSelect(layerSelect, Array.from({ length: numLayers }, (_, l) => `Layer ${l}`));
 }
 
 function weightFigure(z, labels, title, showscale = true) {
@@ -286,12 +252,9 @@ async function renderAverages(section, res, l) {
     div.dataset.map = name;
     plots.push(div.drawn);
   }
-  const note = document.createElement("p");
-  note.className = "hint";
-  note.textContent = "Rollout: per layer, Â = 0.5 · (head average) + 0.5 · I for the residual " +
-    "connection, then Â_N ⋯ Â_1, computed with every token: row i is how much of token i's " +
-    "last-layer representation flows from each input token; its rows sum to 1.";
-  body.append(note);
+  paragraph(body, "hint", "Rollout: per layer, Â = 0.5 · (head average) + 0.5 · I for the " +
+    "residual connection, then Â_N ⋯ Â_1, computed with every token: row i is how much of " +
+    "token i's last-layer representation flows from each input token; its rows sum to 1.");
   await Promise.all(plots);
 }
 
@@ -300,18 +263,14 @@ async function renderView() {
   const ticket = (state.ticket += 1);
   const section = document.getElementById(`view-${state.view}`);
   section.dataset.drawn = "false";
-  for (const tab of tabs) {
-    const active = tab.dataset.view === state.view;
-    tab.setAttribute("aria-selected", String(active));
-    document.getElementById(`view-${tab.dataset.view}`).hidden = !active;
-  }
+  openTab(state.view);
   layerControl.hidden = state.view === "model";
   const res = await overview();
   if (res === null || ticket !== state.ticket) return;
   clearError();
   summary.textContent = describe(res);
   displayNote.textContent = noteFor(res);
-  const l = Number(layerSelect.value || 0);
+  const l = selectedIndex(layerSelect);
   if (state.view === "model") await renderModelView(section, res);
   else if (state.view === "layer") await renderLayerView(section, res, l);
   else await renderAverages(section, res, l);
@@ -320,14 +279,11 @@ async function renderView() {
 
 async function compute() {
   clearError();
-  computeButton.disabled = true;
-  const progress = document.getElementById("progress");
-  const showProgress = setTimeout(() => { progress.hidden = false; }, 300);
-  try {
+  await whileBusy(computeButton, async () => {
     const request = readRequest();
     // The link carries this request from now on, also while it is being computed (a tab
     // clicked before the response writes it, not the previous one).
-    writeUrl(request);
+    writeUrlState(request, state.view);
     const model = state.models.find((m) => m.name === request.model) || state.models[0];
     state.request = request;
     state.overviewKey = null;
@@ -338,11 +294,7 @@ async function compute() {
     const drawn = performance.now();
     // Milliseconds from the request to the response, and from there to the drawn view.
     window.attnvizModels.timings = { responseMs: state.fetchMs, drawMs: drawn - started - state.fetchMs };
-  } finally {
-    clearTimeout(showProgress);
-    progress.hidden = true;
-    computeButton.disabled = false;
-  }
+  });
 }
 
 async function start() {
@@ -355,12 +307,7 @@ async function start() {
     computeButton.disabled = true;
     return;
   }
-  for (const model of listing.models) {
-    const option = document.createElement("option");
-    option.value = model.name;
-    option.textContent = model.name;
-    modelSelect.append(option);
-  }
+  modelSelect.append(...listing.models.map((model) => option(model.name, model.name)));
   const describeModel = () => {
     const m = state.models.find((x) => x.name === modelSelect.value);
     modelDescription.textContent = m
@@ -383,28 +330,14 @@ form.addEventListener("submit", (event) => {
 for (const control of [sequenceSelect, layerSelect, hideSpecial]) {
   control.addEventListener("change", renderView);
 }
-for (const tab of tabs) {
-  tab.addEventListener("click", () => {
-    state.view = tab.dataset.view;
-    if (state.request) writeUrl(state.request);
-    renderView();
-  });
-}
-document.getElementById("download-json").addEventListener("click", () => {
-  if (!state.overview) return;
-  const body = JSON.stringify({ request: state.overviewRequest, response: state.overview });
-  download("attnviz-model.json", new Blob([body], { type: "application/json" }));
+onTabClick((view) => {
+  state.view = view;
+  if (state.request) writeUrlState(state.request, state.view);
+  renderView();
 });
-
-bindImageDownloads(() => state.view, "attnviz-model");
+bindDownloads("attnviz-model", () => state.view,
+  () => state.overview && { request: state.overviewRequest, response: state.overview });
 
 window.attnvizModels = { lastResponse: null, timings: null, compute };
-state.view = viewOfHash(window.location.hash) || state.view;
-if (window.location.hash === `#${state.view}`) {
-  // An old link's bare fragment (#model is also the model picker's id, which the
-  // browser scrolls to) becomes #view=<name> at once.
-  const url = new URL(window.location.href);
-  url.hash = `view=${state.view}`;
-  window.history.replaceState(null, "", url);
-}
+state.view = viewFromUrl(state.view);
 start();
