@@ -23,7 +23,7 @@ from .presets import DEFAULT_PRESET
 from .resources import STATIC_DIR
 from .response_cache import RESPONSES
 from .routers import attention, health, lessons, pages, presets, pretrained
-from .schemas import REQUEST_MODELS
+from .schemas import REQUEST_SCHEMAS
 from .settings import Settings, get_settings
 
 
@@ -86,7 +86,7 @@ def create_app() -> FastAPI:
         dependencies=[Depends(require_valid_unicode)],
     )
     install_error_handlers(application)
-    install_openapi(application, REQUEST_MODELS)
+    install_openapi(application, REQUEST_SCHEMAS)
     settings = get_settings()
     # Outermost last: the log sees every response, the body limit runs before parsing.
     application.add_middleware(SecurityHeadersMiddleware)

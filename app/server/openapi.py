@@ -56,17 +56,17 @@ def _integer_bounds(node: Any, found: dict[float, int]) -> None:
             stack.extend(item)
 
 
-def install_openapi(app: FastAPI, models: Iterable[type[BaseModel]]) -> None:
+def install_openapi(app: FastAPI, schemas: Iterable[type[BaseModel]]) -> None:
     """Make ``app.openapi()`` return FastAPI's document with exact integer bounds.
 
     Args:
         app: the application.
-        models: the request models whose integer bounds are to be kept exact.
+        schemas: the request bodies whose integer bounds are to be kept exact.
     """
     generate = app.openapi
     exact: dict[float, int] = {}
-    for model in models:
-        _integer_bounds(model.model_json_schema(), exact)
+    for schema in schemas:
+        _integer_bounds(schema.model_json_schema(), exact)
 
     def openapi() -> dict[str, Any]:
         fresh = app.openapi_schema is None

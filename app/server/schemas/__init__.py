@@ -28,7 +28,7 @@ from .pretrained import (
     PretrainedAttentionResponse,
 )
 
-REQUEST_MODELS: Final[tuple[type[BaseModel], ...]] = (
+REQUEST_SCHEMAS: Final[tuple[type[BaseModel], ...]] = (
     AttentionRequest,
     ScalingRequest,
     DecodingRequest,
@@ -39,7 +39,7 @@ REQUEST_MODELS: Final[tuple[type[BaseModel], ...]] = (
 
 
 __all__ = [
-    "REQUEST_MODELS",
+    "REQUEST_SCHEMAS",
     "AttentionRequest",
     "AttentionResponse",
     "DecodingRequest",
