@@ -59,7 +59,7 @@ function fillForm(request) {
   setMaskFill(request.mask_fill);
 }
 
-// The select offers -inf and the seeds' fills; another value from a preset is added.
+// The select offers -inf and the tutorials' fills; another value from a preset is added.
 function setMaskFill(value) {
   const text = typeof value === "number" ? value.toExponential().replace("e+", "e") : String(value);
   const known = [...form.mask_fill.options].find(
@@ -404,7 +404,7 @@ async function zoomHead(b, h) {
   zoomContainer.dataset.head = String(h);
 }
 
-// The Layers tab runs the seeds' stack, whose masks are fixed (lessons.js LAYER_MASKS,
+// The Layers tab runs the tutorials' stack, whose masks are fixed (lessons.js LAYER_MASKS,
 // shown on the tab): there the mask checkboxes are disabled, with #mask-note.
 function syncMaskControls() {
   const fixed = state.view === "layers";

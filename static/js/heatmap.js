@@ -101,7 +101,7 @@ function placeTitle(layout) {
 }
 
 // A masked cell is drawn gray when its weight is 0. Under a finite mask fill, a
-// fully-masked row is uniform (as in the seeds): its weights are drawn.
+// fully-masked row is uniform (as in the tutorials): its weights are drawn.
 export function visibleWeights(weights, mask) {
   return weights.map((row, i) => row.map((w, j) => (mask[i][j] || w !== 0 ? w : null)));
 }

@@ -1,4 +1,4 @@
-// The lesson views of the seeds, one renderer each. Every renderer gets
+// The lesson views of the tutorials, one renderer each. Every renderer gets
 // ctx = {data, request, sequence, head, fetchJson}: the last /attention response,
 // the request read from the form, the selected sequence and head, and the fetch
 // helper that reports API errors beside the form.
@@ -61,7 +61,7 @@ function controlValue(id) {
   return document.getElementById(id).value.trim();
 }
 
-// 1. Step-through of one head (seeds 000, 003, 004).
+// 1. Step-through of one head (tutorials 000, 003, 004).
 async function renderStepThrough(body, ctx) {
   const res = await ctx.fetchJson("/api/v1/attention", {
     ...ctx.request, include: ALL_STAGES, ...oneHead(ctx),
@@ -101,7 +101,7 @@ async function renderStepThrough(body, ctx) {
   for (const options of figures) addPlot(grid, heatmapFigure(options), "plot stage-plot");
 }
 
-// 2. The scale (seed 001 section 7).
+// 2. The scale (tutorial 001 section 7).
 async function renderScaling(body, ctx) {
   const seed = typeof ctx.request.seed === "number" ? ctx.request.seed : 0;
   const res = await ctx.fetchJson("/api/v1/lessons/scaling", { seed });
@@ -134,7 +134,7 @@ async function renderScaling(body, ctx) {
     `${(100 * c.unscaled.one_hot_fraction).toFixed(1)}%`, Math.log2(res.length).toFixed(3)]));
 }
 
-// 3. Why the causal mask (seed 002 section 3.4).
+// 3. Why the causal mask (tutorial 002 section 3.4).
 async function renderDecoding(body, ctx) {
   const sequence = ctx.request.sequences[ctx.sequence];
   const res = await ctx.fetchJson("/api/v1/lessons/decoding", { sequence, ...layerFields(ctx.request) });
@@ -162,7 +162,7 @@ async function renderDecoding(body, ctx) {
   }, "plot decoding-plot");
 }
 
-// 4. Parameters (seed 001 section 5, seed 002 point 1).
+// 4. Parameters (tutorial 001 section 5, tutorial 002 point 1).
 async function renderParameters(body, ctx) {
   const { d_model, num_heads } = ctx.request;
   const res = await ctx.fetchJson(`/api/v1/lessons/parameters?d_model=${encodeURIComponent(d_model)}&num_heads=${encodeURIComponent(num_heads)}`);
@@ -237,7 +237,7 @@ function headBars(values, color, unit) {
   };
 }
 
-// 6. Dropout on the weights (seeds 001, 004).
+// 6. Dropout on the weights (tutorials 001, 004).
 async function renderDropout(body, ctx) {
   const p = parseNumber(controlValue("dropout-p"));
   const seed = parseNumber(controlValue("dropout-seed"));
@@ -304,12 +304,12 @@ function showEnlarged(enlarged, block, l, h, mask) {
 
 // The stack's masks are fixed (the API's transformer lesson takes no mask field): the
 // form's mask checkboxes are disabled on this tab (attnviz.js), and this note says why.
-const LAYER_MASKS = "Masks on this tab are fixed, as in seed 004: the encoder " +
+const LAYER_MASKS = "Masks on this tab are fixed, as in tutorial 004: the encoder " +
   "self-attention masks padding keys only (it is never causal), the decoder self-attention " +
   "masks padding and future keys, the cross attention padding keys of the source. The " +
   "form's padding and causal checkboxes apply to the other tabs.";
 
-// 7. The encoder layer and the decoder side (seed 004).
+// 7. The encoder layer and the decoder side (tutorial 004).
 async function renderLayers(body, ctx) {
   const request = {
     sequences: ctx.request.sequences,
