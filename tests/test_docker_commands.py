@@ -208,6 +208,11 @@ def start_and_check(image: Image, models: list[str], log: Path) -> None:
     )
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to(image.root / "opt/venv/lib")
+    # The console script is there too.
+    script = subprocess.run(
+        ["attnviz", "--help"], cwd=image.workdir, env=env, capture_output=True, timeout=60
+    )
+    assert script.returncode == 0 and b"serve" in script.stdout, script.stderr
 
     with open(log, "wb") as output:
         server = subprocess.Popen(

@@ -1,0 +1,101 @@
+"""The import contracts in pyproject.toml ([tool.importlinter]) catch a wrong-way import.
+
+`make lint` runs lint-imports against the installed attnviz. Here it runs against a
+copy of app/ as attnviz/ in a temporary folder (first on the path: PYTHONPATH and the
+current directory; the editable install's finder comes after the path): unmodified it
+passes, and one import added the wrong way breaks the contract it should. The reported
+line of the added import (past the end of the repository's file) shows that the copy,
+not the repository's app/, is what was analysed.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import REPO_ROOT
+
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+LAYERS = "Layers: cli > server > views > pretrained > attention (the engine)"
+ENGINE = "The engine is torch only: no web, validation, tokenizer, transformers or plotting package"
+NO_WEB = "Pretrained models and views know no web server"
+
+
+def copy_package(tmp_path: Path) -> Path:
+    """app/ copied to tmp_path/attnviz; returns tmp_path."""
+    shutil.copytree(
+        REPO_ROOT / "app", tmp_path / "attnviz", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return tmp_path
+
+
+def lint_imports(root: Path) -> tuple[int, str]:
+    """Run lint-imports with the repository's contracts on the package under root."""
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "250"}
+    result = subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(REPO_ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # One space between words: long contract names may be wrapped.
+    return result.returncode, " ".join((result.stdout + result.stderr).split())
+
+
+def verdicts(output: str) -> dict[str, str]:
+    return {
+        name: match.group(1)
+        for name in (LAYERS, ENGINE, NO_WEB)
+        if (match := re.search(re.escape(name) + r" (KEPT|BROKEN)", output))
+    }
+
+
+def test_the_unmodified_package_keeps_every_contract(tmp_path: Path) -> None:
+    code, output = lint_imports(copy_package(tmp_path))
+    assert code == 0, output
+    assert verdicts(output) == {LAYERS: "KEPT", ENGINE: "KEPT", NO_WEB: "KEPT"}, output
+    assert "Contracts: 3 kept, 0 broken." in output
+
+
+@pytest.mark.parametrize(
+    ("module", "wrong_import", "imported", "broken", "kept"),
+    [
+        # The engine importing the server: the lowest layer reaching up.
+        (
+            "attention/masks.py",
+            "from ..server import settings",
+            "attnviz.server.settings",
+            LAYERS,
+            [],
+        ),
+        # The engine importing a web framework.
+        ("attention/engine.py", "import fastapi", "fastapi", ENGINE, [LAYERS]),
+        # A view importing the server's template engine.
+        ("views/figure.py", "import jinja2", "jinja2", NO_WEB, [LAYERS, ENGINE]),
+    ],
+    ids=["engine-imports-server", "engine-imports-fastapi", "view-imports-jinja2"],
+)
+def test_a_wrong_way_import_breaks_its_contract(
+    tmp_path: Path, module: str, wrong_import: str, imported: str, broken: str, kept: list[str]
+) -> None:
+    root = copy_package(tmp_path)
+    path = root / "attnviz" / module
+    lines = path.read_text().splitlines()
+    assert lines == (REPO_ROOT / "app" / module).read_text().splitlines()
+    path.write_text("\n".join([*lines, wrong_import, ""]))
+    line = len(lines) + 1
+
+    code, output = lint_imports(root)
+    assert code == 1, output
+    found = verdicts(output)
+    assert found[broken] == "BROKEN", output
+    assert all(found[name] == "KEPT" for name in kept), output
+    # The chain starts at the added line of the copy: the copy is what was analysed.
+    module_name = "attnviz." + module.removesuffix(".py").replace("/", ".")
+    assert f"{module_name} -> {imported} (l.{line})" in output, output
