@@ -50,4 +50,4 @@ load: install
 	$(BIN)/python -m benchmarks.load
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

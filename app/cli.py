@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -73,10 +74,13 @@ def build_request(args: argparse.Namespace) -> Any:
     try:
         return AttentionRequest.model_validate(body)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
-        )
-        raise SystemExit(f"attnviz: invalid input: {problems}") from None
+        raise _invalid_input([(e["loc"], e["msg"]) for e in error.errors()]) from None
+
+
+def _invalid_input(problems: list[tuple[Sequence[Any], str]]) -> SystemExit:
+    """The exit for refused input: ``attnviz: invalid input: field: message; ...``."""
+    text = "; ".join(f"{'.'.join(str(part) for part in loc)}: {msg}" for loc, msg in problems)
+    return SystemExit(f"attnviz: invalid input: {text}")
 
 
 def _write(data: bytes | str, output: Path | None) -> None:
@@ -92,21 +96,36 @@ def _write(data: bytes | str, output: Path | None) -> None:
         output.write_bytes(data)
 
 
-def cmd_serve(args: argparse.Namespace) -> None:
-    """Serve the page and the API with uvicorn."""
+def serve(
+    host: str | None = None, port: int | None = None, workers: int = 1, reload: bool = False
+) -> None:
+    """Serve the page and the API with uvicorn (``python -m attnviz``, ``attnviz serve``).
+
+    Args:
+        host, port: where to listen; None takes ATTNVIZ_HOST / ATTNVIZ_PORT
+            (default 127.0.0.1:8000).
+        workers: uvicorn worker processes.
+        reload: restart on code changes.
+    """
     import uvicorn
 
     from .server.settings import get_settings
 
     settings = get_settings()
+    # AttnViz writes its own JSON access log (server.middleware); uvicorn's would repeat it.
     uvicorn.run(
         "attnviz.server.main:app",
-        host=args.host or settings.host,
-        port=args.port or settings.port,
-        workers=args.workers,
-        reload=args.reload,
+        host=host or settings.host,
+        port=port or settings.port,
+        workers=workers,
+        reload=reload,
         access_log=False,
     )
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    """Serve the page and the API with uvicorn."""
+    serve(args.host, args.port, args.workers, args.reload)
 
 
 def cmd_compute(args: argparse.Namespace) -> None:
@@ -121,10 +140,7 @@ def cmd_compute(args: argparse.Namespace) -> None:
         payload = attention_payload(request)
     except HTTPException as error:  # the engine's errors, naming the field
         details = cast(list[dict[str, Any]], error.detail)
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in d['loc'][1:])}: {d['msg']}" for d in details
-        )
-        raise SystemExit(f"attnviz: invalid input: {problems}") from None
+        raise _invalid_input([(d["loc"][1:], d["msg"]) for d in details]) from None
     _write(b"".join(stream_json(payload)), args.output)
 
 
@@ -142,6 +158,8 @@ def cmd_export(args: argparse.Namespace) -> None:
             targets=request.targets,
             mask=request.mask,
             dtype=request.dtype,
+            mask_fill=float(request.mask_fill),
+            scale=request.scale,
             config=request.layer(),
         )
     except AttentionInputError as error:
@@ -152,7 +170,8 @@ def cmd_export(args: argparse.Namespace) -> None:
             figure.write_image(args.output)
         except (ImportError, ValueError) as error:
             raise SystemExit(
-                f"attnviz: PNG/SVG export needs kaleido (pip install '.[export]'): {error}"
+                f"attnviz: PNG/SVG export needs kaleido (pip install 'attnviz[export]', or "
+                f"pip install -e '.[export]' in a checkout): {error}"
             ) from None
         return
     figure.write_html(args.output, include_plotlyjs=True, full_html=True)

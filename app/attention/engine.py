@@ -77,6 +77,18 @@ class LayerConfig:
     vocab_size: int = 100
     device: str = "auto"
 
+    def check(self) -> None:
+        """Check the widths and the vocabulary (the device is checked where it is used).
+
+        Raises:
+            AttentionInputError: naming d_model or num_heads (below 1, or num_heads
+                not dividing d_model, with the divisors to pick from) or vocab_size
+                (below 1).
+        """
+        check_widths(self.d_model, self.num_heads)
+        if self.vocab_size < 1:
+            raise AttentionInputError("vocab_size", f"must be >= 1, got {self.vocab_size}")
+
 
 def masking_dtype(dtype: str) -> torch.dtype:
     """The dtype the scores are masked and softmaxed in: float64 for float64, else float32.
@@ -336,10 +348,8 @@ def compute_attention(
             [0, 1), or a target batch whose size differs from the source batch.
     """
     layer = config or LayerConfig()
-    check_widths(layer.d_model, layer.num_heads)
+    layer.check()
     check_dtype(dtype)
-    if layer.vocab_size < 1:
-        raise AttentionInputError("vocab_size", f"must be >= 1, got {layer.vocab_size}")
     unknown = sorted(set(stages) - set(STAGE_NAMES))
     if unknown:
         raise AttentionInputError(

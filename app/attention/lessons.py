@@ -157,7 +157,7 @@ def decoding_experiment(
         AttentionInputError: as :func:`attnviz.attention.compute_attention`.
     """
     layer = config or LayerConfig()
-    check_widths(layer.d_model, layer.num_heads)
+    layer.check()
     batch = encode_batches(
         {"sequence": [sequence]}, pad_id=layer.pad_id, vocab_size=layer.vocab_size
     )

@@ -61,7 +61,7 @@ def scaled_dot_product_attention(
         scale: divide the scores by sqrt(d_k) (True, the paper); False shows why
             (tutorial 001 section 7: without it, softmax turns one-hot as d_k grows).
         scale_mode: how the scale is applied: "divide", scores / sqrt(d_k) as the
-            seeds write it, or "multiply", scores * d_k**-0.5 as transformers' BERT
+            tutorials write it, or "multiply", scores * d_k**-0.5 as transformers' BERT
             writes it. The two differ only in rounding of the last bit; each
             reproduces its reference bit for bit.
         stages: if given, filled with the intermediate tensors of the step-through

@@ -3,7 +3,7 @@
 A sequence is either a list of token ids or a string of words split on
 whitespace. All sequences of one request (source and target) must be of the same
 kind. Words get ids from a per-request vocabulary in first-seen order, skipping
-``pad_id``; the word ``<pad>`` is the padding token itself. Padding follows seed
+``pad_id``; the word ``<pad>`` is the padding token itself. Padding follows tutorial
 000 section 7.2: every sequence is right-padded with ``pad_id`` to L, the longest.
 """
 

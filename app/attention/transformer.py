@@ -27,7 +27,7 @@ from typing import Final, Literal, get_args
 import torch
 from torch import nn
 
-from .engine import DTYPES, LayerConfig, check_dtype, check_widths, resolve_device
+from .engine import DTYPES, LayerConfig, check_dtype, resolve_device
 from .errors import AttentionInputError
 from .masks import causal_mask, padding_mask
 from .mha import MultiHeadAttention, ScaleMode, count_parameters
@@ -253,7 +253,7 @@ def compute_transformer(
             num_layers outside 1..12 or an unknown positional_encoding.
     """
     layer = config or LayerConfig()
-    check_widths(layer.d_model, layer.num_heads)
+    layer.check()
     if d_ff < 1:
         raise AttentionInputError("d_ff", f"must be >= 1, got {d_ff}")
     if not 1 <= num_layers <= MAX_LAYERS:
@@ -281,7 +281,7 @@ def compute_transformer(
     ).to(run_on, DTYPES[dtype])
 
     def embed(ids: torch.Tensor) -> torch.Tensor:
-        x: torch.Tensor = stack.embedding(ids)  # (B, L, layer.d_model)
+        x: torch.Tensor = stack.embedding(ids)  # (B, L, d_model)
         if positional_encoding == "sinusoidal":
             pe = sinusoidal_positional_encoding(ids.shape[1], layer.d_model)
             x = x + pe.to(run_on, x.dtype)

@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, Final
 
 import torch
 from fastapi import FastAPI, HTTPException, Request, status
@@ -17,10 +17,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..attention import AttentionInputError
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 _FIELD_PART = re.compile(r"[^\[\]]+|\[(\d+)\]")
+
+
+ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    400: {"description": "The body is not JSON text (e.g. invalid UTF-8)."},
+    413: {"description": "Over a size limit (ATTNVIZ_MAX_*); `detail[].loc` names the field."},
+    422: {"description": "Invalid input; `detail[].loc` names the field."},
+    503: {"description": "The device ran out of memory, or the compute time budget ran out."},
+}
+"""The error answers every API route documents in /openapi.json."""
 
 
 def field_loc(field: str, location: str = "body") -> list[str | int]:

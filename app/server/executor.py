@@ -85,7 +85,7 @@ async def held_while_sent(work: Awaitable[Response]) -> Response:
     """
     global _large
     if _large is None:
-        _large = asyncio.Semaphore(2)
+        _large = asyncio.Semaphore(get_settings().compute_workers)
     slot = _large
     await slot.acquire()
     released = False

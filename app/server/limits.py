@@ -33,6 +33,22 @@ MAX_DECODING_TOKENS: Final = 128
 """The most tokens of the step-by-step decoding lesson (one forward pass per token)."""
 MAX_TEXT_CHARS: Final = 20_000
 """The most characters of one text sent to a pretrained model."""
+MAX_SCALING_D_K: Final = 4096
+"""The widest head of the scaling lesson."""
+MAX_SCALING_CASES: Final = 8
+"""The most head widths the scaling lesson compares at once."""
+MAX_SCALING_LENGTH: Final = 128
+"""The most queries and keys per sample of the scaling lesson."""
+MAX_SCALING_SAMPLES: Final = 256
+"""The most random (Q, K) draws per head width of the scaling lesson."""
+MAX_HISTOGRAM_BINS: Final = 100
+"""The most histogram bins of the scaling lesson."""
+MAX_MODEL_NAME_CHARS: Final = 200
+"""The longest model name a request may send."""
+MAX_BODY_BYTES: Final = 4 * 2**20
+"""The largest request body (ATTNVIZ_MAX_BODY_BYTES's default), in bytes."""
+MAX_WEIGHT_CELLS: Final = 32 * 2**20
+"""The most numbers one response may carry (ATTNVIZ_MAX_WEIGHT_CELLS's default)."""
 MAX_D_FF: Final = 4096
 """The widest feed-forward of the encoder-layer lesson."""
 MAX_DISPLAY_SIZE: Final = 4096
@@ -41,16 +57,24 @@ MAX_MODEL_DISPLAY_SIZE: Final = 1024
 """The largest display_size of a pretrained model's maps (N * H of them per input)."""
 __all__ = [
     "MAX_BATCH",
+    "MAX_BODY_BYTES",
     "MAX_DECODING_TOKENS",
     "MAX_DISPLAY_SIZE",
     "MAX_D_FF",
     "MAX_D_MODEL",
+    "MAX_HISTOGRAM_BINS",
     "MAX_LAYERS",
     "MAX_MODEL_DISPLAY_SIZE",
+    "MAX_MODEL_NAME_CHARS",
     "MAX_NUM_HEADS",
+    "MAX_SCALING_CASES",
+    "MAX_SCALING_D_K",
+    "MAX_SCALING_LENGTH",
+    "MAX_SCALING_SAMPLES",
     "MAX_TEXT_CHARS",
     "MAX_TOKENS",
     "MAX_VOCAB_SIZE",
+    "MAX_WEIGHT_CELLS",
     "check_cells",
     "check_limit",
     "check_limits",
@@ -81,17 +105,16 @@ def check_limits(request: Any, settings: Settings) -> None:
     Raises:
         HTTPException: 413 with ``detail[0].loc`` naming the field.
     """
-    refuse = check_limit
     for field in ("sequences", "targets"):
         batch = getattr(request, field, None)
         if batch is None:
             continue
-        refuse(field, len(batch), settings.max_batch_size, "MAX_BATCH_SIZE")
+        check_limit(field, len(batch), settings.max_batch_size, "MAX_BATCH_SIZE")
         for i, sequence in enumerate(batch):
-            refuse(f"{field}[{i}]", token_count(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
+            check_limit(f"{field}[{i}]", token_count(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
     sequence = getattr(request, "sequence", None)
     if sequence is not None:
-        refuse("sequence", token_count(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
+        check_limit("sequence", token_count(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
     for field, limit, setting in (
         ("d_model", settings.max_d_model, "MAX_D_MODEL"),
         ("num_heads", settings.max_num_heads, "MAX_NUM_HEADS"),
@@ -99,7 +122,7 @@ def check_limits(request: Any, settings: Settings) -> None:
     ):
         value = getattr(request, field, None)
         if value is not None:
-            refuse(field, value, limit, setting)
+            check_limit(field, value, limit, setting)
 
 
 def check_cells(

@@ -1,7 +1,7 @@
 """The OpenAPI document, with integer bounds written as integers.
 
 FastAPI passes the schema through its own OpenAPI model, whose ``maximum`` and
-``minimum`` are typed ``float``: an integer bound such as the tutorial's 2**63 - 1 comes
+``minimum`` are typed ``float``: an integer bound such as the seed's 2**63 - 1 comes
 out as 9.223372036854776e+18, which is 2**63, one more than the server accepts, so a
 client generating "valid" requests from the schema would send a seed the server
 refuses. :func:`exact_integer_bounds` puts pydantic's own integer bounds back.

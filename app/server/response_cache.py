@@ -16,6 +16,10 @@ from typing import Final
 
 from cachetools import LRUCache
 
+RESPONSE_CACHE_BYTES: Final = 64 * 2**20
+"""Default bytes of all cached responses (ATTNVIZ_RESPONSE_CACHE_BYTES)."""
+RESPONSE_CACHE_ITEM_BYTES: Final = 2**20
+"""Default bytes of the largest response kept (ATTNVIZ_RESPONSE_CACHE_ITEM_BYTES)."""
 ENTRY_OVERHEAD_BYTES: Final = 256
 """The LRU's own bookkeeping per entry (dict slots, its order list, the tuple)."""
 
@@ -46,7 +50,9 @@ class ResponseCache:
         max_item_bytes: the largest body that is kept.
     """
 
-    def __init__(self, max_bytes: int = 64 * 2**20, max_item_bytes: int = 2**20) -> None:
+    def __init__(
+        self, max_bytes: int = RESPONSE_CACHE_BYTES, max_item_bytes: int = RESPONSE_CACHE_ITEM_BYTES
+    ) -> None:
         self._lock = threading.Lock()
         self.configure(max_bytes, max_item_bytes)
 

@@ -9,7 +9,17 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .limits import MAX_BATCH, MAX_D_MODEL, MAX_LAYERS, MAX_NUM_HEADS, MAX_TOKENS
+from ..attention.module_cache import DEFAULT_CACHE_BYTES
+from .limits import (
+    MAX_BATCH,
+    MAX_BODY_BYTES,
+    MAX_D_MODEL,
+    MAX_LAYERS,
+    MAX_NUM_HEADS,
+    MAX_TOKENS,
+    MAX_WEIGHT_CELLS,
+)
+from .response_cache import RESPONSE_CACHE_BYTES, RESPONSE_CACHE_ITEM_BYTES
 
 
 class Settings(BaseSettings):
@@ -60,17 +70,17 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    max_weight_cells: int = Field(33_554_432, ge=1)
-    model_cache_bytes: int = Field(512 * 1024 * 1024, ge=0)
+    max_weight_cells: int = Field(MAX_WEIGHT_CELLS, ge=1)
+    model_cache_bytes: int = Field(DEFAULT_CACHE_BYTES, ge=0)
     compute_workers: int = Field(2, ge=1, le=64)
-    response_cache_bytes: int = Field(64 * 2**20, ge=0)
-    response_cache_item_bytes: int = Field(2**20, ge=1)
+    response_cache_bytes: int = Field(RESPONSE_CACHE_BYTES, ge=0)
+    response_cache_item_bytes: int = Field(RESPONSE_CACHE_ITEM_BYTES, ge=1)
     max_batch_size: int = Field(MAX_BATCH, ge=1)
     max_seq_len: int = Field(MAX_TOKENS, ge=1)
     max_d_model: int = Field(MAX_D_MODEL, ge=1)
     max_num_heads: int = Field(MAX_NUM_HEADS, ge=1)
     max_layers: int = Field(MAX_LAYERS, ge=1)
-    max_body_bytes: int = Field(4 * 2**20, ge=1024)
+    max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024)
     compute_timeout_s: float = Field(60.0, gt=0)
     torch_threads: int | None = Field(None, ge=1)
     cors_origins: list[str] = Field(default_factory=list)

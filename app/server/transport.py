@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterator
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal
 
 import numpy as np
 import orjson
@@ -20,7 +20,6 @@ import torch
 from fastapi.responses import Response, StreamingResponse
 
 Encoding = Literal["json", "base64_float32", "base64_float16", "base64_float64"]
-ENCODINGS: Final[tuple[str, ...]] = get_args(Encoding)
 _FLOAT_CODES: Final = {
     "base64_float32": ("f4", np.float32),
     "base64_float16": ("f2", np.float16),

@@ -19,7 +19,7 @@ def tutorial_ids(batch: list[list[int]]) -> torch.Tensor:
     return encode_batches({"sequences": batch}, pad_id=0, vocab_size=100)["sequences"].ids
 
 
-def test_seed_batch_padding_causal_zeroes_padded_and_future_keys() -> None:
+def test_tutorial_batch_padding_causal_zeroes_padded_and_future_keys() -> None:
     result = compute_attention(
         TUTORIAL_BATCH, LayerConfig(d_model=8, num_heads=2), mask="padding_causal"
     )
@@ -55,7 +55,7 @@ def test_matches_torch_multihead_attention(mask: str, uses_padding: bool, causal
     torch.testing.assert_close(result.attn_output, ref_output, atol=1e-6, rtol=0)
 
 
-def test_matches_the_seed_code_line_for_line() -> None:
+def test_matches_the_tutorial_code_line_for_line() -> None:
     result = compute_attention(
         TUTORIAL_BATCH, LayerConfig(d_model=8, num_heads=2, seed=7), mask="padding_causal"
     )
@@ -67,7 +67,7 @@ def test_matches_the_seed_code_line_for_line() -> None:
     torch.testing.assert_close(result.attn_output, ref_output, atol=1e-6, rtol=0)
 
 
-def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
+def test_cross_attention_on_the_tutorial_encoder_decoder_batch() -> None:
     result = compute_attention(
         TUTORIAL_BATCH,
         LayerConfig(d_model=8, num_heads=2),
@@ -91,7 +91,7 @@ def test_cross_attention_on_the_seed_encoder_decoder_batch() -> None:
     torch.testing.assert_close(result.attn_output, ref_output, atol=1e-6, rtol=0)
 
 
-def test_cross_attention_without_mask_is_the_seed_section_7_8() -> None:
+def test_cross_attention_without_mask_is_the_tutorial_section_7_8() -> None:
     result = compute_attention(TUTORIAL_BATCH, targets=TUTORIAL_TARGETS, mask="none")
     model = EmbeddedAttention.seeded(100, 8, 2, seed=0)
     ref_weights, _ = tutorial_multihead_attention(

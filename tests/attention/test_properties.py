@@ -140,7 +140,7 @@ def test_same_seed_gives_bit_identical_weights(case: dict[str, Any]) -> None:
 
 
 def test_step_by_step_decoding_equals_one_masked_pass_and_not_without_the_mask() -> None:
-    """Tutorial 002's experiment on a seed sequence, every prefix in turn."""
+    """Tutorial 002's experiment on a tutorial sequence, every prefix in turn."""
     sequence = TUTORIAL_BATCH[2]  # 10 tokens, no padding
     full = compute_attention([sequence], mask="causal")
     for t in range(1, len(sequence)):

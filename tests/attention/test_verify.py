@@ -70,7 +70,7 @@ def test_fully_masked_rows_are_compared_under_the_documented_rule(
         torch.testing.assert_close(rows, torch.full_like(rows, 0.25), atol=0, rtol=0)
 
 
-def test_finite_fill_is_the_seed_code_exactly() -> None:
+def test_finite_fill_is_the_tutorial_code_exactly() -> None:
     # Tutorial 000 uses -1e12, fully-masked rows included: AttnViz gives the same bits.
     sequences = [[0, 0, 0], [4, 0, 9]]
     result = compute_attention(sequences, mask="padding_causal", mask_fill=-1e12)

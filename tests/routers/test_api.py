@@ -31,7 +31,7 @@ def test_healthz(client: TestClient) -> None:
     assert body["torch"] == torch.__version__
 
 
-def test_presets_default_is_the_seed_batch_with_padding_and_causal(client: TestClient) -> None:
+def test_presets_default_is_the_tutorial_batch_with_padding_and_causal(client: TestClient) -> None:
     presets = client.get("/api/v1/presets").json()
     names = [p["name"] for p in presets]
     assert names[0] == "tutorial-padding-causal"

@@ -51,7 +51,7 @@ def test_mask_fill_below_float32_is_422_naming_it_with_the_range(
     assert "[-3.4028235e+38, 0]" in response.json()["detail"][0]["msg"]
 
 
-def test_the_lowest_float32_fill_gives_the_seeds_weights(api: TestClient) -> None:
+def test_the_lowest_float32_fill_gives_the_tutorials_weights(api: TestClient) -> None:
     """At the edge of the range the fill works, and equals the tutorials' -1e9 rule."""
     lowest = float(np.finfo(np.float32).min)
     batch = [[1, 2, 0], [0, 0, 0]]

@@ -13,7 +13,7 @@ from ...attention import compute_attention
 from ...attention.engine import STAGE_NAMES
 from ...attention.summary import block_labels, block_pool
 from ..dependencies import SettingsDep
-from ..errors import engine_errors, field_error
+from ..errors import ERROR_RESPONSES, engine_errors, field_error
 from ..executor import computed, held_while_sent
 from ..limits import check_cells, check_limits
 from ..response_cache import RESPONSES
@@ -28,14 +28,6 @@ from ..transport import (
 )
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
-
-
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"description": "The body is not JSON text (e.g. invalid UTF-8)."},
-    413: {"description": "Over a size limit (ATTNVIZ_MAX_*); `detail[].loc` names the field."},
-    422: {"description": "Invalid input; `detail[].loc` names the field."},
-    503: {"description": "The device ran out of memory, or the compute time budget ran out."},
-}
 
 
 def check_selection(request: AttentionRequest) -> None:

@@ -17,9 +17,9 @@ from ...attention.lessons import (
 )
 from ...attention.transformer import compute_transformer
 from ..dependencies import SettingsDep
-from ..errors import engine_errors
+from ..errors import ERROR_RESPONSES, engine_errors
 from ..executor import computed
-from ..limits import check_cells, check_limits
+from ..limits import MAX_D_MODEL, MAX_NUM_HEADS, check_cells, check_limits
 from ..schemas.lessons import (
     DecodingRequest,
     DecodingResponse,
@@ -34,7 +34,6 @@ from ..schemas.lessons import (
     WeightStatsOut,
 )
 from ..transport import encode_large, respond
-from .attention import ERROR_RESPONSES
 
 router = APIRouter(prefix="/api/v1/lessons", tags=["lessons"])
 
@@ -109,8 +108,10 @@ async def compute_decoding(request: DecodingRequest, settings: SettingsDep) -> D
     summary="Parameters per matrix, for every num_heads",
 )
 def read_parameters(
-    d_model: Annotated[int, Query(ge=1, le=1024, description="Model width.")] = 8,
-    num_heads: Annotated[int, Query(ge=1, le=64, description="Heads; must divide d_model.")] = 2,
+    d_model: Annotated[int, Query(ge=1, le=MAX_D_MODEL, description="Model width.")] = 8,
+    num_heads: Annotated[
+        int, Query(ge=1, le=MAX_NUM_HEADS, description="Heads; must divide d_model.")
+    ] = 2,
 ) -> ParameterTableResponse:
     """Tutorial 001 section 5: W_q, W_k, W_v, W_o and biases, counted from the module.
 

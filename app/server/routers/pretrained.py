@@ -11,7 +11,7 @@ from ...pretrained import MODELS, PretrainedAttentions, PretrainedModel
 from ...pretrained.display import SequenceView, sequence_view
 from ...pretrained.registry import PRETRAINED_EXTRA
 from ..dependencies import SettingsDep
-from ..errors import engine_errors, field_error
+from ..errors import ERROR_RESPONSES, engine_errors, field_error
 from ..executor import computed, held_while_sent
 from ..limits import check_cells, check_limit
 from ..schemas.pretrained import (
@@ -22,7 +22,6 @@ from ..schemas.pretrained import (
 )
 from ..settings import Settings
 from ..transport import encode_large, respond
-from .attention import ERROR_RESPONSES
 
 router = APIRouter(prefix="/api/v1/models", tags=["pretrained models"])
 

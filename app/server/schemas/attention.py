@@ -25,7 +25,6 @@ class AttentionRequest(BatchRequest):
     """One batch to run through seeded multi-head attention."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {

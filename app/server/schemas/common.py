@@ -188,6 +188,14 @@ def _integer_fields(model: type[BaseModel]) -> frozenset[str]:
 _UNIONS: Final = (Union, types.UnionType)
 
 
+DEVICE_FIELD: Final[Any] = Field(
+    "auto",
+    description="auto (CUDA if available, else CPU) | cpu | cuda. cuda on a server "
+    "without a CUDA device is a 422 naming device.",
+)
+"""The ``device`` field of every request that runs a computation."""
+
+
 class StrictRequest(BaseModel):
     """Base of every request body: unknown fields are refused, and nothing is coerced.
 
@@ -245,11 +253,7 @@ class LayerRequest(StrictRequest):
         description="Rows of the embedding table; ids lie in [0, vocab_size) (an id outside "
         "is a 422 naming it).",
     )
-    device: DeviceName = Field(
-        "auto",
-        description="auto (CUDA if available, else CPU) | cpu | cuda. cuda on a server "
-        "without a CUDA device is a 422 naming device.",
-    )
+    device: DeviceName = DEVICE_FIELD
 
     def layer(self) -> LayerConfig:
         """The layer fields as the engine takes them, one typed object."""
@@ -271,7 +275,7 @@ class BatchRequest(LayerRequest):
         max_length=MAX_BATCH,
         description="B source sequences, right-padded with pad_id to the longest (L). "
         "All sequences of a request are ids, or all are words (mixing them is a 422), and "
-        "each has at most 4096 tokens (else 422).",
+        f"each has at most {MAX_TOKENS} tokens (else 422).",
     )
     targets: list[SequenceIn] | None = Field(
         None,

@@ -15,7 +15,16 @@ from ...attention.engine import DtypeName
 from ...attention.tokens import token_count
 from ...attention.transformer import PositionalEncodingName
 from ...attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
-from ..limits import MAX_D_FF, MAX_DECODING_TOKENS, MAX_LAYERS
+from ..limits import (
+    MAX_D_FF,
+    MAX_DECODING_TOKENS,
+    MAX_HISTOGRAM_BINS,
+    MAX_LAYERS,
+    MAX_SCALING_CASES,
+    MAX_SCALING_D_K,
+    MAX_SCALING_LENGTH,
+    MAX_SCALING_SAMPLES,
+)
 from ..transport import Encoding
 from .common import (
     SEED_MAX,
@@ -32,15 +41,19 @@ from .common import (
 class ScalingRequest(StrictRequest):
     """The scaling experiment of tutorial 001 section 7."""
 
-    d_k_values: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+    d_k_values: list[Annotated[int, Field(ge=1, le=MAX_SCALING_D_K)]] = Field(
         default_factory=lambda: [8, 64, 512],
         min_length=1,
-        max_length=8,
+        max_length=MAX_SCALING_CASES,
         description="Head widths to compare.",
     )
-    length: int = Field(16, ge=1, le=128, description="L, queries and keys per sample.")
-    num_samples: int = Field(32, ge=1, le=256, description="Random (Q, K) draws per d_k.")
-    bins: int = Field(20, ge=2, le=100, description="Histogram bins over [0, 1].")
+    length: int = Field(
+        16, ge=1, le=MAX_SCALING_LENGTH, description="L, queries and keys per sample."
+    )
+    num_samples: int = Field(
+        32, ge=1, le=MAX_SCALING_SAMPLES, description="Random (Q, K) draws per d_k."
+    )
+    bins: int = Field(20, ge=2, le=MAX_HISTOGRAM_BINS, description="Histogram bins over [0, 1].")
     seed: int = Field(0, ge=0, le=SEED_MAX)
 
 
@@ -74,12 +87,12 @@ class DecodingRequest(LayerRequest):
     """Tutorial 002 section 3.4: step-by-step decoding vs one (un)masked pass."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={"examples": [{"sequence": "机 器 学 习 真 好 玩"}]},
     )
 
     sequence: DecodingSequenceIn = Field(
-        description="One sequence, ids or words (at most 128 tokens: one forward pass per token)."
+        description=f"One sequence, ids or words (at most {MAX_DECODING_TOKENS} tokens: one "
+        "forward pass per token)."
     )
 
     @field_validator("sequence")
@@ -143,7 +156,6 @@ class TransformerRequest(BatchRequest):
     """A stack of encoder layers (and decoder layers when targets are given)."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {"sequences": json_example(TUTORIAL_BATCH), "num_layers": 2},

@@ -11,9 +11,9 @@ from pydantic import (
 )
 
 from ...attention.engine import DeviceName
-from ..limits import MAX_BATCH, MAX_MODEL_DISPLAY_SIZE, MAX_TEXT_CHARS
+from ..limits import MAX_BATCH, MAX_MODEL_DISPLAY_SIZE, MAX_MODEL_NAME_CHARS, MAX_TEXT_CHARS
 from ..transport import Encoding
-from .common import NONEMPTY_WORDS, EncodedArray, StrictRequest, Tensor4
+from .common import DEVICE_FIELD, NONEMPTY_WORDS, EncodedArray, StrictRequest, Tensor4
 
 TextIn = Annotated[
     str,
@@ -55,7 +55,6 @@ class PretrainedAttentionRequest(StrictRequest):
     """Texts (or sentence pairs) to run through a pretrained encoder."""
 
     model_config = ConfigDict(
-        extra="forbid",
         protected_namespaces=(),
         json_schema_extra={
             "examples": [
@@ -72,7 +71,7 @@ class PretrainedAttentionRequest(StrictRequest):
 
     model: str | None = Field(
         None,
-        max_length=200,
+        max_length=MAX_MODEL_NAME_CHARS,
         description="A name from GET /api/v1/models; default the first. A name the server "
         "has not loaded (or no model at all) is a 422 naming model.",
     )
@@ -88,11 +87,7 @@ class PretrainedAttentionRequest(StrictRequest):
         "[CLS] A [SEP] B [SEP], with segment ids 0 and 1, as BERT takes pairs. One entry "
         "per text (else 422 naming text_pairs).",
     )
-    device: DeviceName = Field(
-        "auto",
-        description="auto (CUDA if available, else CPU) | cpu | cuda. cuda on a server "
-        "without a CUDA device is a 422 naming device.",
-    )
+    device: DeviceName = DEVICE_FIELD
     encoding: Encoding = Field("json", description="As in the attention request.")
     sequence_index: int | None = Field(
         None,
