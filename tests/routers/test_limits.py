@@ -211,3 +211,48 @@ def test_device_out_of_memory_is_503_and_the_server_keeps_serving(
     assert "ran out of memory" in response.json()["detail"][0]["msg"]
     monkeypatch.undo()
     assert client.post(URL, json={"sequences": [[1, 2, 3]], "seed": 99}).status_code == 200
+
+
+def _words(count: int) -> str:
+    return " ".join(f"w{i}" for i in range(count))
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "loc", "count", "limit"),
+    [
+        (URL, {"sequences": [_words(4097)]}, ["body", "sequences", 0], 4097, 4096),
+        (URL, {"sequences": [list(range(4097))]}, ["body", "sequences", 0], 4097, 4096),
+        (
+            URL,
+            {"sequences": ["a b"], "targets": [_words(4097)]},
+            ["body", "targets", 0],
+            4097,
+            4096,
+        ),
+        ("/api/v1/lessons/decoding", {"sequence": _words(129)}, ["body", "sequence"], 129, 128),
+        ("/api/v1/lessons/decoding", {"sequence": [1] * 129}, ["body", "sequence"], 129, 128),
+        (
+            "/api/v1/lessons/transformer",
+            {"sequences": [_words(4097)]},
+            ["body", "sequences", 0],
+            4097,
+            4096,
+        ),
+    ],
+)
+def test_a_sequence_over_the_schema_bound_is_422_naming_it_whether_ids_or_words(
+    client: TestClient, path: str, body: dict[str, Any], loc: list[Any], count: int, limit: int
+) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert [d["loc"] for d in detail] == [loc]
+    assert f"{count} tokens; the limit is {limit}" in detail[0]["msg"]
+
+
+def test_a_sequence_at_the_schema_bound_is_accepted(client: TestClient) -> None:
+    response = client.post(
+        "/api/v1/lessons/decoding", json={"sequence": _words(128), "vocab_size": 200}
+    )
+    assert response.status_code == 200, response.text
+    assert len(response.json()["labels"]) == 128

@@ -18,6 +18,7 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from ..limits import MAX_LAYERS
 from ..middleware import docs_content_security_policy
 from ..presets import DEFAULT_PRESET, PRESETS
 from ..resources import TEMPLATES_DIR
@@ -49,6 +50,7 @@ def read_index(request: Request) -> HTMLResponse:
         {
             "presets": [p.model_dump(mode="json") for p in PRESETS],
             "default_preset": DEFAULT_PRESET.name,
+            "max_layers": MAX_LAYERS,
         },
     )
 

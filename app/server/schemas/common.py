@@ -23,7 +23,6 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     WithJsonSchema,
-    field_validator,
     model_validator,
 )
 
@@ -95,28 +94,28 @@ _IDS: Final = TypeAdapter(list[JsonInt])
 
 
 def _sequence_type(max_tokens: int) -> Any:
-    """The type of one sequence of at most ``max_tokens`` ids (words are counted later).
+    """The type of one sequence of 1 to ``max_tokens`` tokens: ids or words.
 
-    Token ids (a non-empty list of integers) or words (a string with a word in it);
-    every error is one plain message naming the sequence.
+    Token ids (a list of integers) or words (a string split on whitespace); every
+    error is one plain message naming the sequence.
     """
 
     def validate(value: object) -> list[int] | str:
+        if not isinstance(value, str | list):
+            raise ValueError("must be a list of token ids or a string of words")
+        count = token_count(value)
+        if count == 0:
+            kind = "word" if isinstance(value, str) else "token id"
+            raise ValueError(f"the sequence is empty: give at least one {kind}")
+        if count > max_tokens:
+            raise ValueError(f"{count} tokens; the limit is {max_tokens}")
         if isinstance(value, str):
-            if not value.split():
-                raise ValueError("the sequence is empty: give at least one word")
             return value
-        if isinstance(value, list):
-            if not value:
-                raise ValueError("the sequence is empty: give at least one token id")
-            if len(value) > max_tokens:
-                raise ValueError(f"{len(value)} tokens; the limit is {max_tokens}")
-            try:
-                return _IDS.validate_python(value, strict=True)
-            except ValidationError as error:
-                where = error.errors()[0]["loc"][0]
-                raise ValueError(f"token {where} is not an integer id") from None
-        raise ValueError("must be a list of token ids or a string of words")
+        try:
+            return _IDS.validate_python(value, strict=True)
+        except ValidationError as error:
+            where = error.errors()[0]["loc"][0]
+            raise ValueError(f"token {where} is not an integer id") from None
 
     return Annotated[
         list[int] | str,
@@ -287,15 +286,6 @@ class BatchRequest(LayerRequest):
         "same kind, ids or words (else 422 naming targets).",
     )
     dtype: DtypeName = Field("float32", description="Floating-point type of the computation.")
-
-    @field_validator("sequences", "targets")
-    @classmethod
-    def _bounded_lengths(cls, value: list[list[int] | str] | None) -> list[list[int] | str] | None:
-        for i, seq in enumerate(value or []):
-            n = token_count(seq)
-            if n > MAX_TOKENS:
-                raise ValueError(f"sequence {i} has {n} tokens; the limit is {MAX_TOKENS}")
-        return value
 
     def lengths(self) -> tuple[int, int, int]:
         """(B, L_q, L_k): L_k the longest source, L_q the longest target (or L_k)."""

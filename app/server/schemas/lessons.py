@@ -8,11 +8,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    field_validator,
 )
 
 from ...attention.engine import DtypeName
-from ...attention.tokens import token_count
 from ...attention.transformer import PositionalEncodingName
 from ...attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 from ..limits import (
@@ -94,16 +92,6 @@ class DecodingRequest(LayerRequest):
         description=f"One sequence, ids or words (at most {MAX_DECODING_TOKENS} tokens: one "
         "forward pass per token)."
     )
-
-    @field_validator("sequence")
-    @classmethod
-    def _bounded(cls, value: list[int] | str) -> list[int] | str:
-        if token_count(value) > MAX_DECODING_TOKENS:
-            raise ValueError(
-                f"{token_count(value)} tokens; step-by-step decoding takes at most "
-                f"{MAX_DECODING_TOKENS}"
-            )
-        return value
 
 
 class DecodingResponse(BaseModel):
