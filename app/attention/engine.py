@@ -47,6 +47,9 @@ DTYPES: Final[dict[str, torch.dtype]] = {
 }
 """Parameter and activation dtypes; with half precision the softmax runs in float32."""
 
+MAX_NUM_HEADS: Final = 64
+"""The most heads the API's seeded layer takes; the divisors an error suggests stop here."""
+
 FLOAT32_LOWEST: Final = float(torch.finfo(torch.float32).min)
 """-3.4028234663852886e+38: the lowest finite mask_fill the API takes, since the
 scores are masked in float32 for every dtype but float64."""
@@ -253,7 +256,7 @@ def check_widths(d_model: int, num_heads: int) -> None:
         )
 
 
-def head_choices(d_model: int, most: int = 64) -> str:
+def head_choices(d_model: int, most: int = MAX_NUM_HEADS) -> str:
     """The num_heads that divide ``d_model``, up to ``most``, in words: "1, 2, 5 or 10"."""
     divisors = [str(h) for h in range(1, min(d_model, most) + 1) if d_model % h == 0]
     return divisors[0] if len(divisors) == 1 else f"{', '.join(divisors[:-1])} or {divisors[-1]}"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import status
 
+from ..attention.engine import MAX_NUM_HEADS
 from ..attention.tokens import token_count
 from ..attention.transformer import MAX_LAYERS
 from .errors import field_error
@@ -25,8 +26,6 @@ MAX_BATCH: Final = 64
 """The most sequences (or texts) one batch may have."""
 MAX_D_MODEL: Final = 1024
 """The widest seeded layer."""
-MAX_NUM_HEADS: Final = 64
-"""The most heads of a seeded layer."""
 MAX_VOCAB_SIZE: Final = 32768
 """The largest embedding table of a seeded layer."""
 MAX_DECODING_TOKENS: Final = 128

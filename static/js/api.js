@@ -9,6 +9,15 @@
 // Ask the API for its arrays as base64 float32 typed arrays (decoded by fetchJson).
 export const COMPACT = { encoding: "base64_float32" };
 
+// The seeded layer's fields, as the API names them (LayerRequest in the schemas).
+export const LAYER_FIELDS = ["d_model", "num_heads", "seed", "pad_id", "vocab_size", "device"];
+
+// The label of a padding position (the engine's PAD_LABEL).
+export const PAD_LABEL = "<pad>";
+
+// Heatmaps on / are block-pooled by the server to at most this many rows and columns.
+export const DISPLAY_SIZE = 128;
+
 // A validation error's location without "body"/"query": ["body", "texts", 0] -> "texts[0]".
 function formatLoc(loc) {
   return loc

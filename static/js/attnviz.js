@@ -4,9 +4,9 @@ import {
   addPlot, attentionHover, clearPlots, heatmapFigure, maxOf, visibleWeights,
 } from "./heatmap.js";
 import {
-  ATTENTION_LINK_FIELDS, COMPACT, bindDownloads, errorBox, fillIndexSelect, jsonFetcher,
-  nonEmptyLines, onTabClick, openTab, option, parseNumber, readUrlRequest, selectedIndex,
-  viewFromUrl, whileBusy, writeUrlState,
+  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, bindDownloads, errorBox,
+  fillIndexSelect, jsonFetcher, nonEmptyLines, onTabClick, openTab, option, parseNumber,
+  readUrlRequest, selectedIndex, viewFromUrl, whileBusy, writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
 
@@ -15,7 +15,6 @@ const INT_TOKEN = /^-?\d+$/;
 // The heads grid draws at most this many rows and columns per head; larger
 // matrices are block-pooled on the server (block max) and a click on a head
 // fetches it at up to ZOOM_SIZE.
-const DISPLAY_SIZE = 128;
 const ZOOM_SIZE = 1024;
 
 const form = document.getElementById("attn-form");
@@ -50,7 +49,7 @@ function sequenceToLine(seq) {
 function fillForm(request) {
   form.sequences.value = request.sequences.map(sequenceToLine).join("\n");
   form.targets.value = (request.targets || []).map(sequenceToLine).join("\n");
-  for (const name of ["d_model", "num_heads", "seed", "pad_id", "vocab_size", "device"]) {
+  for (const name of LAYER_FIELDS) {
     form[name].value = request[name];
   }
   form.mask_padding.checked = request.mask === "padding" || request.mask === "padding_causal";
@@ -87,7 +86,7 @@ function readRequest() {
     scale: form.scale.checked,
     device: form.device.value,
   };
-  for (const name of ["d_model", "num_heads", "seed", "pad_id", "vocab_size"]) {
+  for (const name of LAYER_FIELDS.filter((field) => field !== "device")) {
     request[name] = parseNumber(form[name].value);
   }
   if (targets.length > 0) {
@@ -293,7 +292,7 @@ async function compute() {
 
 function populateSelectors(data) {
   fillIndexSelect(sequenceSelect, data.key_labels.map((labels, b) => {
-    const preview = labels.filter((t) => t !== "<pad>").slice(0, 6).join(" ");
+    const preview = labels.filter((t) => t !== PAD_LABEL).slice(0, 6).join(" ");
     return `${b}: ${preview}${labels.length > 6 ? " …" : ""}`;
   }));
   fillIndexSelect(headSelect, Array.from({ length: data.shape[1] }, (_, h) => `Head ${h}`));

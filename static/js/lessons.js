@@ -2,14 +2,15 @@
 // ctx = {data, request, sequence, head, fetchJson}: the last /attention response,
 // the request read from the form, the selected sequence and head, and the fetch
 // helper that reports API errors beside the form.
-import { COMPACT, paragraph, parseNumber } from "./api.js";
+import {
+  COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, paragraph, parseNumber,
+} from "./api.js";
 import {
   addPlot, attentionHover, clearPlots, dimensionHover, escapeForPlotly, heatmapFigure, maxOf,
   thumbnailGrid, tokenHover, visibleWeights,
 } from "./heatmap.js";
 
 const ALL_STAGES = ["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"];
-const PAD = "<pad>";
 
 function range(n) {
   return [...Array(n).keys()];
@@ -52,8 +53,7 @@ function oneHead(ctx) {
 }
 
 function layerFields(request) {
-  const { d_model, num_heads, seed, pad_id, vocab_size, device } = request;
-  return { d_model, num_heads, seed, pad_id, vocab_size, device };
+  return Object.fromEntries(LAYER_FIELDS.map((name) => [name, request[name]]));
 }
 
 // A view control's value, trimmed.
@@ -183,7 +183,7 @@ async function renderParameters(body, ctx) {
 async function renderSummary(body, ctx) {
   const data = await ctx.fetchJson("/api/v1/attention", {
     ...ctx.request, include: ["head_mean"], sequence_index: ctx.sequence,
-    display_size: 128, ...COMPACT,
+    display_size: DISPLAY_SIZE, ...COMPACT,
   });
   clearPlots(body);
   if (!data) return;
@@ -264,7 +264,7 @@ async function renderDropout(body, ctx) {
 }
 
 function blockMask(queryLabels, keyLabels, causal) {
-  return queryLabels.map((_, i) => keyLabels.map((key, j) => key !== PAD && (!causal || j <= i)));
+  return queryLabels.map((_, i) => keyLabels.map((key, j) => key !== PAD_LABEL && (!causal || j <= i)));
 }
 
 // One figure of N x H thumbnails; clicking one enlarges it into `enlarged`.
