@@ -31,10 +31,15 @@ from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
 ScaleMode = Literal["divide", "multiply"]
 
 
-def _record(stages: dict[str, torch.Tensor] | None, name: str, tensor: torch.Tensor) -> None:
-    """Keep a copy of ``tensor`` as stage ``name`` when stages are being recorded."""
+def _record(
+    stages: dict[str, torch.Tensor] | None, name: str, tensor: torch.Tensor, *, copy: bool = True
+) -> None:
+    """Keep ``tensor`` as stage ``name`` when stages are recorded.
+
+    A copy, unless ``copy`` is False because nothing writes to the tensor afterwards.
+    """
     if stages is not None:
-        stages[name] = tensor.clone()
+        stages[name] = tensor.clone() if copy else tensor
 
 
 def scaled_dot_product_attention(
@@ -89,7 +94,7 @@ def scaled_dot_product_attention(
     _record(stages, "scaled_scores", scores)
     if mask is not None:
         scores.masked_fill_(~mask, mask_fill)
-    _record(stages, "masked_scores", scores)
+    _record(stages, "masked_scores", scores, copy=False)  # softmax does not write to it
     attn_weights = F.softmax(scores, dim=-1)
     del scores
     if mask is not None and math.isinf(mask_fill):
