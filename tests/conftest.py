@@ -34,6 +34,12 @@ def browser() -> Iterator[object]:
         launched.close()
 
 
+@pytest.fixture
+def pretrained_extra() -> None:
+    """Skip without the pretrained extra; with CI=true (make test installs it) fail."""
+    require_pretrained_extra()
+
+
 @pytest.fixture(scope="session")
 def minilm() -> PretrainedModel:
     """The packaged all-MiniLM-L6-v2, loaded by AttnViz."""

@@ -8,16 +8,9 @@ import httpx2 as httpx
 import pytest
 from attnviz.devtools import live_process
 
-from tests.pretrained.support import require_pretrained_extra
-
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
 SENTENCE = "Attention shows what a trained model looks at, token by token."
-
-
-@pytest.fixture(autouse=True)
-def _needs_the_extra() -> None:
-    require_pretrained_extra()
 
 
 def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]

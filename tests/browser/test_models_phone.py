@@ -10,20 +10,14 @@ import pytest
 
 from tests.browser.test_models_page import redraw, type_and_compute, wait_drawn
 from tests.browser.test_page_fixes import new_page
-from tests.pretrained.support import require_pretrained_extra
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
 WIDTH, HEIGHT = 390, 844
 VIEWS = ["model", "layer", "averages"]
 # Long enough that the sentence picker's option (40 characters and "…") is the widest
 # control of the page.
 SENTENCE = "On a phone the attention maps of every tab fit the screen, and nothing jumps."
-
-
-@pytest.fixture(autouse=True)
-def _needs_the_extra() -> None:
-    require_pretrained_extra()
 
 
 def phone(browser, url: str):  # type: ignore[no-untyped-def]

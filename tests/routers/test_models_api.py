@@ -1,6 +1,5 @@
 """GET /api/v1/models and POST /api/v1/models/attention."""
 
-import base64
 import json
 from typing import Any
 
@@ -12,19 +11,15 @@ from attnviz.server.main import create_app
 from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
 
-from tests.pretrained.support import require_pretrained_extra
+from tests.routers.support import decode as decode_array
+
+pytestmark = pytest.mark.usefixtures("pretrained_extra")
 
 URL = "/api/v1/models/attention"
 
 
-@pytest.fixture(autouse=True)
-def _needs_the_extra() -> None:
-    require_pretrained_extra()
-
-
 def decode(spec: dict[str, Any]) -> np.ndarray:
-    assert spec["dtype"] == "f4"
-    return np.frombuffer(base64.b64decode(spec["bdata"]), dtype="<f4").reshape(spec["shape"])
+    return decode_array(spec, expect="f4")
 
 
 def test_models_lists_the_packaged_minilm(client: TestClient) -> None:

@@ -1,6 +1,5 @@
 """Compact encodings, display downsampling and selection of the attention API."""
 
-import base64
 from typing import Any
 
 import numpy as np
@@ -12,12 +11,9 @@ from attnviz.server.schemas import AttentionResponse, TransformerResponse
 from fastapi.testclient import TestClient
 from torch.nn import functional as F  # noqa: N812
 
+from tests.routers.support import decode
+
 URL = "/api/v1/attention"
-
-
-def decode(spec: dict[str, Any]) -> np.ndarray:
-    dtype = {"f4": "<f4", "f2": "<f2", "u1": "u1"}[spec["dtype"]]
-    return np.frombuffer(base64.b64decode(spec["bdata"]), dtype=dtype).reshape(spec["shape"])
 
 
 def post(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
