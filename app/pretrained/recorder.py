@@ -1,0 +1,213 @@
+"""Record what every attention layer of a transformers model receives; any head's weights later.
+
+``output_attentions`` materialises every layer's and head's weights at once: N * H * L**2
+numbers (30 layers x 9 heads x 4096**2 float32 is 18 GB for SmolLM2 at 4096 tokens).
+Instead, AttnViz registers its own function with transformers' ``AttentionInterface``
+(https://huggingface.co/docs/transformers/attention_interface). Each attention call
+keeps what it was given, the query and key states (after rotary embeddings), the mask
+the model built, the scaling and the other keyword arguments (a sliding window, a
+softcap), and computes the layer's output with PyTorch's scaled_dot_product_attention,
+as the "sdpa" implementation does. The weights of one head are computed afterwards, on
+demand, by the model's *own* eager attention function on that head's slice, so what is
+drawn is what the model's eager path computes. Memory grows as N * L * d, not N * H * L**2.
+
+Grouped-query attention (Llama, Mistral, Qwen2, SmolLM2): H query heads share
+H_kv key/value heads, query head h reading key/value head h // (H // H_kv)
+(transformers' ``repeat_kv``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import torch
+from torch import nn
+
+RECORDER: Final = "attnviz_recorder"
+"""The name AttnViz's attention function is registered under (``attn_implementation``)."""
+
+EagerAttention = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What one attention layer received in one forward pass.
+
+    Attributes:
+        module: the model's attention module (its class says which eager function to use).
+        query: (B, H, L_q, d_k) query states, after rotary embeddings where the model has them.
+        key: (B, H_kv, L_k, d_k) key states (H_kv = H without grouped-query attention).
+        attention_mask: the mask the model built, as given: (B, 1, L_q, L_k) additive
+            float (0 to attend, the dtype's lowest to mask), or None.
+        scaling: the factor the scores are multiplied by (usually d_k**-0.5), or None for
+            the function's default.
+        kwargs: the other keyword arguments of the call (``sliding_window``, ``softcap``, ...).
+    """
+
+    module: nn.Module
+    query: torch.Tensor
+    key: torch.Tensor
+    attention_mask: torch.Tensor | None
+    scaling: float | None
+    kwargs: dict[str, Any]
+
+    @property
+    def num_heads(self) -> int:
+        """H, the query heads."""
+        return int(self.query.shape[1])
+
+    @property
+    def num_key_value_heads(self) -> int:
+        """H_kv, the key/value heads the query heads share."""
+        return int(self.key.shape[1])
+
+    def key_value_head(self, head: int) -> int:
+        """The key/value head that query head ``head`` reads (transformers' ``repeat_kv``)."""
+        return head // (self.num_heads // self.num_key_value_heads)
+
+
+@dataclass
+class AttentionRecording:
+    """The attention calls of the forward passes run inside :func:`record_attention`.
+
+    Attributes:
+        calls: one :class:`AttentionCall` per attention layer and forward pass, in the
+            order the model ran them (layer 0 first).
+    """
+
+    calls: list[AttentionCall] = field(default_factory=list)
+
+    def head_weights(self, layer: int, head: int) -> torch.Tensor:
+        """Softmax weights of one head, computed by the model's own eager attention.
+
+        Args:
+            layer: index into :attr:`calls`.
+            head: query head, 0 <= head < H.
+
+        Returns:
+            (B, L_q, L_k) float32 on the CPU; rows sum to 1 (masked keys 0), as the
+            model's ``output_attentions`` with ``attn_implementation="eager"``.
+
+        Raises:
+            IndexError: no such layer or head.
+        """
+        call = self.calls[layer]
+        if not 0 <= head < call.num_heads:
+            raise IndexError(f"head {head} is not in 0..{call.num_heads - 1}")
+        kv = call.key_value_head(head)
+        query = call.query[:, head : head + 1]
+        key = call.key[:, kv : kv + 1]
+        # The eager function repeats the one key/value head num_key_value_groups times
+        # (repeat_kv); with one query head the copies broadcast to identical rows.
+        with torch.inference_mode():
+            _, weights = _eager_attention(call.module)(
+                call.module,
+                query,
+                key,
+                key,
+                call.attention_mask,
+                scaling=call.scaling,
+                dropout=0.0,
+                **call.kwargs,
+            )
+        if weights is None:
+            raise RuntimeError(f"{type(call.module).__name__}'s eager attention gave no weights")
+        return weights[:, 0].float().cpu()
+
+    def layer_weights(self, layer: int) -> torch.Tensor:
+        """Every head of one layer: (B, H, L_q, L_k) float32, as :meth:`head_weights`."""
+        heads = range(self.calls[layer].num_heads)
+        return torch.stack([self.head_weights(layer, head) for head in heads], dim=1)
+
+
+_active: ContextVar[AttentionRecording | None] = ContextVar("attnviz_recording", default=None)
+
+
+def _eager_attention(module: nn.Module) -> EagerAttention:
+    """The ``eager_attention_forward`` of the modeling file that defines ``module``."""
+    modeling = importlib.import_module(type(module).__module__)
+    function = getattr(modeling, "eager_attention_forward", None)
+    if function is None:
+        raise TypeError(
+            f"{type(module).__name__} ({modeling.__name__}) has no eager_attention_forward: "
+            "its weights cannot be recomputed"
+        )
+    return function  # type: ignore[no-any-return]
+
+
+def recording_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The registered attention function: keep the call's inputs, then run SDPA.
+
+    Shapes as transformers passes them: query (B, H, L_q, d_k), key and value
+    (B, H_kv, L_k, d_k). Outside :func:`record_attention` nothing is kept.
+
+    Returns:
+        attn_output (B, L_q, H, d_k), as transformers' ``sdpa_attention_forward``, and
+        no weights.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    recording = _active.get()
+    if recording is not None:
+        recording.calls.append(
+            AttentionCall(
+                module=module,
+                query=query.detach(),
+                key=key.detach(),
+                attention_mask=None if attention_mask is None else attention_mask.detach(),
+                scaling=scaling,
+                kwargs=dict(kwargs),
+            )
+        )
+    output, _ = sdpa_attention_forward(
+        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+    )
+    return output, None
+
+
+def use_recorder(model: nn.Module) -> None:
+    """Make ``model`` call :func:`recording_attention` in every attention layer.
+
+    Registers the function (and transformers' eager mask builder, so that every layer
+    gets an explicit (B, 1, L_q, L_k) mask rather than SDPA's implicit causal flag) under
+    :data:`RECORDER`, then sets the model's ``attn_implementation`` to it.
+
+    Raises:
+        ValueError: transformers' own, when the model's class does not support the
+            attention interface.
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(RECORDER, recording_attention)
+    AttentionMaskInterface.register(RECORDER, eager_mask)
+    model.set_attn_implementation(RECORDER)  # type: ignore[operator]
+
+
+@contextmanager
+def record_attention() -> Iterator[AttentionRecording]:
+    """Keep the attention calls of the forward passes run inside the block.
+
+    The recording is context-local (a ContextVar): forward passes in other threads or
+    tasks are not mixed in. The model must have gone through :func:`use_recorder`.
+    """
+    recording = AttentionRecording()
+    token = _active.set(recording)
+    try:
+        yield recording
+    finally:
+        _active.reset(token)

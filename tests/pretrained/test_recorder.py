@@ -1,0 +1,166 @@
+"""The attention recorder against transformers' own output_attentions (eager attention).
+
+Tiny models are built from configs at test time (random weights, nothing downloaded):
+a decoder with grouped-query attention, GPT-2, one with a sliding window, and a BERT
+encoder; padded batches included.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from attnviz.pretrained.recorder import record_attention, use_recorder
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 96
+
+
+def llama() -> Any:
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=48,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        num_key_value_heads=2,  # 3 query heads share each key/value head
+        max_position_embeddings=64,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def gpt2() -> Any:
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64
+    )
+    return transformers.GPT2LMHeadModel(config)
+
+
+def mistral() -> Any:
+    config = transformers.MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        sliding_window=4,  # shorter than the inputs: old keys drop out of the window
+    )
+    return transformers.MistralForCausalLM(config)
+
+
+def bert() -> Any:
+    config = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    )
+    return transformers.BertModel(config)
+
+
+BUILDERS: dict[str, Callable[[], Any]] = {
+    "llama-gqa": llama,
+    "gpt2": gpt2,
+    "mistral-sliding-window": mistral,
+    "bert": bert,
+}
+
+
+def batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two inputs of 11 and 7 tokens, the second right-padded."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, VOCAB, (2, 11), generator=generator)
+    attention_mask = torch.ones(2, 11, dtype=torch.long)
+    attention_mask[1, 7:] = 0
+    return input_ids, attention_mask
+
+
+def built(name: str, implementation: str) -> Any:
+    torch.manual_seed(0)
+    model = BUILDERS[name]()
+    model.set_attn_implementation(implementation)
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_every_head_equals_output_attentions_of_eager_attention(name: str) -> None:
+    input_ids, attention_mask = batch(1)
+    reference = built(name, "eager")
+    with torch.inference_mode():
+        expected = reference(input_ids, attention_mask=attention_mask, output_attentions=True)
+    model = built(name, "eager")
+    use_recorder(model)
+    with torch.inference_mode(), record_attention() as recording:
+        output = model(input_ids, attention_mask=attention_mask)
+    assert len(recording.calls) == len(expected.attentions)
+    for layer, weights in enumerate(expected.attentions):  # (B, H, L, L)
+        recorded = recording.layer_weights(layer)
+        assert recorded.shape == weights.shape
+        real = attention_mask.bool()
+        # Padded queries' rows are whatever each implementation makes of them; compare
+        # every real query row over all keys.
+        torch.testing.assert_close(
+            recorded.permute(0, 2, 1, 3)[real], weights.permute(0, 2, 1, 3)[real], atol=1e-5, rtol=0
+        )
+    # The recorded model's own output is the SDPA output: the same to float rounding.
+    first = output.logits if hasattr(output, "logits") else output.last_hidden_state
+    reference_out = expected.logits if hasattr(expected, "logits") else expected.last_hidden_state
+    real = attention_mask.bool()
+    torch.testing.assert_close(first[real], reference_out[real], atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_query_heads_read_their_shared_key_value_head() -> None:
+    model = built("llama-gqa", "eager")
+    use_recorder(model)
+    input_ids, attention_mask = batch(2)
+    with torch.inference_mode(), record_attention() as recording:
+        model(input_ids, attention_mask=attention_mask)
+    call = recording.calls[0]
+    assert (call.num_heads, call.num_key_value_heads) == (6, 2)
+    assert [call.key_value_head(h) for h in range(6)] == [0, 0, 0, 1, 1, 1]
+    # Heads sharing keys still differ (their queries do).
+    assert not torch.equal(recording.head_weights(0, 0), recording.head_weights(0, 1))
+
+
+def test_sliding_window_masks_keys_outside_the_window() -> None:
+    model = built("mistral-sliding-window", "eager")
+    use_recorder(model)
+    input_ids = batch(3)[0][:1]
+    with torch.inference_mode(), record_attention() as recording:
+        model(input_ids)
+    weights = recording.head_weights(1, 2)[0]  # (L, L)
+    rows, cols = torch.meshgrid(torch.arange(11), torch.arange(11), indexing="ij")
+    outside = (cols > rows) | (rows - cols >= 4)
+    assert torch.all(weights[outside] == 0)
+    torch.testing.assert_close(weights.sum(dim=-1), torch.ones(11))
+
+
+def test_nothing_is_kept_outside_a_recording_and_recordings_do_not_mix() -> None:
+    model = built("gpt2", "eager")
+    use_recorder(model)
+    input_ids, attention_mask = batch(4)
+    with torch.inference_mode():
+        model(input_ids, attention_mask=attention_mask)  # not recorded
+        with record_attention() as first:
+            model(input_ids[:1])
+        with record_attention() as second:
+            model(input_ids, attention_mask=attention_mask)
+    assert len(first.calls) == len(second.calls) == 2
+    assert first.calls[0].query.shape[0] == 1
+    assert second.calls[0].query.shape[0] == 2
+
+
+def test_a_head_outside_the_layer_is_refused() -> None:
+    model = built("gpt2", "eager")
+    use_recorder(model)
+    with torch.inference_mode(), record_attention() as recording:
+        model(batch(5)[0])
+    with pytest.raises(IndexError, match="head 4"):
+        recording.head_weights(0, 4)
+    with pytest.raises(IndexError):
+        recording.head_weights(2, 0)
