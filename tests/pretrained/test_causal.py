@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from attnviz.pretrained.bert import ModelFormatError
-from attnviz.pretrained.causal import CausalModel, load_gguf, packaged_decoder
+from attnviz.pretrained.causal import CausalModel, load_causal_dir, load_gguf, packaged_decoder
 from attnviz.pretrained.recorder import use_recorder
 
 NAME = "SmolLM2-135M-Instruct"
@@ -150,3 +150,60 @@ def test_a_file_that_is_not_gguf_is_refused_with_its_name(tmp_path: Path) -> Non
         load_gguf("bogus", bogus, tmp_path / "cache")
     with pytest.raises(ModelFormatError, match="no such GGUF file"):
         load_gguf("missing", tmp_path / "missing.gguf", tmp_path / "cache")
+
+
+def tiny_folder(folder: Path, family: str) -> Path:
+    """A tiny random decoder saved as a Hugging Face folder, with a word-level tokenizer."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<unk>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")
+    torch.manual_seed(0)
+    if family == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=len(words),
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+        model = transformers.LlamaForCausalLM(config)
+    else:
+        config = transformers.GPT2Config(vocab_size=len(words), n_embd=32, n_layer=2, n_head=4)
+        model = transformers.GPT2LMHeadModel(config)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_local_decoder_folder_loads_and_its_heads_equal_output_attentions(
+    tmp_path: Path, family: str
+) -> None:
+    folder = tiny_folder(tmp_path / family, family)
+    decoder = load_causal_dir(family, folder)
+    assert decoder.source == str(folder)
+    input_ids = decoder.encode("the cat sat on the mat")
+    assert decoder.tokenizer.convert_ids_to_tokens(input_ids[0].tolist()) == [
+        "the", "cat", "sat", "on", "the", "mat",
+    ]  # fmt: skip
+    result = decoder.attention(input_ids)
+    decoder.model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        expected = decoder.model(input_ids, output_attentions=True)
+    for layer in range(2):
+        torch.testing.assert_close(
+            result.recording.layer_weights(layer), expected.attentions[layer], atol=1e-5, rtol=0
+        )
+    with pytest.raises(ModelFormatError, match="has no chat template"):
+        decoder.encode("the cat", chat=True)
+
+
+def test_a_folder_without_a_model_is_refused_with_its_path(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelFormatError, match="cannot load it"):
+        load_causal_dir("empty", tmp_path)
