@@ -66,9 +66,14 @@ class AttentionCall:
         """H_kv, the key/value heads the query heads share."""
         return int(self.key.shape[1])
 
+    @property
+    def group_size(self) -> int:
+        """How many query heads share each key/value head (H // H_kv)."""
+        return self.num_heads // self.num_key_value_heads
+
     def key_value_head(self, head: int) -> int:
         """The key/value head that query head ``head`` reads (transformers' ``repeat_kv``)."""
-        return head // (self.num_heads // self.num_key_value_heads)
+        return head // self.group_size
 
 
 @dataclass
@@ -99,17 +104,35 @@ class AttentionRecording:
         call = self.calls[layer]
         if not 0 <= head < call.num_heads:
             raise IndexError(f"head {head} is not in 0..{call.num_heads - 1}")
-        kv = call.key_value_head(head)
-        query = call.query[:, head : head + 1]
-        key = call.key[:, kv : kv + 1]
-        # The eager function repeats the one key/value head num_key_value_groups times
-        # (repeat_kv); with one query head the copies broadcast to identical rows.
+        return self.group_weights(layer, call.key_value_head(head))[:, head % call.group_size]
+
+    def group_weights(self, layer: int, key_value_head: int) -> torch.Tensor:
+        """The weights of the query heads that share one key/value head.
+
+        The model's eager attention runs on that group's slice: its query heads and
+        their one key/value head, which the function repeats for them (``repeat_kv``),
+        so each head's weights are computed once.
+
+        Returns:
+            (B, H // H_kv, L_q, L_k) float32 on the CPU.
+
+        Raises:
+            IndexError: no such layer or key/value head.
+        """
+        call = self.calls[layer]
+        if not 0 <= key_value_head < call.num_key_value_heads:
+            raise IndexError(
+                f"key/value head {key_value_head} is not in 0..{call.num_key_value_heads - 1}"
+            )
+        first = key_value_head * call.group_size
+        query = call.query[:, first : first + call.group_size]
+        key = call.key[:, key_value_head : key_value_head + 1]
         with torch.inference_mode():
             _, weights = _eager_attention(call.module)(
                 call.module,
                 query,
                 key,
-                key,
+                key,  # the values only feed the output, which is not used
                 call.attention_mask,
                 scaling=call.scaling,
                 dropout=0.0,
@@ -117,12 +140,12 @@ class AttentionRecording:
             )
         if weights is None:
             raise RuntimeError(f"{type(call.module).__name__}'s eager attention gave no weights")
-        return weights[:, 0].float().cpu()
+        return weights.float().cpu()
 
     def layer_weights(self, layer: int) -> torch.Tensor:
         """Every head of one layer: (B, H, L_q, L_k) float32, as :meth:`head_weights`."""
-        heads = range(self.calls[layer].num_heads)
-        return torch.stack([self.head_weights(layer, head) for head in heads], dim=1)
+        groups = range(self.calls[layer].num_key_value_heads)
+        return torch.cat([self.group_weights(layer, kv) for kv in groups], dim=1)
 
 
 _active: ContextVar[AttentionRecording | None] = ContextVar("attnviz_recording", default=None)
