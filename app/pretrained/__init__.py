@@ -1,30 +1,43 @@
-"""Pretrained BERT-family encoders: real text in, every layer's and head's attention out.
+"""Pretrained transformers models: real text in, any layer's and head's attention out.
 
-Needs the ``pretrained`` extra (``tokenizers``, ``safetensors`` and the packaged
-all-MiniLM-L6-v2); without it :data:`MODELS` stays empty and the API says how to
-install it. Shapes: N layers, B inputs, H heads, L tokens (padded), as in
-:mod:`attnviz.attention`.
+transformers is the runtime for every family (encoders, decoders, encoder-decoders):
+:mod:`.loading` loads a local directory or GGUF file, :mod:`.model` runs it while
+:mod:`.recorder` keeps each attention call, and any head's weights are computed on
+demand by the model's own eager attention. Needs the ``pretrained`` extra; without it
+:data:`MODELS` stays empty and the API says how to install it. Shapes: N layers, B
+inputs, H heads, L tokens (padded), as in :mod:`attnviz.attention`.
 """
 
-from .bert import BertConfig, BertEncoder, ModelFormatError, attention_rollout
-from .registry import (
-    MODELS,
-    ModelRegistry,
+from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, load_model, load_model_dir
+from .model import (
+    BLOCKS,
+    Block,
+    Family,
+    Generation,
+    ModelFormatError,
     PretrainedAttentions,
     PretrainedModel,
     TokenizedBatch,
-    load_model_dir,
+    attention_rollout,
 )
+from .registry import MODELS, ModelEntry, ModelNotReady, ModelRegistry
 
 __all__ = [
+    "BLOCKS",
     "MODELS",
-    "BertConfig",
-    "BertEncoder",
+    "PACKAGED_MODELS",
+    "PRETRAINED_EXTRA",
+    "Block",
+    "Family",
+    "Generation",
+    "ModelEntry",
     "ModelFormatError",
+    "ModelNotReady",
     "ModelRegistry",
     "PretrainedAttentions",
     "PretrainedModel",
     "TokenizedBatch",
     "attention_rollout",
+    "load_model",
     "load_model_dir",
 ]

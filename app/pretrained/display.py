@@ -1,141 +1,261 @@
-"""One input's attention maps as the page shows them: special tokens hidden, one layer, pooled.
+"""One input's attention maps as the page shows them, computed one layer at a time.
 
-The page works on one input at a time. It runs alone (no [PAD]), so every map is
-L x L over its real tokens. Three display choices, all optional:
+The page works on one input at a time. It runs alone (no padding), so every map is
+L_q x L_k over its real tokens. The maps are computed layer by layer from the
+recording (:class:`.model.PretrainedAttentions`), so memory holds one layer's
+H x L_q x L_k weights at a time, plus what is kept. The display choices, all optional:
 
-* hide the special tokens ([CLS], [SEP]): their rows and columns are removed and
-  every remaining row is divided by its sum, so it sums to 1 again (BertViz does the
-  same). The head and layer means are then means of these renormalised maps; rollout
-  is computed with every token (as Abnar & Zuidema define it) and then renormalised
-  the same way. ``special_share`` says how much of each row the hidden tokens took.
-* one layer only (``layer_index``).
+* hide the special tokens ([CLS], [SEP], <|im_start|>, BOS, ...): their rows and
+  columns are removed and every remaining row is divided by its sum, so it sums to 1
+  again (BertViz does the same). The head and layer means are then means of these
+  renormalised maps; rollout is computed with every token (as Abnar & Zuidema define
+  it) and then renormalised the same way. ``special_share`` says how much of each row
+  the hidden tokens took.
+* one layer only (``layer_index``), and one head of it (``head_index``).
 * block-max pooling of the layers x heads maps to at most ``display_size`` per side,
-  for thumbnails of long inputs (:func:`attnviz.attention.summary.block_pool`).
+  for thumbnails of long inputs (:func:`attnviz.attention.summary.block_pool`). The
+  layer mean and rollout are pooled only beyond :data:`MAX_AVERAGE_SIZE` per side.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 import torch
 
 from ..attention.errors import AttentionInputError
 from ..attention.summary import block_pool
-from .registry import PretrainedAttentions
+from .model import Block, PretrainedAttentions, TokenizedBatch, rollout_step
+
+MAX_AVERAGE_SIZE: Final = 512
+"""Layer means and rollouts longer than this per side are block-max pooled to it."""
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """How a map was pooled for display: tokens per row and per column of a block.
+
+    Attributes:
+        factor: query tokens per displayed row.
+        key_factor: key tokens per displayed column.
+    """
+
+    factor: int
+    key_factor: int
+
+    @property
+    def pooled(self) -> bool:
+        """Whether any side was pooled."""
+        return self.factor > 1 or self.key_factor > 1
 
 
 @dataclass(frozen=True)
 class SequenceView:
-    """One input's maps, ready to draw; L' tokens after hiding, P <= L' after pooling.
+    """One input's maps of one block, ready to draw; L_q' x L_k' tokens after hiding.
 
     Attributes:
-        tokens: the L' tokens shown.
-        input_ids: their ids.
+        tokens: the L_q' query tokens shown.
+        key_tokens: the L_k' key tokens shown (the same as ``tokens`` but for cross attention).
+        input_ids: the query tokens' ids.
         token_type_ids: their segments (0 = A, 1 = B).
-        special_tokens_mask: True for [CLS] / [SEP] (none when hidden).
-        attentions: (N', H, P, P) float32; N' is 1 with a layer_index.
-        head_mean: (N', P, P) the mean over heads.
-        layer_mean: (L', L') the mean over every layer and head, never pooled.
-        rollout: (L', L') attention rollout, never pooled.
-        hidden_special_tokens: whether [CLS] / [SEP] were removed.
+        special_tokens_mask: True for the query tokens that are special (none when hidden).
+        attentions: (N', H', P_q, P_k) float32; N' is 1 with a layer_index, H' 1 with a
+            head_index; P <= L' after pooling.
+        head_mean: (N', P_q, P_k) the mean over heads.
+        layer_mean: (A_q, A_k) the mean over every layer and head (A <= MAX_AVERAGE_SIZE).
+        rollout: (A_q, A_k) attention rollout, or None for cross attention (not square).
+        hidden_special_tokens: whether the special tokens were removed.
         special_share: with hidden tokens, the mean share of a shown row that went to
             them (over layers, heads and shown rows), else None.
-        factor: tokens per pooled block (1 when not pooled).
+        pooling: how ``attentions`` and ``head_mean`` were pooled.
+        average_pooling: how ``layer_mean`` and ``rollout`` were pooled.
     """
 
     tokens: list[str]
+    key_tokens: list[str]
     input_ids: list[int]
     token_type_ids: list[int]
     special_tokens_mask: list[bool]
     attentions: torch.Tensor
     head_mean: torch.Tensor
     layer_mean: torch.Tensor
-    rollout: torch.Tensor
+    rollout: torch.Tensor | None
     hidden_special_tokens: bool
     special_share: float | None
-    factor: int
+    pooling: Pooling
+    average_pooling: Pooling
 
 
-def renormalised(maps: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """The rows and columns of ``keep`` of (..., L, L) maps, each row divided by its sum.
+def renormalised(
+    maps: torch.Tensor, keep: torch.Tensor, keep_keys: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rows ``keep`` and columns ``keep_keys`` of (..., L_q, L_k) maps, rows divided by their sum.
 
-    A row whose kept entries are all 0 stays 0.
+    ``keep_keys`` defaults to ``keep`` (square maps). A row whose kept entries are all
+    0 stays 0.
     """
-    kept = maps[..., keep, :][..., keep]
+    kept = maps[..., keep, :][..., keep if keep_keys is None else keep_keys]
     total = kept.sum(dim=-1, keepdim=True)
     return torch.where(total > 0, kept / total.clamp_min(1e-30), kept)
+
+
+def pooled(maps: torch.Tensor, size: int | None) -> tuple[torch.Tensor, Pooling]:
+    """(..., L_q, L_k) maps block-max pooled to at most ``size`` per side (None: as they are)."""
+    if size is None:
+        return maps, Pooling(1, 1)
+    lead, (len_q, len_k) = maps.shape[:-2], maps.shape[-2:]
+    flat = maps.reshape(1, -1, len_q, len_k)
+    full = torch.ones(1, len_q, len_k, dtype=torch.bool)
+    result, _, factor_q, factor_k = block_pool(flat, full, size, "max")
+    return result.reshape(*lead, *result.shape[-2:]), Pooling(factor_q, factor_k)
+
+
+def _shown(
+    batch: TokenizedBatch, keep: torch.Tensor | None
+) -> tuple[list[str], list[int], list[int], list[bool]]:
+    tokens, ids = batch.tokens[0], batch.input_ids[0].tolist()
+    types, special = batch.token_type_ids[0].tolist(), batch.special_tokens_mask[0].tolist()
+    if keep is None:
+        return tokens, ids, types, special
+    positions = keep.nonzero().flatten().tolist()
+    return (
+        [tokens[i] for i in positions],
+        [ids[i] for i in positions],
+        [types[i] for i in positions],
+        [special[i] for i in positions],
+    )
 
 
 def sequence_view(
     result: PretrainedAttentions,
     *,
+    block: Block | None = None,
     hide_special_tokens: bool = False,
     layer_index: int | None = None,
+    head_index: int | None = None,
     display_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> SequenceView:
     """Apply the display choices of the module docstring to a one-input result.
 
     Args:
-        result: :meth:`attnviz.pretrained.registry.PretrainedModel.attention` of one input
-            (B = 1, no padding).
-        hide_special_tokens: remove [CLS] / [SEP] and renormalise rows.
+        result: :meth:`attnviz.pretrained.model.PretrainedModel.run` of one input (B = 1,
+            no padding).
+        block: the attention block (default the first of the model's family).
+        hide_special_tokens: remove the special tokens and renormalise rows.
         layer_index: keep this layer's attentions and head mean only.
+        head_index: with ``layer_index``, keep this head's attentions only.
         display_size: pool attentions and head means to at most this many rows and
             columns (block max).
+        progress: called with each layer's index once it is computed.
 
     Raises:
-        AttentionInputError: (field ``layer_index``) a layer the model does not have,
-            or (``hide_special_tokens``) an input made only of special tokens.
+        AttentionInputError: (field ``layer_index`` / ``head_index`` / ``block``) a
+            layer, head or block the model does not have, or (``hide_special_tokens``)
+            an input made only of special tokens.
         ValueError: ``result`` holds more than one input.
     """
-    if result.attentions.shape[1] != 1:
+    if result.batch.input_ids.shape[0] != 1:
         raise ValueError("sequence_view takes the result of one input")
-    num_layers = result.attentions.shape[0]
+    block = block or result.first_block
+    num_layers = result.num_layers(block)
     if layer_index is not None and not 0 <= layer_index < num_layers:
         raise AttentionInputError("layer_index", f"{layer_index} is not below {num_layers}")
-    batch = result.batch
-    attentions = result.attentions[:, 0]  # (N, H, L, L)
-    rollout = result.rollout[0]
-    special = batch.special_tokens_mask[0]
-    tokens, ids, types = (
-        batch.tokens[0],
-        batch.input_ids[0].tolist(),
-        batch.token_type_ids[0].tolist(),
-    )
-    share = None
+    queries, keys = result.queries(block), result.keys(block)
+    keep_q = keep_k = None
     if hide_special_tokens:
-        keep = ~special
-        if not keep.any():
+        keep_q, keep_k = ~queries.special_tokens_mask[0], ~keys.special_tokens_mask[0]
+        if not keep_q.any() or not keep_k.any():
             raise AttentionInputError("hide_special_tokens", "the input has only special tokens")
-        share = float(attentions[..., keep, :][..., special].sum(dim=-1).mean())
-        attentions = renormalised(attentions, keep)
-        rollout = renormalised(rollout, keep)
-        positions = keep.nonzero().flatten().tolist()
-        tokens = [tokens[i] for i in positions]
-        ids = [ids[i] for i in positions]
-        types = [types[i] for i in positions]
-        special = special[keep]
-    head_mean = attentions.mean(dim=1)  # (N, L', L')
-    layer_mean = head_mean.mean(dim=0)
-    if layer_index is not None:
-        attentions = attentions[layer_index : layer_index + 1]
-        head_mean = head_mean[layer_index : layer_index + 1]
-    factor = 1
-    if display_size is not None:
-        length = attentions.shape[-1]
-        full = torch.ones(attentions.shape[0], length, length, dtype=torch.bool)
-        attentions, _, factor, _ = block_pool(attentions, full, display_size, "max")
-        head_mean = block_pool(head_mean[:, None], full, display_size, "max")[0][:, 0]
+    square = block != "cross"
+    kept_maps: list[torch.Tensor] = []
+    kept_means: list[torch.Tensor] = []
+    layer_sum: torch.Tensor | None = None
+    rollout: torch.Tensor | None = None
+    share_sum, share_count = 0.0, 0
+    pooling = Pooling(1, 1)
+    for layer in range(num_layers):
+        weights = result.layer_weights(block, layer)[0]  # (H, L_q, L_k)
+        if head_index is not None and not 0 <= head_index < weights.shape[0]:
+            raise AttentionInputError("head_index", f"{head_index} is not below {weights.shape[0]}")
+        if square:
+            rollout = rollout_step(rollout, weights.mean(dim=0))
+        if keep_q is not None and keep_k is not None:
+            hidden = weights[:, keep_q][..., ~keep_k].sum(dim=-1)
+            share_sum, share_count = share_sum + float(hidden.sum()), share_count + hidden.numel()
+            weights = renormalised(weights, keep_q, keep_k)
+        mean = weights.mean(dim=0)
+        layer_sum = mean if layer_sum is None else layer_sum + mean
+        if layer_index is None or layer == layer_index:
+            if head_index is not None:
+                weights = weights[head_index : head_index + 1]
+            maps, pooling = pooled(weights, display_size)
+            kept_maps.append(maps)
+            kept_means.append(pooled(mean, display_size)[0])
+        if progress is not None:
+            progress(layer)
+    assert layer_sum is not None  # every model has a layer
+    layer_mean, average_pooling = pooled(layer_sum / num_layers, MAX_AVERAGE_SIZE)
+    if rollout is not None:
+        rollout = rollout.float()
+        if keep_q is not None:
+            rollout = renormalised(rollout, keep_q)
+        rollout = pooled(rollout, MAX_AVERAGE_SIZE)[0]
+    tokens, ids, types, special = _shown(queries, keep_q)
+    key_tokens = _shown(keys, keep_k)[0]
     return SequenceView(
         tokens=tokens,
+        key_tokens=key_tokens,
         input_ids=ids,
         token_type_ids=types,
-        special_tokens_mask=special.tolist(),
-        attentions=attentions,
-        head_mean=head_mean,
+        special_tokens_mask=special,
+        attentions=torch.stack(kept_maps),
+        head_mean=torch.stack(kept_means),
         layer_mean=layer_mean,
         rollout=rollout,
         hidden_special_tokens=hide_special_tokens,
-        special_share=share,
-        factor=factor,
+        special_share=share_sum / share_count if share_count else None,
+        pooling=pooling,
+        average_pooling=average_pooling,
     )
+
+
+@dataclass(frozen=True)
+class BatchMaps:
+    """Every map of one block for a whole (padded) batch, at full resolution.
+
+    Attributes:
+        attentions: (N, B, H, L_q, L_k) float32, as transformers' ``output_attentions``;
+            padding keys get 0.
+        head_mean: (N, B, L_q, L_k) the mean over heads.
+        layer_mean: (B, L_q, L_k) the mean over every layer and head.
+        rollout: (B, L, L) attention rollout (:func:`.model.attention_rollout`), or None
+            for cross attention.
+    """
+
+    attentions: torch.Tensor
+    head_mean: torch.Tensor
+    layer_mean: torch.Tensor
+    rollout: torch.Tensor | None
+
+
+def batch_maps(result: PretrainedAttentions, block: Block | None = None) -> BatchMaps:
+    """Every layer's and head's weights of ``block`` (default the family's first) for the batch.
+
+    Raises:
+        AttentionInputError: (field ``block``) a block the model does not have.
+    """
+    block = block or result.first_block
+    layers = torch.stack(
+        [result.layer_weights(block, layer) for layer in range(result.num_layers(block))]
+    )
+    head_mean = layers.mean(dim=2)
+    rollout = None
+    if block != "cross":
+        folded = None
+        for mean in head_mean:
+            folded = rollout_step(folded, mean)
+        rollout = None if folded is None else folded.float()
+    return BatchMaps(layers, head_mean, head_mean.mean(dim=0), rollout)

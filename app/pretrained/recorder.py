@@ -31,6 +31,9 @@ from torch import nn
 RECORDER: Final = "attnviz_recorder"
 """The name AttnViz's attention function is registered under (``attn_implementation``)."""
 
+POSITION_BIAS: Final = "position_bias"
+"""T5's relative position bias (B or 1, H, L_q, L_k), added to the scores before the mask."""
+
 EagerAttention = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
 
@@ -106,15 +109,23 @@ class AttentionRecording:
             raise IndexError(f"head {head} is not in 0..{call.num_heads - 1}")
         return self.group_weights(layer, call.key_value_head(head))[:, head % call.group_size]
 
-    def group_weights(self, layer: int, key_value_head: int) -> torch.Tensor:
+    def group_weights(
+        self, layer: int, key_value_head: int, *, query: int | None = None
+    ) -> torch.Tensor:
         """The weights of the query heads that share one key/value head.
 
         The model's eager attention runs on that group's slice: its query heads and
         their one key/value head, which the function repeats for them (``repeat_kv``),
         so each head's weights are computed once.
 
+        Args:
+            layer: index into :attr:`calls`.
+            key_value_head: 0 <= key_value_head < H_kv.
+            query: only this query position's row (its query and its row of the mask),
+                L_q times less work; None for every row.
+
         Returns:
-            (B, H // H_kv, L_q, L_k) float32 on the CPU.
+            (B, H // H_kv, L_q, L_k) float32 on the CPU (L_q = 1 with ``query``).
 
         Raises:
             IndexError: no such layer or key/value head.
@@ -125,27 +136,48 @@ class AttentionRecording:
                 f"key/value head {key_value_head} is not in 0..{call.num_key_value_heads - 1}"
             )
         first = key_value_head * call.group_size
-        query = call.query[:, first : first + call.group_size]
+        queries = call.query[:, first : first + call.group_size]
         key = call.key[:, key_value_head : key_value_head + 1]
+        mask = call.attention_mask
+        kwargs = dict(call.kwargs)
+        bias = kwargs.get(POSITION_BIAS)
+        if isinstance(bias, torch.Tensor) and bias.shape[1] > 1:  # (B or 1, H, L_q, L_k)
+            kwargs[POSITION_BIAS] = bias[:, first : first + call.group_size]
+        if query is not None:
+            queries = queries[:, :, query : query + 1]
+            mask = _query_row(mask, query)
+            kwargs[POSITION_BIAS] = _query_row(kwargs.get(POSITION_BIAS), query)
+        if kwargs.get(POSITION_BIAS) is None:
+            kwargs.pop(POSITION_BIAS, None)
         with torch.inference_mode():
             _, weights = _eager_attention(call.module)(
                 call.module,
-                query,
+                queries,
                 key,
                 key,  # the values only feed the output, which is not used
-                call.attention_mask,
+                mask,
                 scaling=call.scaling,
                 dropout=0.0,
-                **call.kwargs,
+                **kwargs,
             )
         if weights is None:
             raise RuntimeError(f"{type(call.module).__name__}'s eager attention gave no weights")
         return weights.float().cpu()
 
-    def layer_weights(self, layer: int) -> torch.Tensor:
-        """Every head of one layer: (B, H, L_q, L_k) float32, as :meth:`head_weights`."""
+    def layer_weights(self, layer: int, *, query: int | None = None) -> torch.Tensor:
+        """Every head of one layer: (B, H, L_q, L_k) float32, as :meth:`head_weights`.
+
+        With ``query``, that position's row only (L_q = 1), as :meth:`group_weights`.
+        """
         groups = range(self.calls[layer].num_key_value_heads)
-        return torch.cat([self.group_weights(layer, kv) for kv in groups], dim=1)
+        return torch.cat([self.group_weights(layer, kv, query=query) for kv in groups], dim=1)
+
+
+def _query_row(tensor: torch.Tensor | None, query: int) -> torch.Tensor | None:
+    """Row ``query`` of a (..., L_q, L_k) mask or bias; one broadcast over rows stays as is."""
+    if tensor is None or tensor.shape[-2] == 1:
+        return tensor
+    return tensor[..., query : query + 1, :]
 
 
 _active: ContextVar[AttentionRecording | None] = ContextVar("attnviz_recording", default=None)
@@ -196,6 +228,9 @@ def recording_attention(
                 kwargs=dict(kwargs),
             )
         )
+    bias = kwargs.pop(POSITION_BIAS, None)
+    if bias is not None:  # SDPA takes it as part of the additive mask
+        attention_mask = bias if attention_mask is None else bias + attention_mask
     output, _ = sdpa_attention_forward(
         module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
     )

@@ -54,6 +54,10 @@ MAX_DISPLAY_SIZE: Final = 4096
 """The largest display_size of the seeded attention (rows and columns after pooling)."""
 MAX_MODEL_DISPLAY_SIZE: Final = 1024
 """The largest display_size of a pretrained model's maps (N * H of them per input)."""
+MAX_NEW_TOKENS: Final = 64
+"""The most tokens a decoder generates for one request."""
+MAX_TEMPERATURE: Final = 10.0
+"""The highest sampling temperature of generation."""
 __all__ = [
     "MAX_BATCH",
     "MAX_BODY_BYTES",
@@ -65,11 +69,13 @@ __all__ = [
     "MAX_LAYERS",
     "MAX_MODEL_DISPLAY_SIZE",
     "MAX_MODEL_NAME_CHARS",
+    "MAX_NEW_TOKENS",
     "MAX_NUM_HEADS",
     "MAX_SCALING_CASES",
     "MAX_SCALING_D_K",
     "MAX_SCALING_LENGTH",
     "MAX_SCALING_SAMPLES",
+    "MAX_TEMPERATURE",
     "MAX_TEXT_CHARS",
     "MAX_TOKENS",
     "MAX_VOCAB_SIZE",

@@ -24,7 +24,7 @@ from .resources import STATIC_DIR
 from .response_cache import RESPONSES
 from .routers import attention, health, lessons, pages, presets, pretrained
 from .schemas import REQUEST_SCHEMAS
-from .settings import Settings, get_settings
+from .settings import get_settings
 
 
 @asynccontextmanager
@@ -33,8 +33,9 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
 
     The first forward pass of a process pays for torch's lazy initialisation
     (of the order of a second); doing it at start-up keeps it off the first page load.
-    The pretrained models (:mod:`attnviz.pretrained`) are loaded here, once, and shared
-    by every request.
+    The pretrained models (:mod:`attnviz.pretrained`) are named here and loaded in a
+    background thread, once per process, and shared by every request; until one is
+    ready, /api/v1/models says "loading" and a request to it is a 503 with Retry-After.
     """
     settings = get_settings()
     torch.set_num_threads(settings.resolved_torch_threads())
@@ -45,18 +46,14 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     await run_compute(
         compute_attention, preset.sequences, mask=preset.mask, verify=True, config=preset.layer()
     )
-    await run_compute(load_models, settings)
+    MODELS.configure(
+        settings.model_dirs, packaged=settings.packaged_models, cache_dir=settings.cache_dir
+    )
+    MODELS.start()  # in the background: the server answers while models load
     yield
     stop_executor()
     MODULES.clear()
     MODELS.clear()
-
-
-def load_models(settings: Settings) -> None:
-    """Load the pretrained models (once per process) and run a sentence through each."""
-    MODELS.configure(settings.model_dirs, packaged=settings.packaged_models)
-    for model in MODELS.models():
-        model.attention(["Attention is all you need."], device="cpu")
 
 
 def configure_access_log() -> None:

