@@ -3,6 +3,7 @@
     attnviz serve [--host H] [--port P] [--workers N] [--reload]
     attnviz compute (--json FILE | --sequence TEXT ...) [options] [--output FILE]
     attnviz export  (--json FILE | --sequence TEXT ...) [options] --output FILE.html
+    attnviz models  (load the pretrained models the server would offer; list them)
 
 ``compute`` and ``export`` take the same inputs as POST /api/v1/attention, from flags
 or from a JSON file of that request (flags then override it). A ``--sequence`` whose
@@ -177,6 +178,38 @@ def cmd_export(args: argparse.Namespace) -> None:
     figure.write_html(args.output, include_plotlyjs=True, full_html=True)
 
 
+def cmd_models(args: argparse.Namespace) -> None:
+    """Load the pretrained models the server would offer (filling the GGUF cache); list them.
+
+    Exits 1 when a model failed to load.
+    """
+    from .pretrained import ModelRegistry
+    from .server.settings import get_settings
+
+    settings = get_settings()
+    registry = ModelRegistry()
+    registry.configure(
+        settings.model_dirs, packaged=settings.packaged_models, cache_dir=settings.cache_dir
+    )
+    registry.load()
+    failed = False
+    for entry in registry.entries():
+        model = entry.model
+        if model is None:
+            failed = True
+            print(f"{entry.name}: failed: {entry.error}")
+            continue
+        print(
+            f"{entry.name}: {model.family} ({model.architecture}), {model.num_layers} layers x "
+            f"{model.num_heads} heads ({model.num_key_value_heads} key/value), "
+            f"loaded in {model.load_s:.1f} s from {entry.source}"
+        )
+    if not registry.entries():
+        print("no pretrained model is installed")
+    if failed:
+        raise SystemExit(1)
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnviz`` command."""
     main_parser = argparse.ArgumentParser(prog="attnviz", description=__doc__.splitlines()[0])
@@ -197,6 +230,13 @@ def parser() -> argparse.ArgumentParser:
     _input_arguments(export)
     export.add_argument("--sequence-index", type=int, default=0, help="which sequence to draw")
     export.set_defaults(run=cmd_export)
+
+    models = commands.add_parser(
+        "models",
+        help="load and list the pretrained models (ATTNVIZ_PACKAGED_MODELS, "
+        "ATTNVIZ_MODEL_DIRS), filling the cache of GGUF models (ATTNVIZ_CACHE_DIR)",
+    )
+    models.set_defaults(run=cmd_models)
     return main_parser
 
 

@@ -3,7 +3,7 @@ from collections.abc import Iterator
 
 import pytest
 from attnviz.devtools import CHROMIUM_ARGS, chromium_path
-from attnviz.pretrained import ModelRegistry, PretrainedModel
+from attnviz.pretrained import MODELS, ModelRegistry, PretrainedModel
 from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 
@@ -12,7 +12,9 @@ from tests.pretrained.support import require_pretrained_extra
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
+    """The app in-process; its pretrained models (loaded in the background) are ready."""
     with TestClient(create_app()) as test_client:
+        assert MODELS.wait(300), "the pretrained models did not load within 300 s"
         yield test_client
 
 

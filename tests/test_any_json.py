@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from attnviz.pretrained import MODELS
 from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, event, given, settings
@@ -322,6 +323,7 @@ def field_value(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
 @pytest.fixture(scope="module")
 def api() -> Iterator[TestClient]:
     with TestClient(create_app(), raise_server_exceptions=False) as client:
+        assert MODELS.wait(300), "the pretrained models did not load within 300 s"
         yield client
 
 

@@ -25,6 +25,7 @@ import copy
 import functools
 import importlib.metadata
 import importlib.util
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -224,10 +225,13 @@ def load_gguf(
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
     model.load_state_dict(quantized.state_dict())
     del quantized
-    partial = folder.with_name(folder.name + ".partial")
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    partial.rename(folder)  # a crash mid-save leaves no half cache behind
+    try:
+        partial = folder.with_name(folder.name + ".partial")
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        partial.rename(folder)  # a crash mid-save leaves no half cache behind
+    except OSError as error:  # a read-only cache: serve from memory, dequantize next time
+        logging.getLogger("attnviz").warning("%s: not cached in %s: %s", gguf, cache_dir, error)
     return PretrainedModel(
         name=name,
         source=source or str(gguf),

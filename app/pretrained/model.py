@@ -451,10 +451,15 @@ class PretrainedModel:
         target, each position predicting the next target token.
 
         Raises:
-            AttentionInputError: (field ``targets[i]``) as :meth:`tokenize`.
+            AttentionInputError: (field ``targets``) a model of another family;
+                (``targets[i]``) as :meth:`tokenize`.
         """
+        if self.family != "encoder-decoder":
+            raise AttentionInputError(
+                "targets", f"targets are for encoder-decoders; {self.name} is {self.described}"
+            )
         batch = self.tokenize(targets, field_name="targets")
-        start = self.config.decoder_start_token_id
+        start = getattr(self.config, "decoder_start_token_id", None)
         if start is None:
             start = self.pad_id
         size = batch.input_ids.shape[0]

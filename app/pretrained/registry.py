@@ -21,6 +21,7 @@ from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, default_cache_dir, load_
 from .model import ModelFormatError, PretrainedModel
 
 ModelState = Literal["loading", "ready", "failed"]
+_LOADING = threading.Lock()
 WARM_UP_TEXT: Final = "Attention is all you need."
 """One short input run through each model once it is loaded (torch's lazy start-up)."""
 
@@ -120,8 +121,16 @@ class ModelRegistry:
         """Load every model still loading, in order, and run a short input through each.
 
         A model that cannot be loaded becomes "failed" with the reason; the others go on.
+        Loaders run one at a time (a lock): a loader left from an earlier configuration
+        finishes before the next starts, and signals only its own configuration's end.
         """
-        for entry in list(self._entries.values()):
+        done, entries = self._done, list(self._entries.values())
+        with _LOADING:
+            self._load(entries)
+        done.set()
+
+    def _load(self, entries: list[ModelEntry]) -> None:
+        for entry in entries:
             if entry.state != "loading":
                 continue
             try:
@@ -145,7 +154,6 @@ class ModelRegistry:
                 entry.state, entry.error = "failed", str(error)
             else:
                 entry.model, entry.state = model, "ready"
-        self._done.set()
 
     def start(self) -> threading.Thread:
         """Load in a background thread (daemon: a server shutting down does not wait)."""

