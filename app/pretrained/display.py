@@ -19,7 +19,7 @@ H x L_q x L_k weights at a time, plus what is kept. The display choices, all opt
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -112,9 +112,10 @@ def pooled(maps: torch.Tensor, size: int | None) -> tuple[torch.Tensor, Pooling]
     return result.reshape(*lead, *result.shape[-2:]), Pooling(factor_q, factor_k)
 
 
-def _shown(
+def shown_tokens(
     batch: TokenizedBatch, keep: torch.Tensor | None
 ) -> tuple[list[str], list[int], list[int], list[bool]]:
+    """One input's tokens, ids, segments and special flags; only ``keep``'s when given."""
     tokens, ids = batch.tokens[0], batch.input_ids[0].tolist()
     types, special = batch.token_type_ids[0].tolist(), batch.special_tokens_mask[0].tolist()
     if keep is None:
@@ -128,6 +129,150 @@ def _shown(
     )
 
 
+@dataclass(frozen=True)
+class LayerMaps:
+    """One layer's maps as shown: what :meth:`LayerWalk.layers` yields.
+
+    Attributes:
+        layer: its index.
+        attentions: (H', P_q, P_k) float32 (H' = 1 with a head_index).
+        head_mean: (P_q, P_k) the mean over its heads.
+    """
+
+    layer: int
+    attentions: torch.Tensor
+    head_mean: torch.Tensor
+
+
+class LayerWalk:
+    """The display choices of the module docstring, applied one layer at a time.
+
+    :meth:`layers` computes each layer in turn (only one layer's H x L_q x L_k weights
+    in memory at a time) and yields the shown ones; :meth:`view` then gives the whole
+    :class:`SequenceView`. The server streams the layers as they come.
+
+    Raises:
+        AttentionInputError: (field ``layer_index`` / ``head_index`` / ``block``) a
+            layer, head or block the model does not have, or (``hide_special_tokens``)
+            an input made only of special tokens.
+        ValueError: ``result`` holds more than one input.
+    """
+
+    def __init__(
+        self,
+        result: PretrainedAttentions,
+        *,
+        block: Block | None = None,
+        hide_special_tokens: bool = False,
+        layer_index: int | None = None,
+        head_index: int | None = None,
+        display_size: int | None = None,
+    ) -> None:
+        if result.batch.input_ids.shape[0] != 1:
+            raise ValueError("sequence_view takes the result of one input")
+        self.result = result
+        self.block: Block = block or result.first_block
+        self.num_layers = result.num_layers(self.block)
+        if layer_index is not None and not 0 <= layer_index < self.num_layers:
+            raise AttentionInputError(
+                "layer_index", f"{layer_index} is not below {self.num_layers}"
+            )
+        self.queries, self.keys = result.queries(self.block), result.keys(self.block)
+        self.keep_q: torch.Tensor | None = None
+        self.keep_k: torch.Tensor | None = None
+        if hide_special_tokens:
+            self.keep_q = ~self.queries.special_tokens_mask[0]
+            self.keep_k = ~self.keys.special_tokens_mask[0]
+            if not self.keep_q.any() or not self.keep_k.any():
+                raise AttentionInputError(
+                    "hide_special_tokens", "the input has only special tokens"
+                )
+        self.hide_special_tokens = hide_special_tokens
+        self.layer_index, self.head_index, self.display_size = (
+            layer_index,
+            head_index,
+            display_size,
+        )
+        self.kept: list[LayerMaps] = []
+        self.layer_sum: torch.Tensor | None = None
+        self.rollout: torch.Tensor | None = None
+        self.share_sum, self.share_count = 0.0, 0
+        self.pooling = Pooling(1, 1)
+
+    def shown(
+        self, batch: TokenizedBatch, keep: torch.Tensor | None
+    ) -> tuple[list[str], list[int], list[int], list[bool]]:
+        """:func:`shown_tokens` (of :attr:`queries` or :attr:`keys`)."""
+        return shown_tokens(batch, keep)
+
+    def factors(self, length: int, key_length: int) -> tuple[int, int]:
+        """Tokens per pooled row and column for maps of ``length`` x ``key_length``."""
+        size = self.display_size
+        if size is None:
+            return 1, 1
+        return -(-length // size), -(-key_length // size)
+
+    @property
+    def shown_layers(self) -> int:
+        """N', the layers :meth:`layers` yields."""
+        return self.num_layers if self.layer_index is None else 1
+
+    def layers(self) -> Iterator[LayerMaps]:
+        """Compute every layer in order; yield the shown ones (all, or layer_index's)."""
+        for layer in range(self.num_layers):
+            weights = self.result.layer_weights(self.block, layer)[0]  # (H, L_q, L_k)
+            if self.head_index is not None and not 0 <= self.head_index < weights.shape[0]:
+                raise AttentionInputError(
+                    "head_index", f"{self.head_index} is not below {weights.shape[0]}"
+                )
+            if self.block != "cross":  # computed with every token, hidden or not
+                self.rollout = rollout_step(self.rollout, weights.mean(dim=0))
+            if self.keep_q is not None and self.keep_k is not None:
+                hidden = weights[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
+                self.share_sum += float(hidden.sum())
+                self.share_count += hidden.numel()
+                weights = renormalised(weights, self.keep_q, self.keep_k)
+            mean = weights.mean(dim=0)
+            self.layer_sum = mean if self.layer_sum is None else self.layer_sum + mean
+            if self.layer_index is None or layer == self.layer_index:
+                if self.head_index is not None:
+                    weights = weights[self.head_index : self.head_index + 1]
+                maps, self.pooling = pooled(weights, self.display_size)
+                shown = LayerMaps(layer, maps, pooled(mean, self.display_size)[0])
+                self.kept.append(shown)
+                yield shown
+
+    def view(self) -> SequenceView:
+        """The whole view, once :meth:`layers` has run to the end (it runs it if not)."""
+        if self.layer_sum is None:
+            for _ in self.layers():
+                pass
+        assert self.layer_sum is not None  # every model has a layer
+        layer_mean, average_pooling = pooled(self.layer_sum / self.num_layers, MAX_AVERAGE_SIZE)
+        rollout = self.rollout
+        if rollout is not None:
+            rollout = rollout.float()
+            if self.keep_q is not None:
+                rollout = renormalised(rollout, self.keep_q)
+            rollout = pooled(rollout, MAX_AVERAGE_SIZE)[0]
+        tokens, ids, types, special = shown_tokens(self.queries, self.keep_q)
+        return SequenceView(
+            tokens=tokens,
+            key_tokens=shown_tokens(self.keys, self.keep_k)[0],
+            input_ids=ids,
+            token_type_ids=types,
+            special_tokens_mask=special,
+            attentions=torch.stack([k.attentions for k in self.kept]),
+            head_mean=torch.stack([k.head_mean for k in self.kept]),
+            layer_mean=layer_mean,
+            rollout=rollout,
+            hidden_special_tokens=self.hide_special_tokens,
+            special_share=self.share_sum / self.share_count if self.share_count else None,
+            pooling=self.pooling,
+            average_pooling=average_pooling,
+        )
+
+
 def sequence_view(
     result: PretrainedAttentions,
     *,
@@ -136,7 +281,6 @@ def sequence_view(
     layer_index: int | None = None,
     head_index: int | None = None,
     display_size: int | None = None,
-    progress: Callable[[int], None] | None = None,
 ) -> SequenceView:
     """Apply the display choices of the module docstring to a one-input result.
 
@@ -149,77 +293,19 @@ def sequence_view(
         head_index: with ``layer_index``, keep this head's attentions only.
         display_size: pool attentions and head means to at most this many rows and
             columns (block max).
-        progress: called with each layer's index once it is computed.
 
     Raises:
-        AttentionInputError: (field ``layer_index`` / ``head_index`` / ``block``) a
-            layer, head or block the model does not have, or (``hide_special_tokens``)
-            an input made only of special tokens.
+        AttentionInputError: as :class:`LayerWalk`.
         ValueError: ``result`` holds more than one input.
     """
-    if result.batch.input_ids.shape[0] != 1:
-        raise ValueError("sequence_view takes the result of one input")
-    block = block or result.first_block
-    num_layers = result.num_layers(block)
-    if layer_index is not None and not 0 <= layer_index < num_layers:
-        raise AttentionInputError("layer_index", f"{layer_index} is not below {num_layers}")
-    queries, keys = result.queries(block), result.keys(block)
-    keep_q = keep_k = None
-    if hide_special_tokens:
-        keep_q, keep_k = ~queries.special_tokens_mask[0], ~keys.special_tokens_mask[0]
-        if not keep_q.any() or not keep_k.any():
-            raise AttentionInputError("hide_special_tokens", "the input has only special tokens")
-    square = block != "cross"
-    kept_maps: list[torch.Tensor] = []
-    kept_means: list[torch.Tensor] = []
-    layer_sum: torch.Tensor | None = None
-    rollout: torch.Tensor | None = None
-    share_sum, share_count = 0.0, 0
-    pooling = Pooling(1, 1)
-    for layer in range(num_layers):
-        weights = result.layer_weights(block, layer)[0]  # (H, L_q, L_k)
-        if head_index is not None and not 0 <= head_index < weights.shape[0]:
-            raise AttentionInputError("head_index", f"{head_index} is not below {weights.shape[0]}")
-        if square:
-            rollout = rollout_step(rollout, weights.mean(dim=0))
-        if keep_q is not None and keep_k is not None:
-            hidden = weights[:, keep_q][..., ~keep_k].sum(dim=-1)
-            share_sum, share_count = share_sum + float(hidden.sum()), share_count + hidden.numel()
-            weights = renormalised(weights, keep_q, keep_k)
-        mean = weights.mean(dim=0)
-        layer_sum = mean if layer_sum is None else layer_sum + mean
-        if layer_index is None or layer == layer_index:
-            if head_index is not None:
-                weights = weights[head_index : head_index + 1]
-            maps, pooling = pooled(weights, display_size)
-            kept_maps.append(maps)
-            kept_means.append(pooled(mean, display_size)[0])
-        if progress is not None:
-            progress(layer)
-    assert layer_sum is not None  # every model has a layer
-    layer_mean, average_pooling = pooled(layer_sum / num_layers, MAX_AVERAGE_SIZE)
-    if rollout is not None:
-        rollout = rollout.float()
-        if keep_q is not None:
-            rollout = renormalised(rollout, keep_q)
-        rollout = pooled(rollout, MAX_AVERAGE_SIZE)[0]
-    tokens, ids, types, special = _shown(queries, keep_q)
-    key_tokens = _shown(keys, keep_k)[0]
-    return SequenceView(
-        tokens=tokens,
-        key_tokens=key_tokens,
-        input_ids=ids,
-        token_type_ids=types,
-        special_tokens_mask=special,
-        attentions=torch.stack(kept_maps),
-        head_mean=torch.stack(kept_means),
-        layer_mean=layer_mean,
-        rollout=rollout,
-        hidden_special_tokens=hide_special_tokens,
-        special_share=share_sum / share_count if share_count else None,
-        pooling=pooling,
-        average_pooling=average_pooling,
-    )
+    return LayerWalk(
+        result,
+        block=block,
+        hide_special_tokens=hide_special_tokens,
+        layer_index=layer_index,
+        head_index=head_index,
+        display_size=display_size,
+    ).view()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from .. import __version__
 from ..attention import compute_attention
 from ..attention.module_cache import MODULES
 from ..pretrained import MODELS
+from ..pretrained.recordings import RECORDINGS
 from .errors import install_error_handlers, require_valid_unicode
 from .executor import run_compute, start_executor, stop_executor
 from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
@@ -50,10 +51,12 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         settings.model_dirs, packaged=settings.packaged_models, cache_dir=settings.cache_dir
     )
     MODELS.start()  # in the background: the server answers while models load
+    RECORDINGS.resize(settings.recording_cache_bytes)
     yield
     stop_executor()
     MODULES.clear()
     MODELS.clear()
+    RECORDINGS.clear()
 
 
 def configure_access_log() -> None:

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..attention.module_cache import DEFAULT_CACHE_BYTES
 from ..pretrained.loading import default_cache_dir
+from ..pretrained.recordings import RECORDING_CACHE_BYTES
 from .limits import (
     MAX_BATCH,
     MAX_BODY_BYTES,
@@ -69,6 +70,9 @@ class Settings(BaseSettings):
             '["/models/gpt2"]'. A path that does not exist stops the server with a
             message naming it; one that cannot be loaded is listed as failed, with the
             reason. Nothing is ever fetched from a hub.
+        recording_cache_bytes: the budget of the latest pretrained-model forward passes
+            kept by input (their query and key states), so that a click on a head, a
+            layer or a token reuses the pass instead of running it again; 0 keeps none.
         cache_dir: where models dequantized from GGUF are kept as Hugging Face folders
             (default $XDG_CACHE_HOME/attnviz or ~/.cache/attnviz).
     """
@@ -95,6 +99,7 @@ class Settings(BaseSettings):
     packaged_models: bool | list[str] = True
     model_dirs: list[Path] = Field(default_factory=list)
     cache_dir: Path = Field(default_factory=default_cache_dir)
+    recording_cache_bytes: int = Field(RECORDING_CACHE_BYTES, ge=0)
 
     def resolved_torch_threads(self) -> int:
         """torch_threads, or the number of cores."""

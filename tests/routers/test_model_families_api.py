@@ -272,3 +272,34 @@ def test_smollm2_generates_and_each_row_is_what_the_full_map_says(smollm2: TestC
     head = smollm2.post(URL, json={**body, "layer_index": 3, "head_index": 7}).json()
     assert head["shape"] == [1, 1, 1, query + 1, query + 1]
     assert (floats(head["attentions"])[0, 0, 0] - full[7]).abs().max().item() <= 1e-6
+
+
+def test_the_grid_streams_layer_by_layer_and_equals_the_whole_response(
+    smollm2: TestClient,
+) -> None:
+    body = {
+        "texts": ["Stream every layer of this prompt, one after the other."],
+        "sequence_index": 0,
+        "display_size": 8,
+        "hide_special_tokens": True,
+        "encoding": "base64_float32",
+    }
+    whole = smollm2.post(URL, json=body).json()
+    with smollm2.stream("POST", URL + "/layers", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    start, *layers, end = lines
+    assert start["type"] == "start" and end["type"] == "end"
+    assert [line["layer"] for line in layers] == list(range(30))
+    for name in ("tokens", "input_ids", "special_tokens_mask", "downsample", "num_key_value_heads"):
+        assert start[name] == whole[name], name
+    grid = torch.stack([floats(line["attentions"]) for line in layers])
+    assert torch.equal(grid, floats(whole["attentions"])[:, 0])
+    means = torch.stack([floats(line["head_mean"]) for line in layers])
+    assert torch.equal(means, floats(whole["head_mean"])[:, 0])
+    assert end["shape"] == whole["shape"] and end["special_share"] == whole["special_share"]
+    assert torch.equal(floats(end["rollout"]), floats(whole["rollout"]))
+    refused = smollm2.post(URL + "/layers", json={"texts": ["No index."]})
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "sequence_index"]

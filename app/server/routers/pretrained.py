@@ -1,17 +1,23 @@
-"""Pretrained models: GET /api/v1/models and POST /api/v1/models/attention."""
+"""Pretrained models: GET /api/v1/models, POST /api/v1/models/attention and /attention/layers."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import torch
 from fastapi import APIRouter, HTTPException, status
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
+from ...attention.errors import AttentionInputError
 from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, TokenizedBatch
-from ...pretrained.display import MAX_AVERAGE_SIZE, SequenceView, batch_maps, sequence_view
+from ...pretrained.display import MAX_AVERAGE_SIZE, LayerWalk, Pooling, SequenceView, batch_maps
 from ...pretrained.loading import PRETRAINED_EXTRA
-from ...pretrained.model import Generation, PretrainedAttentions
+from ...pretrained.model import Block, Generation, PretrainedAttentions
+from ...pretrained.recordings import RECORDINGS
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc
 from ..executor import computed, held_while_sent
@@ -23,7 +29,7 @@ from ..schemas.pretrained import (
     PretrainedAttentionResponse,
 )
 from ..settings import Settings
-from ..transport import encode_large, respond
+from ..transport import encode_floats, encode_large, respond
 
 router = APIRouter(prefix="/api/v1/models", tags=["pretrained models"])
 
@@ -135,59 +141,207 @@ def model_response(
             ATTNVIZ_MAX_WEIGHT_CELLS numbers or an input has more than
             ATTNVIZ_MAX_SEQ_LEN tokens.
     """
+    batch, targets, block = tokenized(model, request, settings)
+    if request.sequence_index is None:
+        check_one_input_options(request)
+        check_cells(
+            model.weight_cells(batch, targets),
+            settings.max_weight_cells,
+            "texts",
+            "use fewer or shorter texts",
+        )
+        with engine_errors(request.device):
+            result = model.run(batch, targets, device=request.device)
+        return respond(batch_payload(model, request, result, block))
+    prepared = prepare_sequence(model, request, batch, targets, block, settings)
+    with engine_errors(request.device):
+        view = prepared.walk.view()
+    return respond(sequence_payload(model, request, prepared, view))
+
+
+@router.post(
+    "/attention/layers",
+    responses={
+        **ERROR_RESPONSES,
+        200: {
+            "description": "NDJSON: a `start` line, one `layer` line per layer, an `end` line.",
+            "content": {"application/x-ndjson": {}},
+        },
+    },
+    response_class=StreamingResponse,
+    summary="One input's layers x heads grid, streamed layer by layer as it is computed",
+)
+async def stream_model_attention(
+    request: PretrainedAttentionRequest, settings: SettingsDep
+) -> Response:
+    """The one-input response of POST /attention (sequence_index required), as NDJSON lines.
+
+    The forward pass runs first (or is reused from the last requests of the same
+    input); then each layer's maps are computed, pooled and sent as soon as they are
+    ready, so a page draws the first layer before the last is computed:
+
+    * ``{"type": "start", ...}``: every field of the one-input response known before
+      the maps (model, tokens, generation, next_tokens, query_attentions, downsample);
+    * ``{"type": "layer", "layer": l, "attentions": (H', P_q, P_k), "head_mean":
+      (P_q, P_k)}`` for each shown layer, in order;
+    * ``{"type": "end", "shape", "layer_mean", "rollout", "special_share",
+      "average_downsample", "total_ms"}``.
+
+    A failure after the start line (never expected) ends the stream with
+    ``{"type": "error", "detail": ...}``.
+    """
+    model = ready_model(request.model)
+    check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
+    if request.sequence_index is None:
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "sequence_index",
+            "the streamed grid is of one input: set sequence_index",
+        )
+    return await held_while_sent(computed(settings, stream_response, model, request, settings))
+
+
+def stream_response(
+    model: PretrainedModel, request: PretrainedAttentionRequest, settings: Settings
+) -> StreamingResponse:
+    """The blocking part of :func:`stream_model_attention`: run, then stream each layer."""
+    started = time.perf_counter()
+    batch, targets, block = tokenized(model, request, settings)
+    prepared = prepare_sequence(model, request, batch, targets, block, settings)
+    enc = request.encoding
+
+    def lines() -> Iterator[bytes]:
+        walk = prepared.walk
+        yield ndjson({"type": "start", **sequence_fields(model, request, prepared)})
+        try:
+            for maps in walk.layers():
+                yield ndjson(
+                    {
+                        "type": "layer",
+                        "layer": maps.layer,
+                        "attentions": encode_floats(maps.attentions, enc),
+                        "head_mean": encode_floats(maps.head_mean, enc),
+                    }
+                )
+            view = walk.view()
+        except (AttentionInputError, RuntimeError) as error:
+            yield ndjson({"type": "error", "detail": str(error)})
+            return
+        yield ndjson(
+            {
+                "type": "end",
+                "shape": list(view.attentions[:, None].shape),
+                "layer_mean": encode_floats(view.layer_mean[None], enc),
+                "rollout": None if view.rollout is None else encode_floats(view.rollout[None], enc),
+                "special_share": view.special_share,
+                "average_downsample": downsample(
+                    view.average_pooling, len(view.tokens), len(view.key_tokens)
+                ),
+                "total_ms": (time.perf_counter() - started) * 1000.0,
+            }
+        )
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def ndjson(payload: dict[str, Any]) -> bytes:
+    """One line of NDJSON (orjson: numpy arrays natively)."""
+    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def tokenized(
+    model: PretrainedModel, request: PretrainedAttentionRequest, settings: Settings
+) -> tuple[TokenizedBatch, TokenizedBatch | None, Block]:
+    """The request's texts (and targets) tokenised and checked, and the block it asks for.
+
+    Raises:
+        HTTPException: 422 naming texts, text_pairs, chat, targets or block; 413 over
+            ATTNVIZ_MAX_SEQ_LEN.
+    """
     with engine_errors(request.device):
         batch = model.tokenize(request.texts, request.text_pairs, chat=request.chat)
         targets = None if request.targets is None else model.decoder_inputs(request.targets)
-        if targets is not None and len(request.targets or []) != len(request.texts):
-            raise field_error(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                "targets",
-                f"{len(request.targets or [])} targets for {len(request.texts)} texts; "
-                "give one per text",
-            )
-        check_lengths(batch, "texts", settings)
-        if targets is not None:
-            check_lengths(targets, "targets", settings)
-        if request.block is not None and request.block not in model.blocks:
-            raise field_error(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                "block",
-                f"{request.block!r}: {model.name} is {model.described} with blocks "
-                f"{', '.join(model.blocks)}",
-            )
-        block = request.block or model.blocks[0]
-        if request.sequence_index is None:
-            check_one_input_options(request)
-            check_cells(
-                model.weight_cells(batch, targets),
-                settings.max_weight_cells,
-                "texts",
-                "use fewer or shorter texts",
-            )
-            result = model.run(batch, targets, device=request.device)
-            return respond(batch_payload(model, request, result, block))
-        b = request.sequence_index
-        if b >= len(request.texts):
-            raise field_error(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                "sequence_index",
-                f"{b} is not below {len(request.texts)}",
-            )
-        if request.head_index is not None and request.layer_index is None:
-            raise field_error(
-                status.HTTP_422_UNPROCESSABLE_CONTENT, "head_index", "set layer_index too"
-            )
-        if request.top_k and model.family != "decoder":
-            raise field_error(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                "top_k",
-                f"next tokens are for decoders; {model.name} is {model.described}",
-            )
+    if targets is not None and len(request.targets or []) != len(request.texts):
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "targets",
+            f"{len(request.targets or [])} targets for {len(request.texts)} texts; "
+            "give one per text",
+        )
+    check_lengths(batch, "texts", settings)
+    if targets is not None:
+        check_lengths(targets, "targets", settings)
+    if request.block is not None and request.block not in model.blocks:
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "block",
+            f"{request.block!r}: {model.name} is {model.described} with blocks "
+            f"{', '.join(model.blocks)}",
+        )
+    return batch, targets, request.block or model.blocks[0]
+
+
+@dataclass(frozen=True)
+class PreparedSequence:
+    """One input run (or taken from the recording cache), its display walk not yet run.
+
+    Attributes:
+        result: the recorded forward pass of the input (prompt + generated tokens).
+        walk: the display choices, to run layer by layer.
+        generation: what a decoder generated first, else None.
+        query_rows: (N, H, L_k) the rows of query_index, else None.
+    """
+
+    result: PretrainedAttentions
+    walk: LayerWalk
+    generation: Generation | None
+    query_rows: torch.Tensor | None
+
+
+def prepare_sequence(
+    model: PretrainedModel,
+    request: PretrainedAttentionRequest,
+    batch: TokenizedBatch,
+    targets: TokenizedBatch | None,
+    block: Block,
+    settings: Settings,
+) -> PreparedSequence:
+    """Check the one-input options, generate when asked, run (or reuse) the forward pass.
+
+    Raises:
+        HTTPException: 422 naming a bad option; 413 over ATTNVIZ_MAX_WEIGHT_CELLS.
+    """
+    b = request.sequence_index
+    assert b is not None
+    if b >= len(request.texts):
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "sequence_index",
+            f"{b} is not below {len(request.texts)}",
+        )
+    if request.head_index is not None and request.layer_index is None:
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "head_index", "set layer_index too"
+        )
+    if request.head_index is not None and request.head_index >= model.num_heads:
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "head_index",
+            f"{request.head_index} is not below {model.num_heads}",
+        )
+    if request.top_k and model.family != "decoder":
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "top_k",
+            f"next tokens are for decoders; {model.name} is {model.described}",
+        )
+    with engine_errors(request.device):
         alone = batch.select(b)
         alone_targets = None if targets is None else targets.select(b)
         generation = None
         if request.max_new_tokens:
-            generation = model.generate(
+            generation = RECORDINGS.generate(
+                model,
                 alone,
                 request.max_new_tokens,
                 temperature=request.temperature,
@@ -196,8 +350,8 @@ def model_response(
             )
             alone = model.extended(alone, generation.new_ids)
         check_view_cells(model, request, alone, alone_targets, block, settings)
-        result = model.run(alone, alone_targets, device=request.device)
-        view = sequence_view(
+        result = RECORDINGS.run(model, alone, alone_targets, device=request.device)
+        walk = LayerWalk(
             result,
             block=block,
             hide_special_tokens=request.hide_special_tokens,
@@ -205,10 +359,10 @@ def model_response(
             head_index=request.head_index,
             display_size=request.display_size,
         )
-        query_rows = (
-            None if request.query_index is None else result.query_rows(block, request.query_index)
-        )
-    return respond(sequence_payload(model, request, result, view, block, generation, query_rows))
+        query_rows = None
+        if request.query_index is not None:
+            query_rows = result.query_rows(block, request.query_index)
+    return PreparedSequence(result, walk, generation, query_rows)
 
 
 def check_lengths(batch: TokenizedBatch, field: str, settings: Settings) -> None:
@@ -283,48 +437,62 @@ def batch_payload(
     }
 
 
+def sequence_fields(
+    model: PretrainedModel, request: PretrainedAttentionRequest, prepared: PreparedSequence
+) -> dict[str, Any]:
+    """The one-input fields known before any layer's maps: tokens, generation, rows."""
+    walk, enc = prepared.walk, request.encoding
+    tokens, ids, types, special = walk.shown(walk.queries, walk.keep_q)
+    key_tokens = walk.shown(walk.keys, walk.keep_k)[0]
+    factor, key_factor = walk.factors(len(tokens), len(key_tokens))
+    return {
+        **model_fields(model, prepared.result, walk.block),
+        "tokens": [tokens],
+        "key_tokens": [key_tokens] if walk.block == "cross" else None,
+        "input_ids": [ids],
+        "token_type_ids": [types],
+        "attention_mask": [[True] * len(tokens)],
+        "special_tokens_mask": [special],
+        "lengths": [len(tokens)],
+        "sequence_index": request.sequence_index,
+        "layer_index": request.layer_index,
+        "head_index": request.head_index,
+        "hidden_special_tokens": request.hide_special_tokens,
+        "downsample": downsample(Pooling(factor, key_factor), len(tokens), len(key_tokens)),
+        "query_index": request.query_index,
+        "query_attentions": (
+            None if prepared.query_rows is None else encode_large(prepared.query_rows[:, 0], enc)
+        ),
+        "generation": (
+            None if prepared.generation is None else generation_fields(request, prepared.generation)
+        ),
+        "next_tokens": next_tokens(model, prepared.result, request.top_k, walk.keep_q),
+    }
+
+
 def sequence_payload(
     model: PretrainedModel,
     request: PretrainedAttentionRequest,
-    result: PretrainedAttentions,
+    prepared: PreparedSequence,
     view: SequenceView,
-    block: str,
-    generation: Generation | None,
-    query_rows: torch.Tensor | None,
 ) -> dict[str, Any]:
     """The response for one input (sequence_index), with its display options applied."""
     enc = request.encoding
     attentions = view.attentions[:, None]  # (N', 1, H', P_q, P_k)
     length, key_length = len(view.tokens), len(view.key_tokens)
     return {
-        **model_fields(model, result, block),
+        **sequence_fields(model, request, prepared),
         "shape": list(attentions.shape),
-        "tokens": [view.tokens],
-        "key_tokens": [view.key_tokens] if block == "cross" else None,
-        "input_ids": [view.input_ids],
-        "token_type_ids": [view.token_type_ids],
-        "attention_mask": [[True] * length],
-        "special_tokens_mask": [view.special_tokens_mask],
-        "lengths": [length],
         "attentions": encode_large(attentions, enc),
         "head_mean": encode_large(view.head_mean[:, None], enc),
         "layer_mean": encode_large(view.layer_mean[None], enc),
         "rollout": None if view.rollout is None else encode_large(view.rollout[None], enc),
-        "sequence_index": request.sequence_index,
-        "layer_index": request.layer_index,
-        "head_index": request.head_index,
-        "hidden_special_tokens": view.hidden_special_tokens,
         "special_share": view.special_share,
-        "downsample": downsample(view.pooling, length, key_length),
         "average_downsample": downsample(view.average_pooling, length, key_length),
-        "query_index": request.query_index,
-        "query_attentions": (None if query_rows is None else encode_large(query_rows[:, 0], enc)),
-        "generation": None if generation is None else generation_fields(request, generation),
-        "next_tokens": next_tokens(model, result, request.top_k, view),
     }
 
 
-def downsample(pooling: Any, length: int, key_length: int) -> dict[str, Any] | None:
+def downsample(pooling: Pooling, length: int, key_length: int) -> dict[str, Any] | None:
     """The ``downsample`` object of a pooling, or None when nothing was pooled."""
     if not pooling.pooled:
         return None
@@ -352,16 +520,17 @@ def generation_fields(
 
 
 def next_tokens(
-    model: PretrainedModel, result: PretrainedAttentions, top_k: int, view: SequenceView
+    model: PretrainedModel,
+    result: PretrainedAttentions,
+    top_k: int,
+    keep: torch.Tensor | None,
 ) -> list[list[dict[str, Any]]] | None:
     """The top_k next tokens at each shown position (hidden special tokens left out)."""
     if not top_k or result.next_tokens is None:
         return None
     ids = result.next_tokens.ids[0, :, :top_k]
     probabilities = result.next_tokens.probabilities[0, :, :top_k]
-    shown = range(ids.shape[0])
-    if view.hidden_special_tokens:
-        shown = (~result.batch.special_tokens_mask[0]).nonzero().flatten().tolist()  # type: ignore[assignment]
+    shown = range(ids.shape[0]) if keep is None else keep.nonzero().flatten().tolist()
     return [
         [
             {

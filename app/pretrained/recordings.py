@@ -1,0 +1,148 @@
+"""The latest forward passes and generations, kept by input, so that a click reuses them.
+
+A page asks for one input's grid, then for one head at full resolution, one layer, one
+token's rows: each is a view of the same forward pass. The recording of that pass
+(:class:`.model.PretrainedAttentions`: every layer's query and key states and the mask,
+layers x L x d numbers) is kept here, least recently used first out, within a byte
+budget (``ATTNVIZ_RECORDING_CACHE_BYTES``), so that a head costs its own eager
+attention (milliseconds) and not a forward pass (seconds for SmolLM2 at 1024 tokens).
+Generations (deterministic: greedy, or sampled from a seed) are kept the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Final
+
+import torch
+
+from .model import Generation, PretrainedAttentions, PretrainedModel, TokenizedBatch
+from .recorder import AttentionRecording
+
+RECORDING_CACHE_BYTES: Final = 2**30
+"""The default budget of kept recordings, in bytes (ATTNVIZ_RECORDING_CACHE_BYTES)."""
+MAX_GENERATIONS: Final = 64
+"""The most generations kept (their token ids only)."""
+
+
+def recording_bytes(result: PretrainedAttentions) -> int:
+    """Bytes the tensors of a recording hold, each shared tensor (a layer-wide mask) once."""
+    seen: set[int] = set()
+    total = 0
+    for call in result.recording.calls:
+        tensors = [call.query, call.key, call.attention_mask, *call.kwargs.values()]
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor) and tensor.data_ptr() not in seen:
+                seen.add(tensor.data_ptr())
+                total += tensor.untyped_storage().nbytes()
+    return total
+
+
+def _key(*parts: torch.Tensor | Hashable | None) -> tuple[Hashable, ...]:
+    return tuple(
+        (tuple(p.shape), p.numpy().tobytes()) if isinstance(p, torch.Tensor) else p for p in parts
+    )
+
+
+class RecordingCache:
+    """Recordings and generations by model and input ids, within a byte budget (LRU)."""
+
+    def __init__(self, max_bytes: int = RECORDING_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._recordings: OrderedDict[tuple[Hashable, ...], tuple[PretrainedAttentions, int]] = (
+            OrderedDict()
+        )
+        self._generations: OrderedDict[tuple[Hashable, ...], Generation] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def resize(self, max_bytes: int) -> None:
+        """Set the budget (0 keeps nothing) and forget everything."""
+        with self._lock:
+            self.max_bytes = max_bytes
+            self._recordings.clear()
+            self._generations.clear()
+
+    def clear(self) -> None:
+        """Forget every recording and generation."""
+        self.resize(self.max_bytes)
+
+    def run(
+        self,
+        model: PretrainedModel,
+        batch: TokenizedBatch,
+        targets: TokenizedBatch | None = None,
+        *,
+        device: str = "auto",
+    ) -> PretrainedAttentions:
+        """:meth:`.model.PretrainedModel.run`, or the kept recording of the same input.
+
+        Raises:
+            AttentionInputError: as :meth:`.model.PretrainedModel.run`.
+        """
+        key = _key(
+            model.name,
+            id(model),
+            device,
+            batch.input_ids,
+            batch.token_type_ids,
+            None if targets is None else targets.input_ids,
+        )
+        with self._lock:
+            kept = self._recordings.get(key)
+            if kept is not None:
+                self._recordings.move_to_end(key)
+                self.hits += 1
+                return kept[0]
+            self.misses += 1
+        result = model.run(batch, targets, device=device)
+        size = recording_bytes(result)
+        with self._lock:
+            if size <= self.max_bytes:
+                self._recordings[key] = (result, size)
+                while sum(s for _, s in self._recordings.values()) > self.max_bytes:
+                    self._recordings.popitem(last=False)
+        return result
+
+    def generate(
+        self,
+        model: PretrainedModel,
+        batch: TokenizedBatch,
+        max_new_tokens: int,
+        *,
+        temperature: float,
+        seed: int,
+        device: str = "auto",
+    ) -> Generation:
+        """:meth:`.model.PretrainedModel.generate`, or the kept generation of the same prompt.
+
+        Only the generated ids matter to the page; the generation's own recording is
+        dropped once kept (:meth:`run` records the prompt + generated tokens).
+
+        Raises:
+            AttentionInputError: as :meth:`.model.PretrainedModel.generate`.
+        """
+        key = _key(
+            model.name, id(model), device, batch.input_ids, max_new_tokens, temperature, seed
+        )
+        with self._lock:
+            if key in self._generations:
+                self._generations.move_to_end(key)
+                return self._generations[key]
+        generation = model.generate(
+            batch, max_new_tokens, temperature=temperature, seed=seed, device=device
+        )
+        generation = dataclasses.replace(generation, recording=AttentionRecording())
+        with self._lock:
+            self._generations[key] = generation
+            while len(self._generations) > MAX_GENERATIONS:
+                self._generations.popitem(last=False)
+        return generation
+
+
+RECORDINGS = RecordingCache()
+"""The process-wide cache, sized by :func:`attnviz.server.main.lifespan`."""
