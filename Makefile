@@ -45,9 +45,11 @@ test: install browser lint
 bench: install browser
 	$(BIN)/python -m benchmarks.run
 
-# One 32-token sentence through the pretrained all-MiniLM-L6-v2: engine, API, page.
+# One 32-token sentence through the pretrained all-MiniLM-L6-v2: engine, API, page;
+# then SmolLM2-135M-Instruct at 256, 1024 and 4096 tokens (about 10 minutes).
 bench-models: install browser
 	$(BIN)/python -m benchmarks.pretrained
+	$(BIN)/python -m benchmarks.decoder
 
 # 32 concurrent clients for 60 s against a real server (loopback only).
 load: install

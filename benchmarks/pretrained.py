@@ -5,7 +5,8 @@ Usage (from the repository root):  make bench-models
 
 Side by side in one run, medians in milliseconds (ms):
 
-* engine: AttnViz's encoder (tokenise, forward pass, head and layer means, rollout)
+* engine: AttnViz's runtime (tokenise, the recorded forward pass through transformers,
+  every head's weights by the model's eager attention, head and layer means, rollout)
   in this process;
 * reference: transformers' BertModel (eager attention, output_attentions=True) on
   the same ids, forward pass only;
@@ -27,6 +28,7 @@ import httpx2 as httpx
 import torch
 from attnviz.devtools import CHROMIUM_ARGS, chromium_path, live_server
 from attnviz.pretrained import ModelRegistry
+from attnviz.pretrained.display import batch_maps
 
 from benchmarks.run import median_ms
 
@@ -76,14 +78,17 @@ def main() -> None:
     args = parser.parse_args()
 
     registry = ModelRegistry()
-    registry.configure([])
+    registry.configure([], packaged=["all-MiniLM-L6-v2"])
+    registry.load()
     model = registry.get(None)
     batch = model.tokenize([SENTENCE])
     assert batch.input_ids.shape[1] == TOKENS, batch.tokens
     print(f"{model.name}: 6 layers x 12 heads, one sentence of {TOKENS} tokens")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, reps {args.reps}\n")
 
-    engine = median_ms(lambda: model.attention([SENTENCE], device="cpu"), args.reps)
+    engine = median_ms(
+        lambda: batch_maps(model.attention([SENTENCE], device="cpu")), args.reps
+    )
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import BertModel
 

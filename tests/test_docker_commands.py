@@ -34,7 +34,8 @@ from attnviz.devtools import free_port
 from tests import REPO_ROOT
 
 DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
-IMAGE_PATHS = ("/opt/venv", "/wheels", "/src", "/home/attnviz")
+SMOLLM2 = "SmolLM2-135M-Instruct"
+IMAGE_PATHS = ("/opt/venv", "/opt/cache", "/wheels", "/src", "/home/attnviz")
 """The absolute paths the Dockerfile may use; here they lie under a temporary root."""
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """PATH in the python:3.11 images."""
@@ -240,6 +241,11 @@ def start_and_check(image: Image, models: list[str], log: Path) -> None:
             assert get(f"{base}/{path}") == (REPO_ROOT / path).read_bytes(), path
         listed = json.loads(get(base + "/api/v1/models"))
         assert [m["name"] for m in listed["models"]] == models
+        while listed["loading"]:  # from the image's cache: seconds, not a dequantization
+            assert time.monotonic() < deadline + 60, "the models are still loading"
+            time.sleep(0.5)
+            listed = json.loads(get(base + "/api/v1/models"))
+        assert [m["state"] for m in listed["models"]] == ["ready"] * len(models), listed
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -280,9 +286,13 @@ def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
 
     # The final stage: the venv alone, run as user 10001.
     assert [arguments for keyword, arguments in final if keyword == "COPY"] == [
-        "--from=build /opt/venv /opt/venv"
+        "--from=build /opt/venv /opt/venv",
+        "--from=build /opt/cache /opt/cache",
     ]
-    assert slim.copied_from == [("build", "/opt/venv", "/opt/venv")]
+    assert slim.copied_from == [
+        ("build", "/opt/venv", "/opt/venv"),
+        ("build", "/opt/cache", "/opt/cache"),
+    ]
     assert len(slim.users_added) == 1 and "--uid 10001" in slim.users_added[0]
     assert slim.user == "10001:10001"
     torch_version = re.search(r"^ARG TORCH_VERSION=(\S+)$", DOCKERFILE, re.M)
@@ -299,4 +309,6 @@ def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
 
     # The default build (same venv): the pretrained model comes with its extra.
     full = build_image(build_args)
-    start_and_check(full, ["all-MiniLM-L6-v2"], tmp_path / "full.log")
+    cached = list((root / "opt/cache/attnviz").glob("SmolLM2-135M-Instruct*/model.safetensors"))
+    assert len(cached) == 1, "the build dequantizes SmolLM2 into the image's cache"
+    start_and_check(full, ["all-MiniLM-L6-v2", SMOLLM2], tmp_path / "full.log")

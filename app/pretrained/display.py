@@ -217,23 +217,43 @@ class LayerWalk:
         """N', the layers :meth:`layers` yields."""
         return self.num_layers if self.layer_index is None else 1
 
+    @property
+    def _memo_key(self) -> tuple[str, str, bool]:
+        return ("averages", self.block, self.hide_special_tokens)
+
     def layers(self) -> Iterator[LayerMaps]:
-        """Compute every layer in order; yield the shown ones (all, or layer_index's)."""
-        for layer in range(self.num_layers):
+        """Compute the layers in order; yield the shown ones (all, or layer_index's).
+
+        Every layer is computed for the averages (layer mean, rollout) the first time;
+        once a walk of the same recording has kept them (``result.memo``), a walk with
+        a layer_index computes that layer alone.
+        """
+        averages = self.result.memo.get(self._memo_key)
+        every = range(self.num_layers)
+        if averages is not None:
+            self.layer_sum, self.rollout, self.share_sum, self.share_count = averages
+            every = (
+                range(self.num_layers)
+                if self.layer_index is None
+                else range(self.layer_index, self.layer_index + 1)
+            )
+        for layer in every:
             weights = self.result.layer_weights(self.block, layer)[0]  # (H, L_q, L_k)
             if self.head_index is not None and not 0 <= self.head_index < weights.shape[0]:
                 raise AttentionInputError(
                     "head_index", f"{self.head_index} is not below {weights.shape[0]}"
                 )
-            if self.block != "cross":  # computed with every token, hidden or not
+            if averages is None and self.block != "cross":  # with every token, hidden or not
                 self.rollout = rollout_step(self.rollout, weights.mean(dim=0))
             if self.keep_q is not None and self.keep_k is not None:
-                hidden = weights[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
-                self.share_sum += float(hidden.sum())
-                self.share_count += hidden.numel()
+                if averages is None:
+                    hidden = weights[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
+                    self.share_sum += float(hidden.sum())
+                    self.share_count += hidden.numel()
                 weights = renormalised(weights, self.keep_q, self.keep_k)
             mean = weights.mean(dim=0)
-            self.layer_sum = mean if self.layer_sum is None else self.layer_sum + mean
+            if averages is None:
+                self.layer_sum = mean if self.layer_sum is None else self.layer_sum + mean
             if self.layer_index is None or layer == self.layer_index:
                 if self.head_index is not None:
                     weights = weights[self.head_index : self.head_index + 1]
@@ -241,6 +261,13 @@ class LayerWalk:
                 shown = LayerMaps(layer, maps, pooled(mean, self.display_size)[0])
                 self.kept.append(shown)
                 yield shown
+        if averages is None:
+            self.result.memo[self._memo_key] = (
+                self.layer_sum,
+                self.rollout,
+                self.share_sum,
+                self.share_count,
+            )
 
     def view(self) -> SequenceView:
         """The whole view, once :meth:`layers` has run to the end (it runs it if not)."""

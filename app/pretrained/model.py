@@ -123,6 +123,8 @@ class PretrainedAttentions:
         next_tokens: a decoder's top-:data:`TOP_K` next tokens per position, else None.
         compute_ms: wall time of the forward pass, in ms.
         device: where it ran, "cpu" or "cuda".
+        memo: maps derived from the whole recording (a view's averages), kept for the
+            next view of the same pass (:class:`.display.LayerWalk`).
     """
 
     batch: TokenizedBatch
@@ -132,6 +134,7 @@ class PretrainedAttentions:
     next_tokens: NextTokens | None
     compute_ms: float
     device: str
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def first_block(self) -> Block:
