@@ -303,3 +303,32 @@ def test_the_grid_streams_layer_by_layer_and_equals_the_whole_response(
     refused = smollm2.post(URL + "/layers", json={"texts": ["No index."]})
     assert refused.status_code == 422
     assert refused.json()["detail"][0]["loc"] == ["body", "sequence_index"]
+
+
+def test_a_click_on_a_head_reuses_the_forward_pass_and_computes_one_layer(
+    local_models: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnviz.pretrained import PretrainedAttentions, PretrainedModel
+
+    runs: list[int] = []
+    layers: list[int] = []
+    run, layer_weights = PretrainedModel.run, PretrainedAttentions.layer_weights
+
+    def counted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return run(self, *args, **kwargs)
+
+    def counted_layer(self: Any, block: Any, layer: int, **kwargs: Any) -> Any:
+        layers.append(layer)
+        return layer_weights(self, block, layer, **kwargs)
+
+    monkeypatch.setattr(PretrainedModel, "run", counted_run)
+    monkeypatch.setattr(PretrainedAttentions, "layer_weights", counted_layer)
+    body = {"model": "tiny-llama", "texts": ["the red bird sang today"], "sequence_index": 0}
+    grid = local_models.post(URL, json={**body, "display_size": 8}).json()
+    assert (runs, layers) == ([1], [0, 1])
+    head = local_models.post(URL, json={**body, "layer_index": 1, "head_index": 3}).json()
+    assert (runs, layers) == ([1], [0, 1, 1])  # no second forward pass, layer 1 alone
+    assert head["layer_mean"] == grid["layer_mean"] and head["rollout"] == grid["rollout"]
+    other = local_models.post(URL, json={**body, "texts": ["a dog ran"]}).json()
+    assert len(runs) == 2 and other["tokens"] != grid["tokens"]
