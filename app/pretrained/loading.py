@@ -162,9 +162,15 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
         model = _auto_class(family).from_pretrained(
             folder, dtype=torch.float32, local_files_only=True
         )
-        _ready(model)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ModelFormatError(f"{folder}: transformers cannot load it: {error}") from error
+    try:
+        _ready(model)
+    except (ValueError, TypeError) as error:
+        raise ModelFormatError(
+            f"{folder}: {type(model).__name__} does not take an attention function "
+            f"(transformers' AttentionInterface), so AttnViz cannot record its attention: {error}"
+        ) from error
     return PretrainedModel(
         name=name,
         source=source or str(folder),

@@ -313,7 +313,8 @@ class PretrainedModel:
     @property
     def max_tokens(self) -> int | None:
         """The most tokens one input may have (learned positions), or None (relative positions)."""
-        return _config_value(self.config, "max_position_embeddings", "n_positions")
+        value = _config_value(self.config, "max_position_embeddings", "n_positions")
+        return value if value is not None and value > 0 else None  # XLNet says -1
 
     @functools.cached_property
     def num_parameters(self) -> int:
@@ -536,6 +537,8 @@ class PretrainedModel:
             AttentionInputError: (field ``device``) as
                 :func:`attnviz.attention.engine.resolve_device`; (``targets``) missing for an
                 encoder-decoder or given to another family.
+            ModelFormatError: the model's attention layers do not go through
+                transformers' attention interface (nothing was recorded).
         """
         if (targets is None) == (self.family == "encoder-decoder"):
             raise AttentionInputError(
@@ -565,6 +568,11 @@ class PretrainedModel:
             if run_on.type == "cuda":
                 torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
+        if not recording.calls:
+            raise ModelFormatError(
+                f"{self.name} ({type(model).__name__}): no attention layer called transformers' "
+                "attention interface, so there is no attention to show"
+            )
         return PretrainedAttentions(
             batch=batch,
             targets=targets,

@@ -18,7 +18,7 @@ from attnviz.server.settings import get_settings
 from fastapi.testclient import TestClient
 
 from tests.pretrained.support import require_modules
-from tests.pretrained.tiny import TARGETS, TEXTS, save_tiny
+from tests.pretrained.tiny import DECODER_STYLE, TARGETS, TEXTS, save_tiny, word_tokenizer
 from tests.routers.support import decode
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
@@ -43,7 +43,8 @@ def local_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClien
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     mp = pytest.MonkeyPatch()
-    mp.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(f) for f in [*folders, broken]]))
+    paths = [*folders, broken, unrecordable(root / "tiny-xlnet")]
+    mp.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(f) for f in paths]))
     mp.setenv("ATTNVIZ_PACKAGED_MODELS", "false")
     get_settings.cache_clear()
     try:
@@ -54,6 +55,16 @@ def local_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClien
         mp.undo()
         get_settings.cache_clear()
         MODELS.clear()
+
+
+def unrecordable(folder: Path) -> Path:
+    """A tiny XLNet: transformers loads it, but its attention bypasses the interface."""
+    import transformers
+
+    config = transformers.XLNetConfig(vocab_size=40, d_model=16, n_layer=1, n_head=2, d_inner=32)
+    transformers.XLNetLMHeadModel(config).save_pretrained(folder)
+    word_tokenizer(DECODER_STYLE).save_pretrained(folder)
+    return folder
 
 
 def reference(folder: Path, family: str) -> Any:
@@ -79,6 +90,8 @@ def test_local_directories_are_listed_with_family_and_a_broken_one_as_failed(
     assert by_name["tiny-t5"]["blocks"] == ["encoder", "decoder", "cross"]
     assert by_name["broken"]["state"] == "failed"
     assert "broken" in by_name["broken"]["error"]
+    assert by_name["tiny-xlnet"]["state"] == "failed"
+    assert "attention interface" in by_name["tiny-xlnet"]["error"]
     response = local_models.post(URL, json={"model": "broken", "texts": ["the cat"]})
     assert response.status_code == 422
     detail = response.json()["detail"][0]
@@ -187,6 +200,36 @@ def test_options_a_model_cannot_take_get_422_naming_them(
     assert response.json()["detail"][0]["loc"] == loc
 
 
+def test_a_click_on_a_head_reuses_the_forward_pass_and_computes_one_layer(
+    local_models: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnviz.pretrained import PretrainedAttentions, PretrainedModel
+
+    runs: list[int] = []
+    layers: list[int] = []
+    run, layer_weights = PretrainedModel.run, PretrainedAttentions.layer_weights
+
+    def counted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return run(self, *args, **kwargs)
+
+    def counted_layer(self: Any, block: Any, layer: int, **kwargs: Any) -> Any:
+        layers.append(layer)
+        return layer_weights(self, block, layer, **kwargs)
+
+    monkeypatch.setattr(PretrainedModel, "run", counted_run)
+    monkeypatch.setattr(PretrainedAttentions, "layer_weights", counted_layer)
+    body = {"model": "tiny-llama", "texts": ["the red bird sang today"], "sequence_index": 0}
+    grid = local_models.post(URL, json={**body, "display_size": 8}).json()
+    assert (runs, layers) == ([1], [0, 1])
+    head = local_models.post(URL, json={**body, "layer_index": 1, "head_index": 3}).json()
+    assert (runs, layers) == ([1], [0, 1, 1])  # no second forward pass, layer 1 alone
+    assert head["layer_mean"] == grid["layer_mean"] and head["rollout"] == grid["rollout"]
+    other = local_models.post(URL, json={**body, "texts": ["a dog ran"]}).json()
+    assert len(runs) == 2 and other["tokens"] != grid["tokens"]
+
+
+# The tests below configure the process-wide registry anew: the local models above come first.
 def test_a_model_still_loading_is_a_503_with_retry_after_then_ready(client: TestClient) -> None:
     MODELS.configure([], packaged=["all-MiniLM-L6-v2"])  # named, not loaded yet
     listing = client.get("/api/v1/models").json()
@@ -303,32 +346,3 @@ def test_the_grid_streams_layer_by_layer_and_equals_the_whole_response(
     refused = smollm2.post(URL + "/layers", json={"texts": ["No index."]})
     assert refused.status_code == 422
     assert refused.json()["detail"][0]["loc"] == ["body", "sequence_index"]
-
-
-def test_a_click_on_a_head_reuses_the_forward_pass_and_computes_one_layer(
-    local_models: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from attnviz.pretrained import PretrainedAttentions, PretrainedModel
-
-    runs: list[int] = []
-    layers: list[int] = []
-    run, layer_weights = PretrainedModel.run, PretrainedAttentions.layer_weights
-
-    def counted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        runs.append(1)
-        return run(self, *args, **kwargs)
-
-    def counted_layer(self: Any, block: Any, layer: int, **kwargs: Any) -> Any:
-        layers.append(layer)
-        return layer_weights(self, block, layer, **kwargs)
-
-    monkeypatch.setattr(PretrainedModel, "run", counted_run)
-    monkeypatch.setattr(PretrainedAttentions, "layer_weights", counted_layer)
-    body = {"model": "tiny-llama", "texts": ["the red bird sang today"], "sequence_index": 0}
-    grid = local_models.post(URL, json={**body, "display_size": 8}).json()
-    assert (runs, layers) == ([1], [0, 1])
-    head = local_models.post(URL, json={**body, "layer_index": 1, "head_index": 3}).json()
-    assert (runs, layers) == ([1], [0, 1, 1])  # no second forward pass, layer 1 alone
-    assert head["layer_mean"] == grid["layer_mean"] and head["rollout"] == grid["rollout"]
-    other = local_models.post(URL, json={**body, "texts": ["a dog ran"]}).json()
-    assert len(runs) == 2 and other["tokens"] != grid["tokens"]
