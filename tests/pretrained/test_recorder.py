@@ -1,8 +1,10 @@
 """The attention recorder against transformers' own output_attentions (eager attention).
 
 Tiny models are built from configs at test time (random weights, nothing downloaded):
-a decoder with grouped-query attention, GPT-2, one with a sliding window, and a BERT
-encoder; padded batches included.
+a decoder with grouped-query attention, GPT-2, one with a sliding window, a BERT
+encoder, and T5 and BART encoder-decoders (T5 adds a relative position bias to the
+scores, which the recorder folds into SDPA's mask and slices per group and query for
+the eager weights); padded batches included.
 """
 
 from collections.abc import Callable
@@ -12,12 +14,19 @@ import pytest
 import torch
 from attnviz.pretrained.recorder import record_attention, use_recorder
 
-transformers = pytest.importorskip("transformers")
+from tests.pretrained.support import require_transformers
 
 VOCAB = 96
 
 
+@pytest.fixture(autouse=True)
+def _transformers() -> None:
+    require_transformers()
+
+
 def llama() -> Any:
+    import transformers
+
     config = transformers.LlamaConfig(
         vocab_size=VOCAB,
         hidden_size=48,
@@ -31,6 +40,8 @@ def llama() -> Any:
 
 
 def gpt2() -> Any:
+    import transformers
+
     config = transformers.GPT2Config(
         vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64
     )
@@ -38,6 +49,8 @@ def gpt2() -> Any:
 
 
 def mistral() -> Any:
+    import transformers
+
     config = transformers.MistralConfig(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -52,6 +65,8 @@ def mistral() -> Any:
 
 
 def bert() -> Any:
+    import transformers
+
     config = transformers.BertConfig(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -164,3 +179,127 @@ def test_a_head_outside_the_layer_is_refused() -> None:
         recording.head_weights(0, 4)
     with pytest.raises(IndexError):
         recording.head_weights(2, 0)
+
+
+def t5() -> Any:
+    import transformers
+
+    config = transformers.T5Config(
+        vocab_size=VOCAB,
+        d_model=32,
+        d_kv=8,
+        d_ff=48,
+        num_heads=4,
+        num_layers=2,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+    )
+    return transformers.T5ForConditionalGeneration(config)
+
+
+def bart() -> Any:
+    import transformers
+
+    config = transformers.BartConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=48,
+        decoder_ffn_dim=48,
+        max_position_embeddings=64,
+    )
+    return transformers.BartForConditionalGeneration(config)
+
+
+SEQ2SEQ: dict[str, Callable[[], Any]] = {"t5": t5, "bart": bart}
+
+
+def seq2seq_inputs() -> dict[str, torch.Tensor]:
+    """11 source tokens (the second input padded to 7) and 6 target tokens (padded to 4)."""
+    input_ids, attention_mask = batch(6)
+    decoder_input_ids = torch.randint(1, VOCAB, (2, 6), generator=torch.Generator().manual_seed(7))
+    decoder_attention_mask = torch.ones(2, 6, dtype=torch.long)
+    decoder_attention_mask[0, 4:] = 0
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "decoder_input_ids": decoder_input_ids,
+        "decoder_attention_mask": decoder_attention_mask,
+    }
+
+
+@pytest.mark.parametrize("name", SEQ2SEQ)
+def test_encoder_decoder_calls_equal_output_attentions_and_outputs(name: str) -> None:
+    inputs = seq2seq_inputs()
+    torch.manual_seed(0)
+    reference = SEQ2SEQ[name]().eval()
+    reference.set_attn_implementation("eager")
+    with torch.inference_mode():
+        expected = reference(**inputs, output_attentions=True, use_cache=False)
+    torch.manual_seed(0)
+    model = SEQ2SEQ[name]().eval()
+    use_recorder(model)
+    with torch.inference_mode(), record_attention() as recording:
+        output = model(**inputs, use_cache=False)
+    # The model runs the encoder's layers, then each decoder layer's self and cross
+    # attention in turn.
+    encoder, decoder, cross = (
+        expected.encoder_attentions,
+        expected.decoder_attentions,
+        expected.cross_attentions,
+    )
+    order = list(encoder) + [w for pair in zip(decoder, cross, strict=True) for w in pair]
+    assert len(recording.calls) == len(order) == 6
+    for index, weights in enumerate(order):
+        recorded = recording.layer_weights(index)
+        assert recorded.shape == weights.shape
+        torch.testing.assert_close(recorded, weights, atol=1e-5, rtol=0)
+        for query in range(weights.shape[2]):  # one row alone, bias and mask sliced
+            torch.testing.assert_close(
+                recording.layer_weights(index, query=query),
+                weights[:, :, query : query + 1],
+                atol=1e-5,
+                rtol=0,
+            )
+    # With the position bias folded into SDPA's mask, the output is eager's output.
+    torch.testing.assert_close(output.logits, expected.logits, atol=1e-5, rtol=1e-5)
+
+
+def test_t5_position_bias_is_kept_and_sliced_per_group() -> None:
+    torch.manual_seed(0)
+    model = t5().eval()
+    use_recorder(model)
+    with torch.inference_mode(), record_attention() as recording:
+        model(**seq2seq_inputs(), use_cache=False)
+    bias = recording.calls[0].kwargs["position_bias"]
+    assert bias.shape[1:] == (4, 11, 11)  # every head its own bias, relative positions
+    assert not torch.equal(bias[0, 0], bias[0, 1])
+    # One group of one head (no grouped-query attention in T5) gets that head's bias:
+    # the weights of head 2 alone equal head 2 of the whole layer.
+    torch.testing.assert_close(
+        recording.group_weights(0, 2), recording.layer_weights(0)[:, 2:3], atol=0, rtol=0
+    )
+    torch.testing.assert_close(
+        recording.group_weights(0, 2, query=5),
+        recording.layer_weights(0)[:, 2:3, 5:6],
+        atol=1e-6,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "mistral-sliding-window"])
+def test_one_query_row_equals_that_row_of_the_layer(name: str) -> None:
+    model = built(name, "eager")
+    use_recorder(model)
+    input_ids, attention_mask = batch(8)
+    with torch.inference_mode(), record_attention() as recording:
+        model(input_ids, attention_mask=attention_mask)
+    for layer in range(len(recording.calls)):
+        weights = recording.layer_weights(layer)
+        for query in range(11):
+            row = recording.layer_weights(layer, query=query)
+            assert row.shape == (2, weights.shape[1], 1, 11)
+            torch.testing.assert_close(row, weights[:, :, query : query + 1], atol=1e-6, rtol=0)
