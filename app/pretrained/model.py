@@ -50,6 +50,18 @@ BLOCKS: Final[dict[Family, tuple[Block, ...]]] = {
 """The attention blocks of each family, in the order the model runs them."""
 CROSS_MODULES: Final = frozenset({"encoder_attn", "EncDecAttention", "crossattention"})
 """Module names transformers gives cross attention (BART/Marian, T5, BERT as a decoder)."""
+POSITIONS_AFTER_PADDING: Final = frozenset(
+    {
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "camembert",
+        "data2vec-text",
+        "roberta-prelayernorm",
+    }
+)
+"""Model types whose position ids start after ``pad_token_id`` (transformers'
+``create_position_ids_from_input_ids``): roberta-base's 514 positions take 512 tokens."""
 TOP_K: Final = 10
 """How many next-token candidates a decoder's result keeps per position."""
 _LOGIT_CHUNK: Final = 256  # positions per chunk when turning hidden states into top-k
@@ -314,7 +326,11 @@ class PretrainedModel:
     def max_tokens(self) -> int | None:
         """The most tokens one input may have (learned positions), or None (relative positions)."""
         value = _config_value(self.config, "max_position_embeddings", "n_positions")
-        return value if value is not None and value > 0 else None  # XLNet says -1
+        if value is None or value <= 0:  # XLNet says -1
+            return None
+        if self.architecture in POSITIONS_AFTER_PADDING:
+            value -= int(self.config.pad_token_id) + 1
+        return value
 
     @functools.cached_property
     def num_parameters(self) -> int:
@@ -466,13 +482,19 @@ class PretrainedModel:
         start = getattr(self.config, "decoder_start_token_id", None)
         if start is None:
             start = self.pad_id
+        for i, length in enumerate(batch.lengths):
+            if self.max_tokens is not None and length + 1 > self.max_tokens:
+                raise AttentionInputError(
+                    f"targets[{i}]",
+                    f"{length} tokens and the decoder start token; {self.name} takes at most "
+                    f"{self.max_tokens} (max_position_embeddings)",
+                )
         size = batch.input_ids.shape[0]
         first = torch.full((size, 1), int(start), dtype=torch.int64)
         input_ids = torch.cat([first, batch.input_ids], dim=1)
-        attention_mask = torch.cat(
-            [torch.ones((size, 1), dtype=torch.bool), batch.attention_mask], 1
-        )
-        special = torch.cat([torch.ones((size, 1), dtype=torch.bool), batch.special_tokens_mask], 1)
+        ones = torch.ones((size, 1), dtype=torch.bool)
+        attention_mask = torch.cat([ones, batch.attention_mask], dim=1)
+        special = torch.cat([ones, batch.special_tokens_mask], dim=1)
         return TokenizedBatch(
             tokens=[self.token_strings(row) for row in input_ids.tolist()],
             input_ids=input_ids,
@@ -560,11 +582,18 @@ class PretrainedModel:
             inputs["decoder_attention_mask"] = targets.attention_mask.to(run_on).long()
         start = time.perf_counter()
         with torch.inference_mode(), record_attention() as recording:
-            if self.family == "decoder":
-                next_tokens = self._decode(model, inputs)
-            else:
-                model(**inputs, use_cache=False)
-                next_tokens = None
+            try:
+                if self.family == "decoder":
+                    next_tokens = self._decode(model, inputs)
+                else:
+                    model(**inputs, use_cache=False)
+                    next_tokens = None
+            except IndexError as error:  # an id or a position beyond an embedding's rows
+                raise AttentionInputError(
+                    "texts",
+                    f"{self.name} cannot take this input ({error}): a token id beyond its "
+                    "vocabulary or more tokens than its positions",
+                ) from error
             if run_on.type == "cuda":
                 torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
@@ -677,8 +706,15 @@ class PretrainedModel:
         stop = self.tokenizer.eos_token_id
         new_ids: list[int] = []
         start = time.perf_counter()
+        from transformers import DynamicCache
+
         with torch.inference_mode(), record_attention() as recording:
-            output = model(batch.input_ids.to(run_on), use_cache=True)
+            # A cache without the model's config keeps every key, also beyond a sliding
+            # window (the mask still hides the old ones): each step's row then covers
+            # every earlier position, as one causal pass does.
+            output = model(
+                batch.input_ids.to(run_on), past_key_values=DynamicCache(), use_cache=True
+            )
             for step in range(max_new_tokens):
                 logits = output.logits[0, -1].float().cpu()
                 if temperature == 0:
@@ -710,8 +746,25 @@ class PretrainedModel:
         areas = {"encoder": source * source, "decoder": target * target, "cross": target * source}
         if self.family == "decoder":
             areas["decoder"] = source * source
-        per_layer = sum(areas[block] for block in self.blocks)
-        return self.num_layers * size * self.num_heads * per_layer
+        return size * sum(
+            self.block_layers(block) * self.block_heads(block) * areas[block]
+            for block in self.blocks
+        )
+
+    def block_layers(self, block: Block) -> int:
+        """N of one block: an encoder-decoder's decoder may have another depth (T5, BART)."""
+        if self.family == "encoder-decoder" and block != "encoder":
+            return _config_value(self.config, "num_decoder_layers", "decoder_layers") or (
+                self.num_layers
+            )
+        return self.num_layers
+
+    def block_heads(self, block: Block) -> int:
+        """H of one block (BART's encoder and decoder may have different head counts)."""
+        if self.family == "encoder-decoder":
+            name = "encoder_attention_heads" if block == "encoder" else "decoder_attention_heads"
+            return _config_value(self.config, name, "num_heads") or self.num_heads
+        return self.num_heads
 
 
 def attention_rollout(head_means: torch.Tensor) -> torch.Tensor:

@@ -125,9 +125,11 @@ class ModelRegistry:
         finishes before the next starts, and signals only its own configuration's end.
         """
         done, entries = self._done, list(self._entries.values())
-        with _LOADING:
-            self._load(entries)
-        done.set()
+        try:
+            with _LOADING:
+                self._load(entries)
+        finally:
+            done.set()
 
     def _load(self, entries: list[ModelEntry]) -> None:
         for entry in entries:
@@ -144,14 +146,8 @@ class ModelRegistry:
                 model.run(warm, targets, device="cpu")
             except ImportError as error:
                 entry.state, entry.error = "failed", f"{error}: {PRETRAINED_EXTRA}"
-            except (
-                ModelFormatError,
-                AttentionInputError,
-                OSError,
-                ValueError,
-                RuntimeError,
-            ) as error:
-                entry.state, entry.error = "failed", str(error)
+            except Exception as error:
+                entry.state, entry.error = "failed", str(error) or type(error).__name__
             else:
                 entry.model, entry.state = model, "ready"
 

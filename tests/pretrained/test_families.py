@@ -245,15 +245,7 @@ def fed_back(model: PretrainedModel, prompt: TokenizedBatch, new_ids: list[int])
         "gpt2",
         "llama",
         "qwen2",
-        pytest.param(
-            "mistral",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="BUG (app): with a sliding window the key/value cache keeps only the "
-                "window, so step_row returns `window` entries, not L + step positions",
-            ),
-        ),
+        "mistral",  # a sliding window shorter than prompt + generated tokens
     ],
 )
 def test_generation_equals_transformers_generate_and_one_causal_pass(
@@ -313,15 +305,7 @@ def test_sampling_is_reproducible_by_seed(models: dict[str, PretrainedModel]) ->
     "name",
     [
         *[n for n, family in tiny.FAMILIES.items() if family != "encoder-decoder"],
-        pytest.param(
-            "t5",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="BUG (app): weight_cells counts num_hidden_layers (the encoder's) for "
-                "every block; T5's decoder here has 3 layers to the encoder's 2",
-            ),
-        ),
+        "t5",  # its decoder has 3 layers to the encoder's 2
         "bart",
     ],
 )
@@ -340,25 +324,10 @@ def test_weight_cells_counts_every_map_of_every_block(
     assert model.weight_cells(batch, targets) == cells
 
 
-LIMIT_BUGS = {
-    "roberta": "BUG (app): RoBERTa's positions start after padding_idx, so it takes "
-    "max_position_embeddings - 2 tokens (512 of roberta-base's 514); max_tokens says 514 "
-    "and longer inputs pass tokenize, then fail in run with an IndexError",
-    "bart": "BUG (app): decoder_inputs checks the target's length before adding "
-    "decoder_start_token_id; a target of max_tokens tokens becomes a decoder input of "
-    "max_tokens + 1, an IndexError in run",
-}
-
-
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(
-            name,
-            marks=[pytest.mark.xfail(strict=True, raises=IndexError, reason=LIMIT_BUGS[name])]
-            if name in LIMIT_BUGS
-            else [],
-        )
+        name
         for name in tiny.BUILDERS
         if name != "t5"  # relative positions: no limit
     ],
@@ -500,13 +469,6 @@ def test_the_registry_loads_in_a_background_thread(
     assert registry.get("bart").family == "encoder-decoder"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=IndexError,
-    reason="BUG (app): registry.load() catches only ModelFormatError, AttentionInputError, "
-    "OSError, ValueError and RuntimeError; an IndexError of the warm-up run escapes, so this "
-    "model and every one after it stay 'loading' and wait() never returns True",
-)
 def test_a_model_whose_tokenizer_overruns_its_embedding_fails_alone(tmp_path: Path) -> None:
     import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
