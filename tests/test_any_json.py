@@ -394,13 +394,19 @@ def send(
     if currently_in_test_context():
         event(f"status {response.status_code}")  # --hypothesis-show-statistics
     assert response.status_code < 500, context
-    assert response.headers["content-type"].startswith("application/json"), context
+    lines = response.headers["content-type"].startswith("application/x-ndjson")
+    assert lines or response.headers["content-type"].startswith("application/json"), context
+    assert not (lines and response.status_code >= 400), f"an error as NDJSON\n{context}"
     try:
         text = response.content.decode("utf-8")
     except UnicodeDecodeError as error:
         raise AssertionError(f"not UTF-8: {error}\n{context}") from error
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
+    try:  # a streamed answer (NDJSON) is one JSON value per line
+        data = (
+            [json.loads(line, parse_constant=_no_constant) for line in text.splitlines()]
+            if lines
+            else json.loads(text, parse_constant=_no_constant)
+        )
     except ValueError as error:
         raise AssertionError(f"not JSON: {error}\n{context}") from error
     assert not _lone_surrogate(data), f"a lone surrogate in the response\n{context}"

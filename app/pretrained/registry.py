@@ -66,6 +66,8 @@ class ModelRegistry:
         self._entries: dict[str, ModelEntry] = {}
         self._done = threading.Event()
         self._done.set()
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
         self._cache_dir = default_cache_dir()
 
     def configure(
@@ -113,6 +115,7 @@ class ModelRegistry:
             entries[name] = ModelEntry(name, path, str(path), queued_at=now)
         self._entries = entries
         self._cache_dir = cache_dir or default_cache_dir()
+        self._cancel = threading.Event()
         self._done = threading.Event()
         if not entries:
             self._done.set()
@@ -124,15 +127,17 @@ class ModelRegistry:
         Loaders run one at a time (a lock): a loader left from an earlier configuration
         finishes before the next starts, and signals only its own configuration's end.
         """
-        done, entries = self._done, list(self._entries.values())
+        done, cancel, entries = self._done, self._cancel, list(self._entries.values())
         try:
             with _LOADING:
-                self._load(entries)
+                self._load(entries, cancel)
         finally:
             done.set()
 
-    def _load(self, entries: list[ModelEntry]) -> None:
+    def _load(self, entries: list[ModelEntry], cancel: threading.Event) -> None:
         for entry in entries:
+            if cancel.is_set():
+                return
             if entry.state != "loading":
                 continue
             try:
@@ -154,8 +159,20 @@ class ModelRegistry:
     def start(self) -> threading.Thread:
         """Load in a background thread (daemon: a server shutting down does not wait)."""
         thread = threading.Thread(target=self.load, name="attnviz-model-loader", daemon=True)
+        self._thread = thread
         thread.start()
         return thread
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Load no further model and wait for the one loading (server shutdown).
+
+        A model cannot be stopped halfway; waiting for it keeps the interpreter from
+        exiting while the loader thread is inside torch.
+        """
+        self._cancel.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until loading has finished (ready or failed); False on timeout."""

@@ -53,6 +53,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     MODELS.start()  # in the background: the server answers while models load
     RECORDINGS.resize(settings.recording_cache_bytes)
     yield
+    MODELS.stop()
     stop_executor()
     MODULES.clear()
     MODELS.clear()

@@ -343,6 +343,6 @@ def test_the_grid_streams_layer_by_layer_and_equals_the_whole_response(
     assert torch.equal(means, floats(whole["head_mean"])[:, 0])
     assert end["shape"] == whole["shape"] and end["special_share"] == whole["special_share"]
     assert torch.equal(floats(end["rollout"]), floats(whole["rollout"]))
-    refused = smollm2.post(URL + "/layers", json={"texts": ["No index."]})
+    refused = smollm2.post(URL + "/layers", json={"texts": ["One input."], "sequence_index": 1})
     assert refused.status_code == 422
     assert refused.json()["detail"][0]["loc"] == ["body", "sequence_index"]

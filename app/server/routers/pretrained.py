@@ -27,6 +27,7 @@ from ..schemas.pretrained import (
     ModelListResponse,
     PretrainedAttentionRequest,
     PretrainedAttentionResponse,
+    PretrainedLayersRequest,
 )
 from ..settings import Settings
 from ..transport import encode_floats, encode_large, respond
@@ -172,9 +173,9 @@ def model_response(
     summary="One input's layers x heads grid, streamed layer by layer as it is computed",
 )
 async def stream_model_attention(
-    request: PretrainedAttentionRequest, settings: SettingsDep
+    request: PretrainedLayersRequest, settings: SettingsDep
 ) -> Response:
-    """The one-input response of POST /attention (sequence_index required), as NDJSON lines.
+    """The one-input response of POST /attention (sequence_index, default 0), as NDJSON lines.
 
     The forward pass runs first (or is reused from the last requests of the same
     input); then each layer's maps are computed, pooled and sent as soon as they are
@@ -192,12 +193,6 @@ async def stream_model_attention(
     """
     model = ready_model(request.model)
     check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
-    if request.sequence_index is None:
-        raise field_error(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            "sequence_index",
-            "the streamed grid is of one input: set sequence_index",
-        )
     return await held_while_sent(computed(settings, stream_response, model, request, settings))
 
 

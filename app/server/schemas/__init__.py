@@ -26,6 +26,7 @@ from .pretrained import (
     ModelListResponse,
     PretrainedAttentionRequest,
     PretrainedAttentionResponse,
+    PretrainedLayersRequest,
 )
 
 REQUEST_SCHEMAS: Final[tuple[type[BaseModel], ...]] = (
@@ -34,6 +35,7 @@ REQUEST_SCHEMAS: Final[tuple[type[BaseModel], ...]] = (
     DecodingRequest,
     TransformerRequest,
     PretrainedAttentionRequest,
+    PretrainedLayersRequest,
 )
 """Every request body of the API (their integer bounds are kept exact in /openapi.json)."""
 
@@ -51,6 +53,7 @@ __all__ = [
     "Preset",
     "PretrainedAttentionRequest",
     "PretrainedAttentionResponse",
+    "PretrainedLayersRequest",
     "ScalingRequest",
     "ScalingResponse",
     "TransformerRequest",

@@ -206,6 +206,33 @@ class PretrainedAttentionRequest(StrictRequest):
     )
 
 
+class PretrainedLayersRequest(PretrainedAttentionRequest):
+    """One input's grid, streamed layer by layer (POST /api/v1/models/attention/layers)."""
+
+    model_config = ConfigDict(
+        protected_namespaces=(),
+        json_schema_extra={
+            "examples": [
+                {"texts": ["The cat sat on the mat because it was tired."], "display_size": 64},
+                {
+                    "model": "SmolLM2-135M-Instruct",
+                    "texts": ["Why is the sky blue?"],
+                    "chat": True,
+                    "max_new_tokens": 8,
+                    "display_size": 64,
+                    "encoding": "base64_float32",
+                },
+            ]
+        },
+    )
+
+    sequence_index: int = Field(
+        0,
+        ge=0,
+        description="The input whose grid is streamed; must be below B (else 422).",
+    )
+
+
 class PretrainedDownsample(BaseModel):
     """How maps were pooled for display (block max)."""
 
