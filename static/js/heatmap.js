@@ -237,6 +237,18 @@ function axisHover(given, r, c, count) {
   return texts || [...Array(count).keys()].map((i) => `position ${i}`);
 }
 
+// The domains of `count` cells along one axis of a grid, in paper fractions [0, 1],
+// first cell first: `gap` between cells and `groupGap` more between groups of
+// `group` cells (both in cell widths).
+function cellDomains(count, gap, group = count, groupGap = 0) {
+  const groups = Math.ceil(count / group);
+  const unit = 1 / (count + (count - 1) * gap + (groups - 1) * groupGap);
+  return Array.from({ length: count }, (_, i) => {
+    const start = (i * (1 + gap) + Math.floor(i / group) * groupGap) * unit;
+    return [start, Math.min(1, start + unit)];
+  });
+}
+
 // One Plotly figure of rows x cols small heatmaps (e.g. layers x heads, BertViz's
 // model view): one heatmap trace per cell on its own axes, drawn as SVG images,
 // so 72 thumbnails cost one figure and no WebGL context. options:
@@ -246,22 +258,56 @@ function axisHover(given, r, c, count) {
 //   scale each cell to its own maximum), hover(r, c) (the
 //   cell's name), queryHover / keyHover (hover text of each row / column of the cells,
 //   an array shared by every cell or a function (r, c) -> array: tokenHover of the
-//   labels, with the pooling factor when pooled), onClick(r, c).
-// Returns the div; its `drawn` promise resolves once Plotly has drawn it.
+//   labels, with the pooling factor when pooled), onClick(r, c),
+//   colGroup (columns per group, e.g. the query heads sharing one key/value head: the
+//   groups are set apart by a wider gap and a dashed line) and groupLabel(g) (the text
+//   under group g), count (the cells drawn, row by row: a last row may be short),
+//   cellTitle(r, c) (a title under every cell, instead of colName under the last row).
+// Returns the div (data-rows, data-cols and data-col-group say its shape); its `drawn`
+// promise resolves once Plotly has drawn it.
 export function thumbnailGrid(container, options) {
   const { rows, cols, cell } = options;
+  const group = options.colGroup && options.colGroup < cols ? options.colGroup : 0;
   const traces = [];
   const layout = {
-    grid: { rows, columns: cols, pattern: "independent", xgap: 0.06, ygap: 0.08 },
-    margin: { l: 60, r: 8, t: 30, b: 30 },
+    margin: { l: 60, r: 8, t: 30, b: group ? 48 : 30 },
     title: { text: escapeForPlotly(options.title || ""), font: { size: 13 } },
-    height: 40 + rows * Math.max(70, 320 / rows),
+    height: 40 + rows * Math.max(70, 320 / rows) + (group ? 18 : 0),
     showlegend: false,
     plot_bgcolor: MASKED_COLOR, // masked cells are null: the background shows through
   };
+  // Without groups Plotly's own grid places the cells; with groups each axis gets its
+  // domain, the groups a wider gap, and a dashed line and a label between and under them.
+  const xDomains = group ? cellDomains(cols, 0.06, group, 0.3) : null;
+  const yDomains = group ? cellDomains(rows, 0.08).map(([a, b]) => [1 - b, 1 - a]) : null;
+  if (group) {
+    const groups = Math.ceil(cols / group);
+    layout.shapes = [];
+    layout.annotations = [];
+    for (let g = 0; g < groups; g += 1) {
+      const first = xDomains[g * group];
+      const last = xDomains[Math.min(cols, (g + 1) * group) - 1];
+      if (g > 0) {
+        const x = (xDomains[g * group - 1][1] + first[0]) / 2;
+        layout.shapes.push({
+          type: "line", xref: "paper", yref: "paper", x0: x, x1: x, y0: 0, y1: 1,
+          line: { color: "#8a94a6", width: 1, dash: "dot" },
+        });
+      }
+      layout.annotations.push({
+        xref: "paper", yref: "paper", x: (first[0] + last[1]) / 2, y: 0, yshift: -32,
+        yanchor: "top", showarrow: false, font: { size: 11 },
+        text: escapeForPlotly(options.groupLabel ? options.groupLabel(g) : `group ${g}`),
+      });
+    }
+  } else {
+    const ygap = options.cellTitle && rows > 1 ? 0.3 : 0.08;
+    layout.grid = { rows, columns: cols, pattern: "independent", xgap: 0.06, ygap };
+  }
   for (let r = 0; r < rows; r += 1) {
     for (let c = 0; c < cols; c += 1) {
       const n = r * cols + c + 1;
+      if (options.count !== undefined && n > options.count) break;
       const z = cell(r, c);
       const zmax = options.zmax === "each" ? maxOf(z) : options.zmax;
       const { customdata, hovertext } = hoverData(
@@ -285,15 +331,29 @@ export function thumbnailGrid(container, options) {
       });
       // fixedrange: no zoom, so no axis drag handles either; these reached into the
       // thumbnail on the left and took its hover away.
+      // A faint frame: small, mostly pale thumbnails (a phone's) stay apart.
       const bare = {
         showticklabels: false, showgrid: false, zeroline: false, ticks: "", fixedrange: true,
+        showline: true, mirror: true, linecolor: "rgba(128, 128, 128, 0.35)", linewidth: 1,
       };
       const suffix = n === 1 ? "" : String(n); // the first axes are "xaxis", not "xaxis1"
-      layout[`xaxis${suffix}`] = { ...bare, title: r === rows - 1 ? { text: `${options.colName}${c}`, standoff: 2 } : undefined };
+      let xTitle;
+      if (options.cellTitle) xTitle = escapeForPlotly(options.cellTitle(r, c));
+      else if (r === rows - 1) xTitle = `${options.colName}${c}`;
+      layout[`xaxis${suffix}`] = { ...bare, title: xTitle === undefined ? undefined : { text: xTitle, standoff: 2 } };
       layout[`yaxis${suffix}`] = { ...bare, autorange: "reversed", title: c === 0 && options.rowName ? { text: `${options.rowName}${r}`, standoff: 2 } : undefined };
+      if (group) {
+        layout[`xaxis${suffix}`].domain = xDomains[c];
+        layout[`xaxis${suffix}`].anchor = `y${suffix}`;
+        layout[`yaxis${suffix}`].domain = yDomains[r];
+        layout[`yaxis${suffix}`].anchor = `x${suffix}`;
+      }
     }
   }
   const div = addPlot(container, { traces, layout }, "plot grid-plot");
+  div.dataset.rows = String(rows);
+  div.dataset.cols = String(cols);
+  if (group) div.dataset.colGroup = String(group);
   div.drawn = div.drawn.then(() => {
     if (options.onClick) {
       div.on("plotly_click", (event) => options.onClick(...event.points[0].data.meta));

@@ -1,52 +1,329 @@
-// AttnViz pretrained-model page: a typed sentence through a real BERT encoder;
-// every layer's and head's attention (BertViz's model view), one layer's heads,
-// the averages and attention rollout.
+// AttnViz pretrained-model page: typed text through a real transformer (an encoder
+// such as BERT, a decoder LLM such as SmolLM2, or an encoder-decoder); every layer's
+// and head's attention (BertViz's model view), one layer's heads, the averages and
+// attention rollout, and a token explorer: one token's row in every layer and head, and
+// for decoders the generated tokens and the next-token candidates.
 import {
   COMPACT, MODELS_LINK_FIELDS, bindDownloads, errorBox, fillIndexSelect, jsonFetcher,
-  nonEmptyLines, onTabClick, openTab, option, paragraph, readUrlRequest, selectedIndex,
-  viewFromUrl, whileBusy, writeUrlState,
+  nonEmptyLines, onTabClick, openTab, option, paragraph, parseNumber, readUrlRequest,
+  selectedIndex, viewFromUrl, writeUrlState,
 } from "./api.js";
 import { addPlot, clearPlots, heatmapFigure, thumbnailGrid, tokenHover } from "./heatmap.js";
 
+const ATTENTION_URL = "/api/v1/models/attention";
+const MODELS_URL = "/api/v1/models";
 const DEFAULT_TEXT = "The cat sat on the mat because it was tired.";
+const DEFAULT_PROMPT = "What is the capital of France?";
+const DEFAULT_TARGET = "Le chat était assis sur le tapis.";
+const DEFAULT_NEW_TOKENS = 8;
+const TOP_K = 5; // next-token candidates shown per position
+const POLL_MS = 1500; // how often the model list is asked again while a model loads
+const PROGRESS_DELAY_MS = 300; // waits longer than this show #progress
 
 const form = document.getElementById("model-form");
 const modelSelect = document.getElementById("model");
 const modelDescription = document.getElementById("model-description");
 const textsBox = document.getElementById("texts");
+const textsLabel = document.getElementById("texts-label");
+const textsHint = document.getElementById("texts-hint");
+const chatControl = document.getElementById("chat-control");
+const chatBox = document.getElementById("chat");
+const chatHint = document.getElementById("chat-hint");
+const pairsControl = document.getElementById("pairs-control");
 const pairsBox = document.getElementById("text-pairs");
+const targetsControl = document.getElementById("targets-control");
+const targetsBox = document.getElementById("targets");
+const blockSelect = document.getElementById("block");
+const generationControl = document.getElementById("generation-control");
+const newTokensInput = document.getElementById("max-new-tokens");
+const temperatureInput = document.getElementById("temperature");
+const seedInput = document.getElementById("seed");
 const deviceSelect = document.getElementById("device");
 const summary = document.getElementById("summary");
 const displayNote = document.getElementById("display-note");
+const sequenceLabel = document.getElementById("sequence-label");
 const sequenceSelect = document.getElementById("sequence-index");
 const layerSelect = document.getElementById("layer-index");
 const layerControl = document.getElementById("layer-control");
 const hideSpecial = document.getElementById("hide-special");
+const hideSpecialControl = document.getElementById("hide-special-control");
+const specialExamples = document.getElementById("special-examples");
 const computeButton = document.getElementById("compute");
+const controls = document.querySelector(".results .controls");
+const progress = document.getElementById("progress");
+const generationTab = document.querySelector(".tabs button[data-view=generation]");
 
 const THUMB_SIZE = 64; // thumbnails of longer inputs come block-max pooled to this size
 // Narrower than this (px), the model view's columns are numbered 0, 1, ... instead of
 // H0, H1, ...: twelve "H10"-wide labels do not fit side by side on a phone.
 const NARROW_GRID = 560;
+const STRIP_COLUMNS = 10; // the most layers a row of the averages' strip
 const state = {
-  models: [], request: null, view: "model", overview: null, overviewKey: null, overviewRequest: null,
-  layers: new Map(), fetchMs: 0, ticket: 0,
+  listing: null, models: [], request: null, view: "model", overview: null, overviewKey: null,
+  overviewRequest: null, layers: new Map(), heads: new Map(), fetchMs: 0, ticket: 0,
+  // The token explorer: the chosen query position, its responses by request, a ticket.
+  queryIndex: null, queries: new Map(), queryBase: null, queryTicket: 0,
+  pending: null, // the model whose loading a computation waits for
+  pollTimer: null, specials: new Map(),
+  // The shared link's request, and the model whose family's defaults the form has.
+  link: null, adaptedFor: null,
 };
 
 const errors = errorBox(document.getElementById("error"));
 const showError = errors.show;
 const clearError = errors.clear;
-const fetchJson = jsonFetcher(showError);
 
-// A hint above a figure, as HTML: it wraps on a phone, where a long figure title would
-// be cut off at the figure's edge.
-function addHint(container, text) {
-  paragraph(container, "hint figure-hint", text);
+// ---------------------------------------------------------------------------
+// Progress: #progress shows while any wait has lasted PROGRESS_DELAY_MS (a count, so
+// that overlapping waits, a Compute and a token click, share it).
+
+let busyCount = 0;
+let busyTimer = null;
+
+async function busy(task, label = "Computing…", button = null) {
+  busyCount += 1;
+  if (button) button.disabled = true;
+  progress.textContent = label;
+  if (busyCount === 1) busyTimer = setTimeout(() => { progress.hidden = false; }, PROGRESS_DELAY_MS);
+  try {
+    return await task();
+  } finally {
+    busyCount -= 1;
+    if (button) button.disabled = false;
+    if (busyCount === 0) {
+      clearTimeout(busyTimer);
+      progress.hidden = true;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The models on offer and their loading.
+
+function modelInfo(name) {
+  return state.models.find((m) => m.name === name) || null;
+}
+
+function selectedModel() {
+  return modelInfo(modelSelect.value);
+}
+
+function family(model) {
+  return (model && model.family) || "encoder";
+}
+
+function formatCount(n) {
+  if (n >= 1e9) return `${(n / 1e9).toFixed(2)}B`;
+  if (n >= 1e6) return `${(n / 1e6).toFixed(1)}M`;
+  return n.toLocaleString();
+}
+
+// "3 key/value heads (grouped-query: 3 query heads each)", or null without grouping.
+function groupedQueryText(numHeads, numKv) {
+  if (!numKv || numKv >= numHeads) return null;
+  const per = numHeads / numKv;
+  if (numKv === 1) return `1 key/value head (multi-query: all ${numHeads} query heads share it)`;
+  return `${numKv} key/value heads (grouped-query: ${per} query heads each)`;
+}
+
+function descriptionOf(m) {
+  if (!m) return "";
+  if (m.state === "loading") return `Loading… (${m.source}); it can be chosen once it is ready.`;
+  if (m.state === "failed") return `Failed to load: ${m.error || "no reason given"} (${m.source})`;
+  const parts = [
+    `${m.family}, ${m.architecture}`,
+    `${m.num_layers} layers × ${m.num_heads} heads`,
+  ];
+  const grouped = groupedQueryText(m.num_heads, m.num_key_value_heads);
+  if (grouped) parts.push(grouped);
+  parts.push(`d_model ${m.d_model}`, `${formatCount(m.num_parameters)} parameters`);
+  parts.push(m.max_tokens ? `up to ${m.max_tokens.toLocaleString()} tokens` : "no position limit");
+  if (m.chat_template) parts.push("chat template");
+  return `${parts.join(" · ")}; from ${m.source}`;
+}
+
+function optionText(m) {
+  if (m.state === "loading") return `${m.name} (loading…)`;
+  if (m.state === "failed") return `${m.name} (failed)`;
+  return m.name;
+}
+
+// The model picker: one option per model, disabled until it is ready.
+function refreshOptions() {
+  const current = modelSelect.value;
+  for (const m of state.models) {
+    let element = [...modelSelect.options].find((o) => o.value === m.name);
+    if (!element) {
+      element = option(m.name, m.name);
+      modelSelect.append(element);
+    }
+    element.textContent = optionText(m);
+    element.disabled = m.state !== "ready";
+    element.dataset.state = m.state;
+  }
+  if (current) modelSelect.value = current;
+}
+
+function describeModel() {
+  const m = selectedModel();
+  modelDescription.textContent = descriptionOf(m);
+  modelDescription.dataset.state = m ? m.state : "";
+}
+
+function applyListing(listing) {
+  state.listing = listing;
+  state.models = listing.models;
+  refreshOptions();
+  describeModel();
+  // The chosen model has just become ready: its family's inputs and defaults, and the
+  // options of a link that names it (unknown while it was loading).
+  const m = selectedModel();
+  const fresh = m && m.state === "ready" && state.adaptedFor !== m.name;
+  adaptInputs(fresh);
+  if (fresh && state.link && state.link.model === m.name) fillOptions(state.link);
+}
+
+async function fetchListing() {
+  try {
+    const response = await fetch(MODELS_URL);
+    if (!response.ok) return null;
+    return await response.json();
+  } catch {
+    return null; // the next poll tries again
+  }
+}
+
+// Ask for the model list every POLL_MS while a model loads; a computation waiting for
+// one starts once it is ready.
+function pollModels() {
+  if (state.pollTimer !== null) return;
+  state.pollTimer = setTimeout(async () => {
+    const listing = await fetchListing();
+    state.pollTimer = null;
+    if (listing) {
+      applyListing(listing);
+      resumePending();
+    }
+    if (!listing || listing.loading || (state.pending && modelInfo(state.pending)?.state === "loading")) {
+      pollModels();
+    }
+  }, POLL_MS);
+}
+
+// The chosen model is still loading: say so (no error), and compute once it is ready.
+function waitForModel(name) {
+  state.pending = name;
+  controls.hidden = state.request === null; // nothing to choose from before a first view
+  summary.textContent = `${name} is loading; the view appears when it is ready.`;
+  summary.dataset.waiting = name;
+  displayNote.textContent = "";
+  pollModels();
+}
+
+function resumePending() {
+  const name = state.pending;
+  if (!name) return;
+  const m = modelInfo(name);
+  if (!m || m.state === "loading") return;
+  state.pending = null;
+  delete summary.dataset.waiting;
+  if (modelSelect.value !== name) return; // another model was chosen meanwhile
+  if (m.state === "failed") {
+    summary.textContent = `${name} failed to load.`;
+    showError(`${name} failed to load: ${m.error || "no reason given"}`);
+    return;
+  }
+  compute();
+}
+
+// POST to the attention endpoint. A model still loading (503, type "loading") is not an
+// error: the page waits for it (waitForModel) and the result is null, as it is after an
+// error, which is then shown in the error box.
+async function requestAttention(body) {
+  let message = null;
+  const res = await jsonFetcher((text) => { message = text; })(ATTENTION_URL, body);
+  if (res !== null) return res;
+  const listing = await fetchListing();
+  if (listing) applyListing(listing);
+  const m = modelInfo(body.model);
+  if (m && m.state === "loading") {
+    waitForModel(m.name);
+    return null;
+  }
+  showError(message);
+  return null;
+}
+
+// ---------------------------------------------------------------------------
+// The form: its inputs follow the chosen model's family.
+
+// Text and number fields of a shared link that MODELS_LINK_FIELDS does not check.
+const isBoolean = (v) => typeof v === "boolean";
+const isCount = (v) => Number.isInteger(v) && v >= 0;
+const isNumber = (v) => typeof v === "number" && Number.isFinite(v);
+const isStrings = (v) => Array.isArray(v) && v.every((t) => typeof t === "string");
+const BLOCKS = ["encoder", "decoder", "cross"];
+
+// Show the inputs of the chosen model's family. `defaults`: also reset the family's
+// defaults (the chat box, the example text) as a newly chosen model gets them.
+function adaptInputs(defaults) {
+  const m = selectedModel();
+  const fam = family(m);
+  const decoder = fam === "decoder";
+  const encDec = fam === "encoder-decoder";
+  const known = Boolean(m && m.family); // a model still loading has no family yet
+  textsLabel.textContent = decoder ? "Prompts" : (encDec ? "Texts (encoder input)" : (known ? "Sentences" : "Texts"));
+  textsHint.textContent = decoder
+    ? "one per line; the model's tokenizer splits them, and it continues each"
+    : "one per line; the model's own tokenizer splits them";
+  sequenceLabel.textContent = decoder ? "Prompt" : (encDec || !known ? "Text" : "Sentence");
+  chatControl.hidden = !decoder;
+  const hasTemplate = Boolean(m && m.chat_template);
+  const ready = Boolean(m && m.state === "ready");
+  chatBox.disabled = !hasTemplate;
+  chatHint.textContent = hasTemplate
+    ? "each prompt becomes a user message in the model's chat template (its special " +
+      "tokens and the assistant's opening included)"
+    : "this model has no chat template: prompts are used as typed";
+  // Until the model is ready its template is unknown: the box keeps its state.
+  if (ready && !hasTemplate) chatBox.checked = false;
+  else if (ready && defaults) chatBox.checked = true;
+  if (!ready && m && state.adaptedFor === m.name) state.adaptedFor = null;
+  pairsControl.hidden = decoder || encDec || !known;
+  targetsControl.hidden = !encDec;
+  generationControl.hidden = !decoder;
+  if (encDec && m && m.blocks) {
+    for (const opt of blockSelect.options) opt.disabled = !m.blocks.includes(opt.value);
+  }
+  generationTab.textContent = decoder ? "Generation" : "Token explorer";
+  if (defaults) {
+    const text = textsBox.value.trim();
+    if (decoder && (text === DEFAULT_TEXT || text === "")) textsBox.value = DEFAULT_PROMPT;
+    if (!decoder && (text === DEFAULT_PROMPT || text === "")) textsBox.value = DEFAULT_TEXT;
+    if (encDec && targetsBox.value.trim() === "") targetsBox.value = DEFAULT_TARGET;
+    if (decoder && newTokensInput.value.trim() === "") newTokensInput.value = String(DEFAULT_NEW_TOKENS);
+  }
+  if (defaults && m && m.state === "ready") state.adaptedFor = m.name;
+  showSpecialExamples(m ? m.name : null);
 }
 
 function readRequest() {
+  const m = selectedModel();
+  const fam = family(m);
   const texts = nonEmptyLines(textsBox.value);
   const request = { model: modelSelect.value || null, texts, device: deviceSelect.value };
+  if (fam === "decoder") {
+    request.chat = chatBox.checked && !chatBox.disabled;
+    request.max_new_tokens = parseNumber(newTokensInput.value);
+    request.temperature = parseNumber(temperatureInput.value);
+    request.seed = parseNumber(seedInput.value);
+    return request;
+  }
+  if (fam === "encoder-decoder") {
+    request.targets = nonEmptyLines(targetsBox.value);
+    request.block = blockSelect.value;
+    return request;
+  }
   const pairs = pairsBox.value.split("\n").map((t) => (t.trim() === "" ? null : t.trim()));
   while (pairs.length && pairs[pairs.length - 1] === null) pairs.pop();
   if (pairs.length) {
@@ -56,12 +333,59 @@ function readRequest() {
   return request;
 }
 
+// Fill the form from a request (a shared link's, or the default). The link's fields
+// beyond MODELS_LINK_FIELDS are used only when they have the right type.
 function fillForm(request) {
-  if (request.model) modelSelect.value = request.model;
-  textsBox.value = (request.texts || [DEFAULT_TEXT]).join("\n");
+  if (request.model && modelInfo(request.model)) modelSelect.value = request.model;
+  adaptInputs(true);
+  const decoder = family(selectedModel()) === "decoder";
+  textsBox.value = (request.texts || [decoder ? DEFAULT_PROMPT : DEFAULT_TEXT]).join("\n");
   pairsBox.value = (request.text_pairs || []).map((p) => p ?? "").join("\n");
   if (request.device) deviceSelect.value = request.device;
+  fillOptions(request);
 }
+
+// The options of a request beyond the texts: decoders' and encoder-decoders'.
+function fillOptions(request) {
+  if (isBoolean(request.chat) && !chatBox.disabled) chatBox.checked = request.chat;
+  if (isCount(request.max_new_tokens)) newTokensInput.value = String(request.max_new_tokens);
+  if (isNumber(request.temperature)) temperatureInput.value = String(request.temperature);
+  if (isCount(request.seed)) seedInput.value = String(request.seed);
+  if (isStrings(request.targets)) targetsBox.value = request.targets.join("\n");
+  if (BLOCKS.includes(request.block)) blockSelect.value = request.block;
+}
+
+// ---------------------------------------------------------------------------
+// Tokens as shown: byte-level BPE writes a space as Ġ and a newline as Ċ, SentencePiece
+// a space as ▁; shown as ␣ and ↵ (the API's tokens are unchanged).
+
+function showToken(token) {
+  return String(token).replace(/[Ġ▁]/g, "␣").replace(/Ċ/g, "↵").replace(/ĉ/g, "⇥");
+}
+
+function showTokens(tokens) {
+  return tokens.map(showToken);
+}
+
+// The special tokens of a response (those its special_tokens_mask marks), kept per model
+// for the "hide special tokens" hint.
+function rememberSpecials(res) {
+  if (res.hidden_special_tokens) return;
+  const seen = [];
+  res.tokens[0].forEach((token, i) => {
+    if (res.special_tokens_mask[0][i] && !seen.includes(token)) seen.push(token);
+  });
+  if (seen.length) state.specials.set(res.model, seen);
+  showSpecialExamples(res.model);
+}
+
+function showSpecialExamples(name) {
+  const seen = state.specials.get(name);
+  specialExamples.textContent = seen ? `(${seen.slice(0, 4).join(", ")})` : "";
+}
+
+// ---------------------------------------------------------------------------
+// Requests of the views.
 
 // The server does the per-input work: the input runs alone (no [PAD]), special tokens
 // are hidden there (rows renormalised), and thumbnails of long inputs come pooled.
@@ -82,14 +406,16 @@ async function overview() {
   const key = JSON.stringify(body);
   if (state.overviewKey !== key) {
     const started = performance.now();
-    const res = await fetchJson("/api/v1/models/attention", body);
+    const res = await requestAttention(body);
     state.fetchMs = performance.now() - started;
     if (res === null) return null;
     state.overview = res;
     state.overviewKey = key;
     state.overviewRequest = body;
     state.layers = new Map();
+    state.heads = new Map();
     window.attnvizModels.lastResponse = res;
+    rememberSpecials(res);
   }
   return state.overview;
 }
@@ -99,36 +425,169 @@ async function overview() {
 async function layerMaps(res, l) {
   if (!res.downsample) return { attentions: res.attentions[l][0], headMean: res.head_mean[l][0] };
   if (!state.layers.has(l)) {
-    const layer = await fetchJson("/api/v1/models/attention", viewRequest({ layer_index: l }));
+    const layer = await requestAttention(viewRequest({ layer_index: l }));
     if (layer === null) return null;
     state.layers.set(l, { attentions: layer.attentions[0][0], headMean: layer.head_mean[0][0] });
   }
   return state.layers.get(l);
 }
 
+// One head's full-resolution map: from the overview when it is not pooled, from a layer
+// already fetched, else only that head (layer_index and head_index).
+async function headMap(res, l, h) {
+  if (!res.downsample) return res.attentions[l][0][h];
+  if (state.layers.has(l)) return state.layers.get(l).attentions[h];
+  const key = `${l},${h}`;
+  if (!state.heads.has(key)) {
+    const head = await requestAttention(viewRequest({ layer_index: l, head_index: h }));
+    if (head === null) return null;
+    state.heads.set(key, head.attentions[0][0][0]);
+  }
+  return state.heads.get(key);
+}
+
+// ---------------------------------------------------------------------------
+// Grouped-query attention: query head h reads key/value head floor(h / (H / H_kv)).
+
+function kvGroups(res) {
+  const kv = res.num_key_value_heads || res.num_heads;
+  return kv < res.num_heads ? { kv, per: res.num_heads / kv } : null;
+}
+
+function headName(res, l, h) {
+  const groups = kvGroups(res);
+  if (!groups) return `layer ${l}, head ${h}`;
+  const g = Math.floor(h / groups.per);
+  const first = g * groups.per;
+  return `layer ${l}, head ${h} · key/value head ${g} (shared by heads ${first}–${first + groups.per - 1})`;
+}
+
+function headTitle(res, l, h) {
+  const groups = kvGroups(res);
+  return groups ? `Layer ${l}, head ${h} · kv head ${Math.floor(h / groups.per)}` : `Layer ${l}, head ${h}`;
+}
+
+// ---------------------------------------------------------------------------
+// Text around the figures.
+
+const BLOCK_WORDS = {
+  encoder: "encoder self-attention",
+  decoder: "decoder self-attention (causal)",
+  cross: "cross-attention (decoder queries, encoder keys)",
+};
+
+function queryTokens(res) {
+  return res.tokens[0];
+}
+
+function keyTokens(res) {
+  return (res.key_tokens || res.tokens)[0];
+}
+
 function describe(res) {
   const [, , H] = res.shape;
-  return [
-    `${res.model}: ${res.num_layers} layers × ${H} heads, d_model ${res.d_model}`,
-    `attentions (N, B, H, L, L) = (${res.num_layers}, 1, ${H}, ${res.lengths[0]}, ` +
-      `${res.lengths[0]}) for sentence ${res.sequence_index}`,
-    `${res.device}, ${res.compute_ms.toFixed(1)} ms`,
-  ].join(" · ");
+  const grouped = groupedQueryText(res.num_heads, res.num_key_value_heads);
+  const lq = queryTokens(res).length;
+  const lk = keyTokens(res).length;
+  const parts = [
+    `${res.model} (${res.family}, ${res.architecture}): ${res.num_layers} layers × ` +
+      `${res.num_heads} heads${grouped ? `, ${grouped}` : ""}, d_model ${res.d_model}`,
+  ];
+  if (res.family === "encoder-decoder") parts.push(BLOCK_WORDS[res.block]);
+  parts.push(`attentions (N, B, H, L_q, L_k) = (${res.shape[0]}, 1, ${H}, ${lq}, ${lk}) for ` +
+    `${sequenceLabel.textContent.toLowerCase()} ${res.sequence_index}`);
+  if (res.generation) {
+    const g = res.generation;
+    const how = g.temperature > 0 ? `sampled at temperature ${g.temperature}, seed ${g.seed}` : "greedy";
+    parts.push(`${g.tokens.length} tokens generated (${how}) in ${(g.compute_ms / 1000).toFixed(1)} s`);
+  }
+  parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
+  return parts.join(" · ");
 }
 
 function noteFor(res) {
-  const parts = [`Sentence ${res.sequence_index}: ${res.lengths[0]} tokens, run alone (no [PAD])`];
+  const what = sequenceLabel.textContent;
+  const length = queryTokens(res).length;
+  const parts = [];
+  if (res.generation) {
+    const g = res.generation;
+    parts.push(`${what} ${res.sequence_index}: ${g.prompt_length} prompt tokens + ` +
+      `${g.tokens.length} generated, run alone in one causal pass`);
+  } else if (res.block === "cross") {
+    parts.push(`${what} ${res.sequence_index}: ${length} target tokens over ` +
+      `${keyTokens(res).length} text tokens, run alone (no padding)`);
+  } else if (res.family === "encoder-decoder") {
+    const side = res.block === "decoder" ? "target" : "text";
+    parts.push(`${what} ${res.sequence_index}: ${length} ${side} tokens, run alone (no padding)`);
+  } else {
+    parts.push(`${what} ${res.sequence_index}: ${length} tokens, run alone (no padding)`);
+  }
+  if (res.family === "decoder" || res.block === "decoder") {
+    parts.push("causal: each token attends to itself and earlier tokens only (the upper " +
+      "triangle is empty)");
+  }
+  if (res.block === "cross") parts.push("rows are target tokens, columns the encoder's tokens");
   if (res.hidden_special_tokens) {
-    parts.push("[CLS] and [SEP] hidden: each row is renormalised over the remaining tokens " +
+    parts.push("special tokens hidden: each row is renormalised over the remaining tokens " +
       `so it sums to 1 again (they took ${(100 * res.special_share).toFixed(1)}% of each row ` +
       "on average, over all layers and heads)");
   }
   if (res.downsample) {
-    const f = res.downsample.factor;
-    parts.push(`thumbnails pooled to blocks of ${f} × ${f} tokens (block max); enlarged maps ` +
-      "and the layer view are full resolution");
+    const d = res.downsample;
+    parts.push(`thumbnails pooled to blocks of ${d.factor} × ${d.key_factor ?? d.factor} ` +
+      "tokens (block max); enlarged maps and the layer view are full resolution");
+  }
+  if (res.average_downsample) {
+    const d = res.average_downsample;
+    parts.push(`the averages and rollout are pooled to blocks of ${d.factor} × ${d.key_factor} tokens`);
+  }
+  const groups = kvGroups(res);
+  if (groups) {
+    parts.push(`grouped-query attention: each ${groups.per} consecutive query heads read one ` +
+      "key/value head");
   }
   return `${parts.join(" · ")}. Rows are queries, columns keys.`;
+}
+
+// The summary line of the token explorer: the model, what was generated, the rows' shape.
+function describeQuery(res, q) {
+  const grouped = groupedQueryText(res.num_heads, res.num_key_value_heads);
+  const parts = [
+    `${res.model} (${res.family}, ${res.architecture}): ${res.num_layers} layers × ` +
+      `${res.num_heads} heads${grouped ? `, ${grouped}` : ""}, d_model ${res.d_model}`,
+  ];
+  if (res.family === "encoder-decoder") parts.push(BLOCK_WORDS[res.block]);
+  const [N, H, Lk] = [res.query_attentions.length, res.num_heads, res.query_attentions[0][0].length];
+  parts.push(`query_attentions (N, H, L_k) = (${N}, ${H}, ${Lk}): token ${q}'s row in every ` +
+    "layer and head");
+  if (res.generation) {
+    const g = res.generation;
+    const how = g.temperature > 0 ? `sampled at temperature ${g.temperature}, seed ${g.seed}` : "greedy";
+    parts.push(`${g.tokens.length} tokens generated (${how}) in ${(g.compute_ms / 1000).toFixed(1)} s`);
+  }
+  parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
+  return parts.join(" · ");
+}
+
+function noteForQuery(res) {
+  const what = sequenceLabel.textContent;
+  const length = queryTokens(res).length;
+  const parts = [];
+  if (res.generation) {
+    const g = res.generation;
+    parts.push(`${what} ${res.sequence_index}: ${g.prompt_length} prompt tokens + ` +
+      `${g.tokens.length} generated, run alone in one causal pass`);
+  } else if (res.family === "encoder-decoder") {
+    const side = res.block === "encoder" ? "text" : "target";
+    parts.push(`${what} ${res.sequence_index}: ${length} ${side} tokens, run alone (no padding)`);
+  } else {
+    parts.push(`${what} ${res.sequence_index}: ${length} tokens, run alone (no padding)`);
+  }
+  parts.push("every token is shown here, special ones included (greyed)");
+  if (res.family === "decoder" || res.block === "decoder") {
+    parts.push("causal: a token's row covers itself and the tokens before it");
+  }
+  return `${parts.join(" · ")}.`;
 }
 
 function populateSelectors(request, numLayers) {
@@ -138,73 +597,125 @@ function populateSelectors(request, numLayers) {
   fillIndexSelect(layerSelect, Array.from({ length: numLayers }, (_, l) => `Layer ${l}`));
 }
 
-function weightFigure(z, labels, title, showscale = true) {
+// A hint above a figure, as HTML: it wraps on a phone, where a long figure title would
+// be cut off at the figure's edge.
+function addHint(container, text) {
+  return paragraph(container, "hint figure-hint", text);
+}
+
+function weightFigure(z, rowLabels, colLabels, title, showscale = true) {
   return heatmapFigure({
-    z, rowLabels: labels, colLabels: labels, title, zmin: 0, showscale, valueName: "weight",
+    z, rowLabels: showTokens(rowLabels), colLabels: showTokens(colLabels), title, zmin: 0,
+    showscale, valueName: "weight",
   });
 }
 
+// The labels of a map pooled by `factor` ("the…mat"), or the tokens themselves.
+function blockLabels(tokens, factor) {
+  if (factor <= 1) return tokens;
+  const blocks = [];
+  for (let i = 0; i < tokens.length; i += factor) {
+    const block = tokens.slice(i, i + factor);
+    blocks.push(block.length === 1 ? block[0] : `${block[0]}…${block[block.length - 1]}`);
+  }
+  return blocks;
+}
+
+// Hover text of the thumbnails' rows (queries) or columns (keys): the tokens, or the
+// tokens each pooled block covers ("tokens 0–3: [CLS]…sat").
+function thumbnailHover(res, axis = "query") {
+  const tokens = showTokens(axis === "key" ? keyTokens(res) : queryTokens(res));
+  const d = res.downsample;
+  const f = d ? (axis === "key" ? (d.key_factor ?? d.factor) : d.factor) : 1;
+  if (f === 1) return tokenHover(tokens);
+  return tokenHover(blockLabels(tokens, f), f, tokens.length);
+}
+
+// ---------------------------------------------------------------------------
+// The views.
+
 async function showEnlarged(container, res, l, h) {
-  const maps = await layerMaps(res, l);
-  if (maps === null) return;
+  const z = await busy(() => headMap(res, l, h));
+  if (z === null) return;
   clearPlots(container);
   container.dataset.layer = String(l);
   container.dataset.head = String(h);
-  const div = addPlot(container, weightFigure(maps.attentions[h], res.tokens[0],
-    `Layer ${l}, head ${h}`), "plot enlarged-plot");
+  const div = addPlot(container, weightFigure(z, queryTokens(res), keyTokens(res),
+    headTitle(res, l, h)), "plot enlarged-plot");
   await div.drawn;
 }
 
-// Hover text of the thumbnails' rows and columns: the tokens, or the tokens each
-// pooled block covers ("tokens 0–3: [CLS]…sat").
-function thumbnailHover(res) {
-  const tokens = res.tokens[0];
-  const f = res.downsample ? res.downsample.factor : 1;
-  if (f === 1) return tokenHover(tokens);
-  const blocks = [];
-  for (let i = 0; i < tokens.length; i += f) {
-    const block = tokens.slice(i, i + f);
-    blocks.push(block.length === 1 ? block[0] : `${block[0]}…${block[block.length - 1]}`);
-  }
-  return tokenHover(blocks, f, tokens.length);
-}
-
-// BertViz's model view: N x H thumbnails in one figure; a click enlarges one.
+// BertViz's model view: N x H thumbnails in one figure; a click enlarges one. With
+// grouped-query attention the heads sharing a key/value head are set apart.
 async function renderModelView(section, res) {
   const body = section.querySelector(".view-body");
   const enlarged = section.querySelector(".enlarged");
   clearPlots(body);
   const narrow = body.clientWidth < NARROW_GRID;
-  addHint(body, `Rows are layers (L0–L${res.num_layers - 1}), columns heads ` +
-    `(${narrow ? "" : "H"}0–${narrow ? "" : "H"}${res.num_heads - 1}); each thumbnail is ` +
-    "scaled to its own maximum. Click one to enlarge it below.");
+  const groups = kvGroups(res);
+  const H = res.num_heads;
+  let hint = `Rows are layers (L0–L${res.num_layers - 1}), columns heads ` +
+    `(${narrow ? "" : "H"}0–${narrow ? "" : "H"}${H - 1}); each thumbnail is ` +
+    "scaled to its own maximum. Click one to enlarge it below.";
+  if (groups) {
+    hint += ` Grouped-query attention: the ${H} query heads share ${groups.kv} key/value ` +
+      `heads, ${groups.per} each (heads 0–${groups.per - 1} read key/value head 0, and so ` +
+      "on); dotted lines part the groups.";
+  }
+  addHint(body, hint);
+  const wideGroups = groups && body.clientWidth / groups.kv >= 150;
   const grid = thumbnailGrid(body, {
     rows: res.num_layers,
-    cols: res.num_heads,
+    cols: H,
     cell: (l, h) => res.attentions[l][0][h],
     rowName: "L",
     colName: narrow ? "" : "H",
     title: "Layers × heads",
     zmax: "each",
-    hover: (l, h) => `layer ${l}, head ${h}`,
-    queryHover: thumbnailHover(res),
-    keyHover: thumbnailHover(res),
-    onClick: (l, h) => showEnlarged(enlarged, res, l, h),
+    hover: (l, h) => headName(res, l, h),
+    queryHover: thumbnailHover(res, "query"),
+    keyHover: thumbnailHover(res, "key"),
+    colGroup: groups ? groups.per : 0,
+    groupLabel: (g) => (wideGroups ? `key/value head ${g}` : `kv ${g}`),
+    onClick: async (l, h) => {
+      await showEnlarged(enlarged, res, l, h);
+      // Below a tall grid (30 layers) the enlarged map is out of sight: bring it up.
+      const box = enlarged.getBoundingClientRect();
+      if (box.top > window.innerHeight || box.bottom < 0) {
+        enlarged.scrollIntoView({ block: "nearest", behavior: "smooth" });
+      }
+    },
   });
   grid.id = "model-grid";
+  grid.dataset.kvHeads = String(groups ? groups.kv : H);
   await Promise.all([grid.drawn, showEnlarged(enlarged, res, 0, 0)]);
 }
 
-// Every head of one layer, with token labels, at full resolution.
+// Every head of one layer, with token labels, at full resolution; with grouped-query
+// attention, in one box per key/value head.
 async function renderLayerView(section, res, l) {
   const body = section.querySelector(".view-body");
   const maps = await layerMaps(res, l);
   if (maps === null) return;
   clearPlots(body);
+  const groups = kvGroups(res);
   const plots = [];
+  let container = body;
   for (let h = 0; h < res.num_heads; h += 1) {
-    const div = addPlot(body, weightFigure(maps.attentions[h], res.tokens[0],
-      `Layer ${l}, head ${h}`), "head-plot");
+    if (groups && h % groups.per === 0) {
+      const g = h / groups.per;
+      const box = document.createElement("div");
+      box.className = "kv-group";
+      box.dataset.kvHead = String(g);
+      paragraph(box, "hint kv-group-title", `Key/value head ${g}: query heads ${h}–` +
+        `${h + groups.per - 1} share its keys and values (grouped-query attention)`);
+      container = document.createElement("div");
+      container.className = "heads";
+      box.append(container);
+      body.append(box);
+    }
+    const div = addPlot(container, weightFigure(maps.attentions[h], queryTokens(res),
+      keyTokens(res), headTitle(res, l, h)), "head-plot");
     div.dataset.head = String(h);
     plots.push(div.drawn);
   }
@@ -218,22 +729,28 @@ async function renderAverages(section, res, l) {
   const maps = await layerMaps(res, l);
   if (maps === null) return;
   clearPlots(body);
-  const labels = res.tokens[0];
   addHint(body, "The head average of each layer, each scaled to its own maximum. Click " +
     "one to show it below.");
+  // Up to STRIP_COLUMNS layers a row: 30 layers in one row would be slivers.
+  const N = res.num_layers;
+  const stripRows = Math.ceil(N / STRIP_COLUMNS);
+  const stripCols = Math.ceil(N / stripRows);
+  const layerAt = (r, c) => r * stripCols + c;
   const strip = thumbnailGrid(body, {
-    rows: 1,
-    cols: res.num_layers,
-    cell: (_, layer) => res.head_mean[layer][0],
+    rows: stripRows,
+    cols: stripCols,
+    count: N,
+    cell: (r, c) => res.head_mean[layerAt(r, c)][0],
     rowName: "",
     colName: "L",
+    cellTitle: (r, c) => `L${layerAt(r, c)}`,
     title: "Head average of each layer",
     zmax: "each",
-    hover: (_, layer) => `layer ${layer}, mean of ${res.num_heads} heads`,
-    queryHover: thumbnailHover(res),
-    keyHover: thumbnailHover(res),
-    onClick: (_, layer) => {
-      layerSelect.value = String(layer);
+    hover: (r, c) => `layer ${layerAt(r, c)}, mean of ${res.num_heads} heads`,
+    queryHover: thumbnailHover(res, "query"),
+    keyHover: thumbnailHover(res, "key"),
+    onClick: (r, c) => {
+      layerSelect.value = String(layerAt(r, c));
       renderView();
     },
   });
@@ -241,84 +758,365 @@ async function renderAverages(section, res, l) {
   const grid = document.createElement("div");
   grid.className = "heads";
   body.append(grid);
+  const ad = res.average_downsample;
+  const averageRows = blockLabels(queryTokens(res), ad ? ad.factor : 1);
+  const averageCols = blockLabels(keyTokens(res), ad ? ad.key_factor : 1);
   const figures = [
-    ["head-mean", maps.headMean, `Head average, layer ${l}`],
-    ["layer-mean", res.layer_mean[0], `Average of all ${res.num_layers} layers and heads`],
-    ["rollout", res.rollout[0], "Attention rollout (Abnar & Zuidema 2020)"],
+    ["head-mean", maps.headMean, queryTokens(res), keyTokens(res), `Head average, layer ${l}`],
+    ["layer-mean", res.layer_mean[0], averageRows, averageCols,
+      `Average of all ${res.num_layers} layers and heads`],
   ];
+  if (res.rollout) {
+    figures.push(["rollout", res.rollout[0], averageRows, averageCols,
+      "Attention rollout (Abnar & Zuidema 2020)"]);
+  }
   const plots = [strip.drawn];
-  for (const [name, z, title] of figures) {
-    const div = addPlot(grid, weightFigure(z, labels, title), "head-plot");
+  for (const [name, z, rows, cols, title] of figures) {
+    const div = addPlot(grid, weightFigure(z, rows, cols, title), "head-plot");
     div.dataset.map = name;
     plots.push(div.drawn);
   }
-  paragraph(body, "hint", "Rollout: per layer, Â = 0.5 · (head average) + 0.5 · I for the " +
-    "residual connection, then Â_N ⋯ Â_1, computed with every token: row i is how much of " +
-    "token i's last-layer representation flows from each input token; its rows sum to 1.");
+  if (res.rollout) {
+    paragraph(body, "hint", "Rollout: per layer, Â = 0.5 · (head average) + 0.5 · I for " +
+      "the residual connection, then Â_N ⋯ Â_1, computed with every token: row i is how " +
+      "much of token i's last-layer representation flows from each input token; its rows " +
+      "sum to 1.");
+  } else {
+    paragraph(body, "hint", "Attention rollout needs square maps through the layers: " +
+      "cross-attention has none (open the encoder or decoder block for it).");
+  }
   await Promise.all(plots);
 }
+
+// ---------------------------------------------------------------------------
+// The token explorer (Generation for decoders): the tokens as buttons; a click asks
+// for that query's row in every layer and head (query_index) and, for decoders, the
+// next-token candidates at every position (top_k).
+
+// The request of query position q: the overview's input with every token shown
+// (query_index counts them all), one pooled head only (the maps are not drawn here).
+function queryRequest(q) {
+  const decoder = family(modelInfo(state.request.model)) === "decoder";
+  return viewRequest({
+    hide_special_tokens: false, query_index: q, layer_index: 0, head_index: 0,
+    display_size: 8, top_k: decoder ? TOP_K : 0,
+  });
+}
+
+async function queryResponse(q) {
+  const body = queryRequest(q);
+  const key = JSON.stringify(body);
+  if (!state.queries.has(key)) {
+    const res = await requestAttention(body);
+    if (res === null) return null;
+    state.queries.set(key, res);
+    rememberSpecials(res);
+  }
+  window.attnvizModels.lastQuery = state.queries.get(key);
+  return state.queries.get(key);
+}
+
+// The position explored first: the prompt's last token (its row chose the first
+// generated token), else the first token that is not special.
+function defaultQuery(res) {
+  if (res.generation) return res.generation.prompt_length - 1;
+  const mask = res.special_tokens_mask[0];
+  const first = mask.findIndex((special) => !special);
+  return first < 0 ? 0 : first;
+}
+
+function chipText(token) {
+  const fragment = document.createDocumentFragment();
+  const shown = showToken(token);
+  const match = /^([␣↵⇥]+)(.*)$/su.exec(shown);
+  if (match && match[2]) {
+    const lead = document.createElement("span");
+    lead.className = "chip-space";
+    lead.textContent = match[1];
+    fragment.append(lead, match[2]);
+  } else {
+    fragment.append(shown);
+  }
+  return fragment;
+}
+
+function drawChips(section, res, selected) {
+  const chips = section.querySelector(".token-chips");
+  const tokens = queryTokens(res);
+  const promptLength = res.generation ? res.generation.prompt_length : tokens.length;
+  const mask = res.special_tokens_mask[0];
+  const buttons = tokens.map((token, i) => {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "chip";
+    if (i >= promptLength) button.classList.add("generated");
+    if (mask[i]) button.classList.add("special");
+    button.dataset.index = String(i);
+    button.setAttribute("aria-pressed", String(i === selected));
+    const role = i >= promptLength ? "generated" : (res.generation ? "prompt" : "input");
+    button.title = `token ${i} (${role}${mask[i] ? ", special" : ""}): ${token}`;
+    button.append(chipText(token));
+    button.addEventListener("click", () => selectQuery(i));
+    return button;
+  });
+  chips.replaceChildren(...buttons);
+  chips.dataset.count = String(tokens.length);
+  chips.dataset.promptLength = String(promptLength);
+}
+
+function markChip(section, q) {
+  for (const chip of section.querySelectorAll(".token-chips .chip")) {
+    chip.setAttribute("aria-pressed", String(Number(chip.dataset.index) === q));
+  }
+}
+
+// The rows of query q in every layer and head: (N * H) rows over the keys it may see.
+function rowsFigure(res, q) {
+  const N = res.query_attentions.length;
+  const H = res.num_heads;
+  const causal = res.family === "decoder" || res.block === "decoder";
+  const keys = keyTokens(res);
+  const width = causal ? q + 1 : keys.length;
+  const z = [];
+  const rowLabels = [];
+  const rowHover = [];
+  for (let l = 0; l < N; l += 1) {
+    for (let h = 0; h < H; h += 1) {
+      z.push(res.query_attentions[l][h].slice(0, width));
+      rowLabels.push(`L${l} H${h}`);
+      rowHover.push(headName(res, l, h));
+    }
+  }
+  const colLabels = showTokens(keys.slice(0, width));
+  const token = showToken(queryTokens(res)[q]);
+  const figure = heatmapFigure({
+    z, rowLabels, colLabels, rowHover, colHover: tokenHover(colLabels),
+    title: `Row of token ${q} “${token}” in every layer and head`,
+    yTitle: "Layer, head", xTitle: causal ? "Key (earlier tokens)" : "Key", zmin: 0,
+    valueName: "weight",
+  });
+  // A faint line between layers.
+  figure.layout.shapes = Array.from({ length: N - 1 }, (_, l) => ({
+    type: "line", xref: "paper", x0: 0, x1: 1, y0: (l + 1) * H - 0.5, y1: (l + 1) * H - 0.5,
+    line: { color: "rgba(128, 128, 128, 0.35)", width: 0.5 },
+  }));
+  figure.layout.margin = { ...figure.layout.margin, l: 72 };
+  return { figure, rows: N * H, cols: width };
+}
+
+function nextTokensTable(container, res, q) {
+  container.replaceChildren();
+  const candidates = res.next_tokens && res.next_tokens[q];
+  container.parentElement.classList.toggle("no-next", !candidates);
+  if (!candidates) return;
+  const tokens = queryTokens(res);
+  const following = q + 1 < tokens.length ? res.input_ids[0][q + 1] : null;
+  const generated = res.generation && q + 1 >= res.generation.prompt_length;
+  const heading = document.createElement("h2");
+  heading.textContent = `Next token after “${showToken(tokens[q])}”`;
+  const table = document.createElement("table");
+  table.className = "data-table next-table";
+  const head = table.createTHead().insertRow();
+  for (const text of ["#", "token", "probability"]) {
+    const th = document.createElement("th");
+    th.scope = "col";
+    th.textContent = text;
+    head.append(th);
+  }
+  const tbody = table.createTBody();
+  candidates.forEach((c, rank) => {
+    const row = tbody.insertRow();
+    if (c.id === following) row.className = "current";
+    row.insertCell().textContent = String(rank + 1);
+    const tokenCell = row.insertCell();
+    tokenCell.className = "token-cell";
+    tokenCell.textContent = showToken(c.token);
+    tokenCell.title = `id ${c.id}`;
+    const cell = row.insertCell();
+    cell.className = "prob-cell";
+    const bar = document.createElement("span");
+    bar.className = "prob-bar";
+    bar.style.width = `${Math.max(1, Math.round(100 * c.probability))}%`;
+    const value = document.createElement("span");
+    value.className = "prob-value";
+    value.textContent = `${(100 * c.probability).toFixed(1)}%`;
+    cell.append(bar, value);
+  });
+  let note;
+  if (following === null) {
+    note = "What the model would write after the last token.";
+  } else if (!candidates.some((c) => c.id === following)) {
+    note = `The token that followed, “${showToken(tokens[q + 1])}”, is not among the top ${TOP_K}.`;
+  } else {
+    note = generated
+      ? "Highlighted: the token that was generated next."
+      : "Highlighted: the token that follows in the prompt.";
+  }
+  container.append(heading, table);
+  paragraph(container, "hint", note);
+}
+
+async function drawQuery(section, res, q) {
+  const rowsBox = section.querySelector(".query-rows");
+  const { figure, rows, cols } = rowsFigure(res, q);
+  // About 3.6 px a row (270 rows for SmolLM2), the figure's own height.
+  const height = Math.round(Math.max(360, Math.min(1150, rows * 3.6 + 150)));
+  figure.layout.height = height;
+  clearPlots(rowsBox);
+  const div = addPlot(rowsBox, figure, "plot rows-plot");
+  div.style.height = `${height}px`;
+  div.id = "query-rows";
+  div.dataset.query = String(q);
+  div.dataset.rows = String(rows);
+  div.dataset.cols = String(cols);
+  nextTokensTable(section.querySelector(".next-tokens"), res, q);
+  await div.drawn;
+}
+
+// The token explorer of the selected input, with query q (default: defaultQuery).
+async function renderGeneration(section, ticket) {
+  let q = state.queryIndex;
+  // Without a chosen position, first the overview (which knows the prompt's length).
+  if (q === null) {
+    const res = await overview();
+    if (res === null || ticket !== state.ticket) return false;
+    const full = res.hidden_special_tokens ? null : res;
+    q = full ? defaultQuery(full) : null;
+    if (q === null) {
+      // The overview hid the special tokens: positions differ; ask for the last one's row.
+      q = res.generation ? res.generation.prompt_length - 1 : 0;
+    }
+    state.queryIndex = q;
+  }
+  const res = await queryResponse(q);
+  if (res === null || ticket !== state.ticket) return false;
+  summary.textContent = describeQuery(res, q);
+  displayNote.textContent = noteForQuery(res);
+  const decoder = res.family === "decoder";
+  const intro = section.querySelector(".generation-intro");
+  const tokens = queryTokens(res);
+  if (res.generation) {
+    const g = res.generation;
+    intro.textContent = `The prompt (${g.prompt_length} tokens${state.request.chat ? ", in the chat template" : ""}) ` +
+      `and the ${g.tokens.length} generated tokens (highlighted); special tokens are grey. ` +
+      "Choose a token to see its row in every layer and head: what it attended to, and " +
+      `the model's top ${TOP_K} candidates for the token after it.`;
+  } else if (res.block === "cross") {
+    intro.textContent = `The decoder's ${tokens.length} target tokens (the queries of ` +
+      "cross-attention); special tokens are grey. Choose one to see its row in every layer " +
+      "and head: which of the text's tokens it attended to.";
+  } else {
+    intro.textContent = `The ${tokens.length} tokens; special tokens are grey. Choose one to ` +
+      "see its row in every layer and head: what it attended to." +
+      (decoder ? ` With the model's top ${TOP_K} candidates for the token after it.` : "");
+  }
+  section.querySelector(".causal-note").hidden = !decoder;
+  drawChips(section, res, q);
+  await drawQuery(section, res, q);
+  section.querySelector(".token-chips").dataset.query = String(q);
+  return true;
+}
+
+// A chip was chosen: only the detail is drawn again (the chips, and the focus, stay).
+async function selectQuery(q) {
+  const section = document.getElementById("view-generation");
+  const ticket = (state.queryTicket += 1);
+  state.queryIndex = q;
+  markChip(section, q);
+  section.dataset.drawn = "false";
+  const res = await busy(() => queryResponse(q), "Computing this token's rows…");
+  if (res === null || ticket !== state.queryTicket || state.view !== "generation") return;
+  summary.textContent = describeQuery(res, q);
+  await drawQuery(section, res, q);
+  section.querySelector(".token-chips").dataset.query = String(q);
+  if (ticket === state.queryTicket) section.dataset.drawn = "true";
+}
+
+// ---------------------------------------------------------------------------
+// Drawing and computing.
 
 async function renderView() {
   if (!state.request) return;
   const ticket = (state.ticket += 1);
+  state.queryTicket += 1;
+  controls.hidden = false;
   const section = document.getElementById(`view-${state.view}`);
   section.dataset.drawn = "false";
   openTab(state.view);
-  layerControl.hidden = state.view === "model";
-  const res = await overview();
-  if (res === null || ticket !== state.ticket) return;
-  clearError();
-  summary.textContent = describe(res);
-  displayNote.textContent = noteFor(res);
-  const l = selectedIndex(layerSelect);
-  if (state.view === "model") await renderModelView(section, res);
-  else if (state.view === "layer") await renderLayerView(section, res, l);
-  else await renderAverages(section, res, l);
-  if (ticket === state.ticket) section.dataset.drawn = "true";
+  layerControl.hidden = state.view === "model" || state.view === "generation";
+  hideSpecialControl.hidden = state.view === "generation";
+  const generating = state.request.max_new_tokens > 0;
+  const label = generating ? "Generating and computing…" : "Computing…";
+  const done = await busy(async () => {
+    if (state.view === "generation") return renderGeneration(section, ticket);
+    const res = await overview();
+    if (res === null || ticket !== state.ticket) return false;
+    clearError();
+    if (layerSelect.options.length !== res.num_layers) {
+      fillIndexSelect(layerSelect, Array.from({ length: res.num_layers }, (_, l) => `Layer ${l}`));
+    }
+    summary.textContent = describe(res);
+    displayNote.textContent = noteFor(res);
+    const l = selectedIndex(layerSelect);
+    if (state.view === "model") await renderModelView(section, res);
+    else if (state.view === "layer") await renderLayerView(section, res, l);
+    else await renderAverages(section, res, l);
+    return true;
+  }, label);
+  if (done && ticket === state.ticket) section.dataset.drawn = "true";
 }
 
 async function compute() {
   clearError();
-  await whileBusy(computeButton, async () => {
-    const request = readRequest();
-    // The link carries this request from now on, also while it is being computed (a tab
-    // clicked before the response writes it, not the previous one).
-    writeUrlState(request, state.view);
-    const model = state.models.find((m) => m.name === request.model) || state.models[0];
+  const request = readRequest();
+  const model = modelInfo(request.model) || state.models[0];
+  // While the model loads, the form cannot know its family's fields: the link stays.
+  if (model.state === "loading") {
+    waitForModel(model.name);
+    return;
+  }
+  // The link carries this request from now on, also while it is being computed (a tab
+  // clicked before the response writes it, not the previous one).
+  writeUrlState(request, state.view);
+  if (model.state === "failed") {
+    showError(`${model.name} failed to load: ${model.error || "no reason given"}`);
+    return;
+  }
+  state.pending = null;
+  delete summary.dataset.waiting;
+  await busy(async () => {
     state.request = request;
     state.overviewKey = null;
+    state.queries = new Map();
+    state.queryIndex = null;
     populateSelectors(request, model.num_layers);
     const started = performance.now();
     await renderView();
-    if (state.overviewKey === null) return; // the API refused it: the error is shown
+    if (state.overviewKey === null) return; // refused (the error is shown) or waiting
     const drawn = performance.now();
     // Milliseconds from the request to the response, and from there to the drawn view.
     window.attnvizModels.timings = { responseMs: state.fetchMs, drawMs: drawn - started - state.fetchMs };
-  });
+  }, "Computing…", computeButton);
 }
 
 async function start() {
-  const listing = await fetchJson("/api/v1/models");
+  const listing = await jsonFetcher(showError)(MODELS_URL);
   if (!listing) return;
-  state.models = listing.models;
   if (!listing.models.length) {
     summary.textContent = listing.install_hint;
     showError(listing.install_hint);
     computeButton.disabled = true;
     return;
   }
-  modelSelect.append(...listing.models.map((model) => option(model.name, model.name)));
-  const describeModel = () => {
-    const m = state.models.find((x) => x.name === modelSelect.value);
-    modelDescription.textContent = m
-      ? `${m.num_layers} layers × ${m.num_heads} heads, d_model ${m.d_model}, ` +
-        `${(m.num_parameters / 1e6).toFixed(1)}M parameters, up to ${m.max_tokens} tokens; ` +
-        `from ${m.source}`
-      : "";
-  };
-  modelSelect.addEventListener("change", describeModel);
+  applyListing(listing);
+  if (listing.loading) pollModels();
   const shared = await readUrlRequest(MODELS_LINK_FIELDS);
-  fillForm(shared ?? { model: listing.default });
+  state.link = shared;
+  const request = shared ?? { model: listing.default };
+  // A link may name a model this server does not have: the default then.
+  if (!modelInfo(request.model)) request.model = listing.default;
+  modelSelect.value = request.model;
+  fillForm(request);
   describeModel();
   await compute();
 }
@@ -327,17 +1125,36 @@ form.addEventListener("submit", (event) => {
   event.preventDefault();
   compute();
 });
-for (const control of [sequenceSelect, layerSelect, hideSpecial]) {
-  control.addEventListener("change", renderView);
+modelSelect.addEventListener("change", () => {
+  describeModel();
+  adaptInputs(true);
+});
+blockSelect.addEventListener("change", () => {
+  if (state.request) compute();
+});
+for (const control of [sequenceSelect, hideSpecial]) {
+  control.addEventListener("change", () => {
+    state.queryIndex = null;
+    renderView();
+  });
 }
+layerSelect.addEventListener("change", renderView);
 onTabClick((view) => {
   state.view = view;
   if (state.request) writeUrlState(state.request, state.view);
+  else openTab(view);
   renderView();
 });
-bindDownloads("attnviz-model", () => state.view,
-  () => state.overview && { request: state.overviewRequest, response: state.overview });
+bindDownloads("attnviz-model", () => state.view, () => {
+  if (state.view === "generation" && state.queryIndex !== null && state.request) {
+    const body = queryRequest(state.queryIndex);
+    const res = state.queries.get(JSON.stringify(body));
+    if (res) return { request: body, response: res };
+  }
+  return state.overview && { request: state.overviewRequest, response: state.overview };
+});
 
-window.attnvizModels = { lastResponse: null, timings: null, compute };
+window.attnvizModels = { lastResponse: null, lastQuery: null, timings: null, compute, selectQuery };
 state.view = viewFromUrl(state.view);
+openTab(state.view);
 start();

@@ -87,7 +87,7 @@ def test_each_sentence_runs_alone_and_special_tokens_can_be_hidden(page, server_
     redraw(page, "model", lambda: page.click("#compute"))
     response = page.evaluate("() => window.attnvizModels.lastResponse")
     assert response["tokens"] == [["[CLS]", "short", "one", ".", "[SEP]"]]  # no [PAD]
-    assert "run alone (no [PAD])" in page.locator("#display-note").text_content()
+    assert "run alone (no padding)" in page.locator("#display-note").text_content()
     redraw(page, "model", lambda: page.select_option("#sequence-index", "1"))
     assert page.evaluate("() => window.attnvizModels.lastResponse.sequence_index") == 1
     redraw(page, "model", lambda: page.select_option("#sequence-index", "0"))
@@ -113,9 +113,24 @@ def test_each_sentence_runs_alone_and_special_tokens_can_be_hidden(page, server_
 def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     wait_drawn(page, "model")
+    bodies: list[dict] = []
+    page.on(
+        "request",
+        lambda request: (
+            bodies.append(request.post_data_json)
+            if request.url.endswith("/api/v1/models/attention")
+            else None
+        ),
+    )
     type_and_compute(page, " ".join(["attention"] * 198))  # 200 tokens
     response = page.evaluate("() => window.attnvizModels.lastResponse")
-    assert response["downsample"] == {"method": "max", "factor": 4, "full_length": 200}
+    assert response["downsample"] == {
+        "method": "max",
+        "factor": 4,
+        "key_factor": 4,
+        "full_length": 200,
+        "full_key_length": 200,
+    }
     assert response["shape"] == [6, 1, 12, 50, 50]
     traces = page.evaluate("() => document.getElementById('model-grid').data")
     assert len(traces) == 72 and len(traces[0]["z"]) == 50
@@ -125,6 +140,13 @@ def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, se
         "() => document.querySelector('#view-model .enlarged .js-plotly-plot').data[0].z"
     )
     assert len(enlarged) == 200 and len(enlarged[0]) == 200
+    # Only that head is fetched for it, not its whole layer.
+    assert [(b.get("layer_index"), b.get("head_index")) for b in bodies] == [(None, None), (0, 0)]
+    box = page.locator("#model-grid .nsewdrag").nth(1 * 12 + 3).bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("document.querySelector('#view-model .enlarged').dataset.head === '3'")
+    assert (bodies[-1]["layer_index"], bodies[-1]["head_index"]) == (1, 3)
     redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
     heads = page.evaluate(
         "() => [...document.querySelectorAll('#view-layer .head-plot')]"
@@ -197,3 +219,272 @@ def test_without_models_the_page_says_how_to_install_them(browser) -> None:  # t
         assert "pip install -e '.[pretrained]'" in page.locator("#error").text_content()
         assert page.locator("#compute").is_disabled()
         context.close()
+
+
+# The packaged decoder LLM. Its first load on a machine dequantizes it (about 30 s, then
+# it comes from a cache in under a second): the tests wait up to two minutes for it.
+SMOLLM2 = "SmolLM2-135M-Instruct"
+LOAD_TIMEOUT_MS = 120_000
+SMOLLM2_OPTION = f"#model option[value='{SMOLLM2}']"
+
+
+def wait_ready(page, name: str = SMOLLM2) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function(
+        f"(() => {{ const o = document.querySelector(\"#model option[value='{name}']\");"
+        " return o !== null && !o.disabled; })()",
+        timeout=LOAD_TIMEOUT_MS,
+    )
+
+
+def wait_drawn_long(page, view: str) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function(
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'",
+        timeout=LOAD_TIMEOUT_MS,
+    )
+
+
+def test_smollm2_chat_prompt_draws_the_30_by_9_grid_and_its_generation(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    # MiniLM (an encoder): sentence pairs, no chat template, no generation.
+    assert page.locator("#texts-label").text_content() == "Sentences"
+    assert page.locator("#text-pairs").is_visible()
+    assert page.locator("#chat").is_hidden() and page.locator("#max-new-tokens").is_hidden()
+    assert "[CLS], [SEP]" in page.locator("#special-examples").text_content()
+
+    wait_ready(page)
+    page.select_option("#model", SMOLLM2)
+    description = page.locator("#model-description").text_content()
+    assert "decoder, llama" in description and "30 layers × 9 heads" in description
+    assert "3 key/value heads (grouped-query: 3 query heads each)" in description
+    assert page.locator("#texts-label").text_content() == "Prompts"
+    assert page.locator("#text-pairs").is_hidden()
+    assert page.locator("#chat").is_enabled() and page.is_checked("#chat")
+    assert page.input_value("#max-new-tokens") == "8"
+    assert page.input_value("#temperature") == "0"
+    assert page.locator(".tabs button[data-view=generation]").text_content() == "Generation"
+
+    page.fill("#texts", "What is the capital of France?")
+    page.fill("#max-new-tokens", "4")
+    page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+    page.click("#compute")
+    wait_drawn_long(page, "model")
+
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    generation = response["generation"]
+    tokens = response["tokens"][0]
+    length = len(tokens)
+    assert response["family"] == "decoder" and response["num_key_value_heads"] == 3
+    assert tokens[0] == "<|im_start|>"  # the chat template wrapped the prompt
+    assert 1 <= len(generation["tokens"]) <= 4
+    assert length == generation["prompt_length"] + len(generation["tokens"])
+    assert tokens[generation["prompt_length"] :] == generation["tokens"]
+    assert response["shape"] == [30, 1, 9, length, length]
+    # One figure of 30 x 9 thumbnails, the heads in 3 key/value groups.
+    grid = page.evaluate(
+        "() => { const g = document.getElementById('model-grid');"
+        " return {count: g.data.length, dataset: {...g.dataset}}; }"
+    )
+    assert grid["count"] == 270
+    assert grid["dataset"] == {"rows": "30", "cols": "9", "colGroup": "3", "kvHeads": "3"}
+    trace = page.evaluate("() => document.getElementById('model-grid').data[4 * 9 + 5]")
+    assert trace["meta"] == [4, 5]
+    assert trace["z"] == response["attentions"][4][0][5]
+    assert trace["hovertemplate"].startswith(
+        "layer 4, head 5 · key/value head 1 (shared by heads 3–5)"
+    )
+    labels = page.locator("#model-grid .annotation-text").all_text_contents()
+    assert labels == [f"key/value head {g}" for g in range(3)]
+    assert "<|im_start|>" in page.locator("#special-examples").text_content()
+    assert page.locator("#view-model .enlarged .gtitle").text_content() == (
+        "Layer 0, head 0 · kv head 0"
+    )
+    # The link carries the decoder's options.
+    page.wait_for_selector("html[data-link='written']")
+    linked = page.evaluate(
+        "async () => { const raw = new URL(location.href).searchParams.get('request');"
+        " const b64 = raw.replace(/-/g, '+').replace(/_/g, '/');"
+        " const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));"
+        " const stream = new Blob([bytes]).stream()"
+        ".pipeThrough(new DecompressionStream('deflate-raw'));"
+        " return JSON.parse(await new Response(stream).text()); }"
+    )
+    assert linked["model"] == SMOLLM2 and linked["chat"] is True
+    assert linked["max_new_tokens"] == 4 and linked["temperature"] == 0
+
+    # Generation: the tokens as buttons, the generated ones marked; the prompt's last
+    # token is explored first (its row chose the first generated token).
+    page.evaluate("document.getElementById('view-generation').dataset.drawn = 'stale'")
+    page.click(".tabs button[data-view=generation]")
+    wait_drawn_long(page, "generation")
+    chips = page.locator("#view-generation .chip")
+    assert chips.count() == length
+    generated = page.locator("#view-generation .chip.generated")
+    assert generated.count() == len(generation["tokens"])
+    assert page.locator("#view-generation .chip.special").count() == sum(
+        response["special_tokens_mask"][0]
+    )
+    assert "tested to 1e-5" in page.locator("#view-generation .causal-note").text_content()
+    first = generation["prompt_length"] - 1
+    assert page.get_attribute(f"#view-generation .chip >> nth={first}", "aria-pressed") == "true"
+    rows = page.evaluate(
+        "() => { const d = document.getElementById('query-rows');"
+        " return {rows: d.data[0].z.length, cols: d.data[0].z[0].length,"
+        " y: d.layout.yaxis.ticktext.slice(0, 2)}; }"
+    )
+    assert rows == {"rows": 270, "cols": first + 1, "y": ["L0 H0", "L1 H0"]}
+    # Greedy: the first generated token is the top candidate, highlighted.
+    table = page.locator("#view-generation .next-table tbody tr")
+    assert table.count() == 5
+    assert page.locator("#view-generation .next-table tr.current").count() == 1
+    assert table.first.get_attribute("class") == "current"
+
+    # A generated token, chosen with the keyboard: its row over every earlier token.
+    target = generation["prompt_length"] + 1 if len(generation["tokens"]) > 1 else first
+    page.evaluate("document.getElementById('view-generation').dataset.drawn = 'stale'")
+    chips.nth(target).focus()
+    page.keyboard.press("Enter")
+    wait_drawn_long(page, "generation")
+    query = page.evaluate("() => window.attnvizModels.lastQuery")
+    assert query["query_index"] == target
+    drawn = page.evaluate("() => document.getElementById('query-rows').data[0].z")
+    assert len(drawn) == 30 * 9 and {len(row) for row in drawn} == {target + 1}
+    rows_api = query["query_attentions"]
+    assert drawn[9 * 7 + 4] == rows_api[7][4][: target + 1]
+    assert all(value == 0 for value in rows_api[7][4][target + 1 :])  # causal
+    assert math.isclose(sum(rows_api[7][4]), 1.0, abs_tol=1e-4)
+    assert page.evaluate("document.activeElement.dataset.index") == str(target)
+    assert page.errors == []
+
+
+SIZES = (
+    "family",
+    "architecture",
+    "blocks",
+    "num_layers",
+    "num_heads",
+    "num_key_value_heads",
+    "d_model",
+    "d_ff",
+    "vocab_size",
+    "max_tokens",
+    "num_parameters",
+    "chat_template",
+    "can_generate",
+    "load_s",
+)
+"""What GET /api/v1/models leaves null until a model is ready."""
+
+
+def patched_listing(route, change) -> None:  # type: ignore[no-untyped-def]
+    """Answer GET /api/v1/models with the server's list, SmolLM2's entry changed."""
+    response = route.fetch()
+    listing = response.json()
+    for model in listing["models"]:
+        if model["name"] == SMOLLM2 and change is not None:
+            for key in SIZES:
+                model[key] = None
+            model.update(change)
+    listing["loading"] = any(m["state"] == "loading" for m in listing["models"])
+    route.fulfill(response=response, json=listing)
+
+
+def test_a_model_still_loading_is_shown_and_computed_once_ready(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    # The server's real list, but SmolLM2 still loading (its requests answered 503 as the
+    # server does then) until `loading` is cleared; the first list says it is ready, so
+    # that the page's first request meets a 503.
+    loading = {"on": True, "lists": 0, "refused": 0}
+
+    def listing(route) -> None:  # type: ignore[no-untyped-def]
+        loading["lists"] += 1
+        still = loading["on"] and loading["lists"] > 1
+        patched_listing(route, {"state": "loading"} if still else None)
+
+    def attention(route) -> None:  # type: ignore[no-untyped-def]
+        if loading["on"] and route.request.post_data_json.get("model") == SMOLLM2:
+            loading["refused"] += 1
+            route.fulfill(
+                status=503,
+                headers={"Retry-After": "1"},
+                json={
+                    "detail": [
+                        {
+                            "loc": ["body", "model"],
+                            "msg": f"model '{SMOLLM2}' is still loading (3 s so far); "
+                            "try again shortly",
+                            "type": "loading",
+                        }
+                    ]
+                },
+            )
+        else:
+            route.continue_()
+
+    page.route("**/api/v1/models", listing)
+    page.route("**/api/v1/models/attention", attention)
+    # Whether the error box ever showed: a wait for a model is not an error.
+    page.add_init_script(
+        """document.addEventListener('DOMContentLoaded', () => {
+            const box = document.getElementById('error');
+            window.errorSeen = [];
+            new MutationObserver(() => { if (!box.hidden) window.errorSeen.push(box.textContent); })
+                .observe(box, {attributes: true, childList: true, characterData: true});
+        });"""
+    )
+    request = {"model": SMOLLM2, "texts": ["Say hello."], "chat": True, "max_new_tokens": 2}
+    page.goto(f"{server_url}/models?request={json.dumps(request)}#view=model")
+    page.wait_for_function(
+        "document.getElementById('summary').textContent.includes('is loading')",
+        timeout=LOAD_TIMEOUT_MS,
+    )
+    assert page.locator("#summary").text_content() == (
+        f"{SMOLLM2} is loading; the view appears when it is ready."
+    )
+    option = page.locator(SMOLLM2_OPTION)
+    assert option.text_content() == f"{SMOLLM2} (loading…)"
+    assert option.is_disabled()
+    assert page.input_value("#model") == SMOLLM2
+    assert "Loading…" in page.locator("#model-description").text_content()
+    assert loading["refused"] >= 1
+    page.wait_for_timeout(2_000)  # polls, and no request while it loads
+    refused = loading["refused"]
+    lists = loading["lists"]
+    page.wait_for_timeout(1_600)
+    assert loading["refused"] == refused and loading["lists"] > lists
+    assert page.locator("#error").is_hidden()
+
+    loading["on"] = False
+    wait_ready(page)
+    assert option.text_content() == SMOLLM2
+    wait_drawn_long(page, "model")
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    assert response["model"] == SMOLLM2
+    assert response["tokens"][0][0] == "<|im_start|>"  # the link's chat option held
+    assert len(response["generation"]["tokens"]) <= 2
+    assert page.is_checked("#chat")
+    assert page.evaluate("window.errorSeen") == []
+    assert page.errors == []
+
+
+def test_a_model_that_failed_to_load_says_why(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    failed = {"state": "failed", "error": "no such file: smollm2.gguf"}
+    page.route("**/api/v1/models", lambda route: patched_listing(route, failed))
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    option = page.locator(SMOLLM2_OPTION)
+    assert option.text_content() == f"{SMOLLM2} (failed)"
+    assert option.is_disabled()
+    page.evaluate(
+        f"""() => {{
+            const select = document.getElementById('model');
+            select.value = '{SMOLLM2}';
+            select.dispatchEvent(new Event('change'));
+        }}"""
+    )
+    assert "Failed to load: no such file: smollm2.gguf" in (
+        page.locator("#model-description").text_content()
+    )
+    page.click("#compute")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "no such file: smollm2.gguf" in page.locator("#error").text_content()
+    assert page.errors == []
