@@ -975,11 +975,13 @@ async function drawQuery(section, res, q) {
 
 // The token explorer of the selected input, with query q (default: defaultQuery).
 async function renderGeneration(section, ticket) {
+  const queryTicket = state.queryTicket; // a token chosen meanwhile draws instead
+  const current = () => ticket === state.ticket && queryTicket === state.queryTicket;
   let q = state.queryIndex;
   // Without a chosen position, first the overview (which knows the prompt's length).
   if (q === null) {
     const res = await overview();
-    if (res === null || ticket !== state.ticket) return false;
+    if (res === null || !current()) return false;
     const full = res.hidden_special_tokens ? null : res;
     q = full ? defaultQuery(full) : null;
     if (q === null) {
@@ -989,7 +991,7 @@ async function renderGeneration(section, ticket) {
     state.queryIndex = q;
   }
   const res = await queryResponse(q);
-  if (res === null || ticket !== state.ticket) return false;
+  if (res === null || !current()) return false;
   summary.textContent = describeQuery(res, q);
   displayNote.textContent = noteForQuery(res);
   const decoder = res.family === "decoder";
