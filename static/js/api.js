@@ -414,6 +414,12 @@ export const MODELS_LINK_FIELDS = {
     "a list of strings or nulls"),
   model: field((v) => v === null || isString(v), "a string"),
   device: field(isString, "a string"),
+  chat: field((v) => typeof v === "boolean", "true or false"),
+  max_new_tokens: field((v) => Number.isInteger(v) && v >= 0 && v <= 64, "an integer 0-64"),
+  temperature: field((v) => typeof v === "number" && v >= 0 && v <= 10, "a number 0-10"),
+  seed: field((v) => Number.isInteger(v) && v >= 0, "an integer >= 0"),
+  targets: field((v) => Array.isArray(v) && v.every(isString), "a list of strings"),
+  block: field((v) => ["encoder", "decoder", "cross"].includes(v), "encoder, decoder or cross"),
 };
 
 let linkWrites = 0; // the latest write wins when compressions overlap
