@@ -10,8 +10,11 @@ changes the count; scripts/fuzz.sh runs a longer campaign against a real server.
 
 import json
 import os
+from collections.abc import Iterator
 
+import pytest
 import schemathesis
+from attnviz.pretrained import MODELS
 from attnviz.server.main import create_app
 from hypothesis import HealthCheck, settings
 from schemathesis.generation import GenerationMode
@@ -38,6 +41,17 @@ def refusals_are_documented_conditions(ctx, response, case) -> None:  # type: ig
             assert "ATTNVIZ_" in entry["msg"] or "limit" in entry["msg"], entry
         else:
             assert entry["type"] in CONDITION_TYPES, f"the schema allowed this: {entry}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ready_models() -> Iterator[None]:
+    """The ASGI app runs without its lifespan here: the pretrained models are loaded up
+    front, so that a request naming one meets it ready (one still loading is a 503 by design).
+    """
+    MODELS.configure([])
+    MODELS.load()
+    yield
+    MODELS.clear()
 
 
 @schema.parametrize()
