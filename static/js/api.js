@@ -111,7 +111,7 @@ function decodeTypedArray(spec) {
 }
 
 // Replace every typed-array spec in an API response by nested arrays, in place.
-function decodeArrays(value) {
+export function decodeArrays(value) {
   if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
   if (typeof value.bdata === "string" && Array.isArray(value.shape)) return decodeTypedArray(value);
   for (const key of Object.keys(value)) value[key] = decodeArrays(value[key]);
