@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,9 +126,7 @@ async def compute_model_attention(
     options (hidden special tokens, one layer or head, pooling, a query's rows, a
     decoder's generation and next-token candidates).
     """
-    model = ready_model(request.model)
-    check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
-    return await held_while_sent(computed(settings, model_response, model, request, settings))
+    return await answered(model_response, request, settings)
 
 
 def model_response(
@@ -191,9 +189,22 @@ async def stream_model_attention(
     A failure after the start line (never expected) ends the stream with
     ``{"type": "error", "detail": ...}``.
     """
+    return await answered(stream_response, request, settings)
+
+
+async def answered(
+    respond_with: Callable[[PretrainedModel, Any, Settings], Response],
+    request: PretrainedAttentionRequest,
+    settings: Settings,
+) -> Response:
+    """Admit a request (model ready, batch within bounds), then compute its response.
+
+    The response is computed on the pool within the time budget, holding a large-request
+    slot while it is sent.
+    """
     model = ready_model(request.model)
     check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
-    return await held_while_sent(computed(settings, stream_response, model, request, settings))
+    return await held_while_sent(computed(settings, respond_with, model, request, settings))
 
 
 def stream_response(
