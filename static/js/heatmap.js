@@ -83,13 +83,18 @@ function hoverData(rowHover, colHover) {
   };
 }
 
+// The top margin a figure's title of `text` (`<br>` separated lines) needs below the
+// modebar.
+function titledTop(text) {
+  return MODEBAR_HEIGHT + text.split("<br>").length * TITLE_LINE_HEIGHT + 4;
+}
+
 // The title placed at the top left, below the modebar: `layout.margin.t` grows to hold
 // the modebar and the title's lines (`<br>` separated).
 function placeTitle(layout) {
   const text = layout.title && layout.title.text;
   if (!text) return layout;
-  const lines = text.split("<br>").length;
-  const top = MODEBAR_HEIGHT + lines * TITLE_LINE_HEIGHT + 4;
+  const top = titledTop(text);
   return {
     ...layout,
     title: {
@@ -249,6 +254,32 @@ function cellDomains(count, gap, group = count, groupGap = 0) {
   });
 }
 
+// The frame of a thumbnailGrid figure (options as there): its column groups, margins
+// (the top one as placeTitle makes it), height, and the cells' domains in paper
+// fractions: with groups the figure's own (xDomains, yDomains), without them null (Plotly's
+// layout.grid places the cells, with xgap and ygap).
+function gridFrame(options) {
+  const { rows, cols } = options;
+  const group = options.colGroup && options.colGroup < cols ? options.colGroup : 0;
+  return {
+    group,
+    margin: { l: 60, r: 8, t: 30, b: group ? 48 : 30 },
+    height: 40 + rows * Math.max(70, 320 / rows) + (group ? 18 : 0),
+    xDomains: group ? cellDomains(cols, 0.06, group, 0.3) : null,
+    yDomains: group ? cellDomains(rows, 0.08).map(([a, b]) => [1 - b, 1 - a]) : null,
+    xgap: 0.06,
+    ygap: options.cellTitle && rows > 1 ? 0.3 : 0.08,
+  };
+}
+
+// The domains Plotly's layout.grid gives `count` cells with `gap` (a fraction of a cell's
+// step): the first cell first along x; along y (rows top to bottom) the first is the top.
+function plotlyGridDomains(count, gap, topFirst = false) {
+  const step = 1 / (count - gap);
+  const domains = Array.from({ length: count }, (_, i) => [step * i, step * i + step * (1 - gap)]);
+  return topFirst ? domains.reverse() : domains;
+}
+
 // One Plotly figure of rows x cols small heatmaps (e.g. layers x heads, BertViz's
 // model view): one heatmap trace per cell on its own axes, drawn as SVG images,
 // so 72 thumbnails cost one figure and no WebGL context. options:
@@ -267,19 +298,18 @@ function cellDomains(count, gap, group = count, groupGap = 0) {
 // promise resolves once Plotly has drawn it.
 export function thumbnailGrid(container, options) {
   const { rows, cols, cell } = options;
-  const group = options.colGroup && options.colGroup < cols ? options.colGroup : 0;
+  const frame = gridFrame(options);
+  const { group, xDomains, yDomains } = frame;
   const traces = [];
   const layout = {
-    margin: { l: 60, r: 8, t: 30, b: group ? 48 : 30 },
+    margin: frame.margin,
     title: { text: escapeForPlotly(options.title || ""), font: { size: 13 } },
-    height: 40 + rows * Math.max(70, 320 / rows) + (group ? 18 : 0),
+    height: frame.height,
     showlegend: false,
     plot_bgcolor: MASKED_COLOR, // masked cells are null: the background shows through
   };
   // Without groups Plotly's own grid places the cells; with groups each axis gets its
   // domain, the groups a wider gap, and a dashed line and a label between and under them.
-  const xDomains = group ? cellDomains(cols, 0.06, group, 0.3) : null;
-  const yDomains = group ? cellDomains(rows, 0.08).map(([a, b]) => [1 - b, 1 - a]) : null;
   if (group) {
     const groups = Math.ceil(cols / group);
     layout.shapes = [];
@@ -301,8 +331,7 @@ export function thumbnailGrid(container, options) {
       });
     }
   } else {
-    const ygap = options.cellTitle && rows > 1 ? 0.3 : 0.08;
-    layout.grid = { rows, columns: cols, pattern: "independent", xgap: 0.06, ygap };
+    layout.grid = { rows, columns: cols, pattern: "independent", xgap: frame.xgap, ygap: frame.ygap };
   }
   for (let r = 0; r < rows; r += 1) {
     for (let c = 0; c < cols; c += 1) {
@@ -360,4 +389,168 @@ export function thumbnailGrid(container, options) {
     }
   });
   return div;
+}
+
+// The colours of WEIGHT_COLORSCALE at 256 levels (r, g, b each), made once: a
+// preview's cells.
+let weightLevels = null;
+
+function weightColors() {
+  if (weightLevels) return weightLevels;
+  const stops = WEIGHT_COLORSCALE.map(([at, hex]) => [at, [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16))]);
+  weightLevels = new Uint8ClampedArray(256 * 3);
+  for (let k = 0; k < 256; k += 1) {
+    const t = k / 255;
+    let s = 1;
+    while (s < stops.length - 1 && stops[s][0] < t) s += 1;
+    const [a, from] = stops[s - 1];
+    const [b, to] = stops[s];
+    const f = (t - a) / (b - a);
+    for (let i = 0; i < 3; i += 1) weightLevels[k * 3 + i] = from[i] + f * (to[i] - from[i]);
+  }
+  return weightLevels;
+}
+
+// Paint matrix z (null = masked, gray) into `canvas`, one pixel a cell, from 0 to zmax
+// ("each": its own maximum), as thumbnailGrid's heatmaps colour it.
+function paintMatrix(canvas, z, zmaxOption) {
+  const height = z.length;
+  const width = (z[0] || []).length;
+  if (!height || !width) return;
+  canvas.width = width;
+  canvas.height = height;
+  const context = canvas.getContext("2d");
+  const image = context.createImageData(width, height);
+  const pixels = image.data;
+  const top = zmaxOption === "each" ? maxOf(z) : zmaxOption;
+  const scale = 255 / (top > 0 ? top : 1);
+  const levels = weightColors();
+  let p = 0;
+  for (const row of z) {
+    for (const v of row) {
+      if (v === null) {
+        pixels[p] = 0xc8; // MASKED_COLOR
+        pixels[p + 1] = 0xc8;
+        pixels[p + 2] = 0xc8;
+      } else {
+        const k = 3 * Math.round(Math.min(255, Math.max(0, v * scale)));
+        pixels[p] = levels[k];
+        pixels[p + 1] = levels[k + 1];
+        pixels[p + 2] = levels[k + 2];
+      }
+      pixels[p + 3] = 255;
+      p += 4;
+    }
+  }
+  context.putImageData(image, 0, 0);
+}
+
+function previewLabel(parent, className, text, box) {
+  const label = document.createElement("span");
+  label.className = className;
+  label.textContent = text;
+  for (const [key, value] of Object.entries(box)) label.style[key] = `${value}px`;
+  parent.append(label);
+  return label;
+}
+
+// A stand-in for thumbnailGrid's figure while its cells arrive (a streamed grid): the
+// same size, title, labels and cell boxes (options as thumbnailGrid's; the cells are not
+// read), each cell a canvas, blank until fillRow(r, matrices) paints row r (one matrix
+// per column; a few ms a row, where Plotly draws the whole figure again for any change).
+// Once every row is in, thumbnailGrid draws the figure into the same container and the
+// stand-in lies over it until it is drawn: cover() before thumbnailGrid, then remove().
+// Returns {element, fillRow, filled (rows painted), cover, remove}.
+export function thumbnailPreview(container, options) {
+  const { rows, cols } = options;
+  const frame = gridFrame(options);
+  const element = document.createElement("div");
+  element.className = "plot grid-plot grid-preview";
+  element.setAttribute("role", "img");
+  element.setAttribute("aria-label", `${options.title || "Grid"}: being drawn`);
+  element.style.height = `${frame.height}px`;
+  container.append(element);
+  // The figure's plot area (Plotly's: the div's width, its margins), and each cell's box.
+  const width = element.clientWidth;
+  const { l, r, b } = frame.margin;
+  const t = options.title ? Math.max(titledTop(escapeForPlotly(options.title)), frame.margin.t) : frame.margin.t;
+  const plotWidth = width - l - r;
+  const plotHeight = frame.height - t - b;
+  const xDomains = frame.xDomains || plotlyGridDomains(cols, frame.xgap);
+  const yDomains = frame.yDomains || plotlyGridDomains(rows, frame.ygap, true);
+  const boxOf = (row, col) => ({
+    left: l + xDomains[col][0] * plotWidth,
+    top: t + (1 - yDomains[row][1]) * plotHeight,
+    width: (xDomains[col][1] - xDomains[col][0]) * plotWidth,
+    height: (yDomains[row][1] - yDomains[row][0]) * plotHeight,
+  });
+  if (options.title) {
+    previewLabel(element, "grid-preview-title", options.title, { left: l, bottom: frame.height - t + 6 });
+  }
+  const canvases = [];
+  for (let row = 0; row < rows; row += 1) {
+    const line = [];
+    for (let col = 0; col < cols; col += 1) {
+      const box = boxOf(row, col);
+      const canvas = document.createElement("canvas");
+      canvas.className = "grid-preview-cell pending";
+      canvas.width = 1;
+      canvas.height = 1;
+      for (const [key, value] of Object.entries(box)) canvas.style[key] = `${value}px`;
+      element.append(canvas);
+      line.push(canvas);
+      if (col === 0 && options.rowName) {
+        previewLabel(element, "grid-preview-row", `${options.rowName}${row}`,
+          { right: width - box.left + 2, top: box.top, height: box.height });
+      }
+      let title = null;
+      if (options.cellTitle) title = options.cellTitle(row, col);
+      else if (row === rows - 1) title = `${options.colName}${col}`;
+      if (title !== null) {
+        previewLabel(element, "grid-preview-col", title,
+          { left: box.left, top: box.top + box.height + 2, width: box.width });
+      }
+    }
+    canvases.push(line);
+  }
+  if (frame.group) {
+    const groups = Math.ceil(cols / frame.group);
+    for (let g = 0; g < groups; g += 1) {
+      const first = xDomains[g * frame.group];
+      const last = xDomains[Math.min(cols, (g + 1) * frame.group) - 1];
+      if (g > 0) {
+        const x = (xDomains[g * frame.group - 1][1] + first[0]) / 2;
+        previewLabel(element, "grid-preview-line", "", { left: l + x * plotWidth, top: t, height: plotHeight });
+      }
+      const text = options.groupLabel ? options.groupLabel(g) : `group ${g}`;
+      previewLabel(element, "grid-preview-group", text, {
+        left: l + first[0] * plotWidth, width: (last[1] - first[0]) * plotWidth,
+        top: t + plotHeight + 32,
+      });
+    }
+  }
+  const preview = {
+    element,
+    filled: 0,
+    fillRow(row, matrices) {
+      matrices.forEach((z, col) => {
+        const canvas = canvases[row][col];
+        paintMatrix(canvas, z, options.zmax ?? "each");
+        canvas.classList.remove("pending");
+      });
+      preview.filled += 1;
+    },
+    // The container keeps the stand-in's height meanwhile: Plotly lays out the figure's
+    // div while it is still empty, and a page that shrinks under a reader scrolls.
+    cover() {
+      const margin = parseFloat(getComputedStyle(element).marginBottom) || 0;
+      container.style.minHeight = `${element.offsetHeight + margin}px`;
+      element.classList.add("covering");
+    },
+    remove() {
+      element.remove();
+      container.style.minHeight = "";
+    },
+  };
+  return preview;
 }

@@ -8,9 +8,14 @@ import {
   nonEmptyLines, onTabClick, openTab, option, paragraph, parseNumber, readUrlRequest,
   selectedIndex, viewFromUrl, writeUrlState,
 } from "./api.js";
-import { addPlot, clearPlots, heatmapFigure, thumbnailGrid, tokenHover } from "./heatmap.js";
+import {
+  addPlot, clearPlots, heatmapFigure, thumbnailGrid, thumbnailPreview, tokenHover,
+} from "./heatmap.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
+// The overview streamed: NDJSON lines, a "start" (every field but the maps), one "layer"
+// per layer as soon as the server has it, an "end" (the averages) or an "error".
+const LAYERS_URL = "/api/v1/models/attention/layers";
 const MODELS_URL = "/api/v1/models";
 const DEFAULT_TEXT = "The cat sat on the mat because it was tired.";
 const DEFAULT_PROMPT = "What is the capital of France?";
@@ -51,6 +56,10 @@ const specialExamples = document.getElementById("special-examples");
 const computeButton = document.getElementById("compute");
 const controls = document.querySelector(".results .controls");
 const progress = document.getElementById("progress");
+const layerProgressBox = document.getElementById("layer-progress");
+const layerProgressLabel = document.getElementById("layer-progress-label");
+const layerProgressBar = document.getElementById("layer-progress-bar");
+const layerProgressFill = layerProgressBar.querySelector(".layer-progress-fill");
 const generationTab = document.querySelector(".tabs button[data-view=generation]");
 
 const THUMB_SIZE = 64; // thumbnails of longer inputs come block-max pooled to this size
@@ -60,7 +69,10 @@ const NARROW_GRID = 560;
 const STRIP_COLUMNS = 10; // the most layers a row of the averages' strip
 const state = {
   listing: null, models: [], request: null, view: "model", overview: null, overviewKey: null,
-  overviewRequest: null, layers: new Map(), heads: new Map(), fetchMs: 0, ticket: 0,
+  overviewRequest: null, layers: new Map(), heads: new Map(), ticket: 0,
+  // The overview's stream in flight (streamOverview), when the last one's answer ended
+  // (performance.now()), and when the model view drew its first layer and its whole grid.
+  stream: null, responseAt: null, firstLayerAt: null, gridAt: null, computes: 0,
   // The token explorer: the chosen query position, its responses by request, a ticket.
   queryIndex: null, queries: new Map(), queryBase: null, queryTicket: 0,
   pending: null, // the model whose loading a computation waits for
@@ -96,6 +108,45 @@ async function busy(task, label = "Computing…", button = null) {
     }
   }
 }
+
+// The progress of a streamed overview (#layer-progress, in #progress's place): "Running
+// the model…" until its first layer, then "Layer k of N…", then "Drawing the grid…" while
+// the model view draws it; shown once the stream has lasted PROGRESS_DELAY_MS, hidden when
+// its grid is drawn (or, when no grid waits for it, when it ends). Owned by one stream: a
+// newer one takes it over.
+const layerProgress = {
+  owner: null,
+  timer: null,
+  begin(stream, text, total) {
+    clearTimeout(this.timer);
+    this.owner = stream;
+    this.set(stream, text, null, total);
+    this.timer = setTimeout(() => {
+      if (this.owner === stream) layerProgressBox.hidden = false;
+    }, PROGRESS_DELAY_MS);
+  },
+  // `done` of `total` layers (null: not known yet, the bar waits).
+  set(stream, text, done, total) {
+    if (this.owner !== stream) return;
+    layerProgressLabel.textContent = text;
+    if (total) layerProgressBar.setAttribute("aria-valuemax", String(total));
+    else layerProgressBar.removeAttribute("aria-valuemax");
+    if (done === null || !total) {
+      layerProgressBar.removeAttribute("aria-valuenow");
+      layerProgressFill.style.width = "";
+    } else {
+      layerProgressBar.setAttribute("aria-valuenow", String(done));
+      layerProgressFill.style.width = `${(100 * done) / total}%`;
+    }
+    layerProgressBar.setAttribute("aria-valuetext", text.replace(/…$/u, ""));
+  },
+  end(stream) {
+    if (this.owner !== stream) return;
+    clearTimeout(this.timer);
+    this.owner = null;
+    layerProgressBox.hidden = true;
+  },
+};
 
 // ---------------------------------------------------------------------------
 // The models on offer and their loading.
@@ -243,15 +294,21 @@ async function requestAttention(body) {
   let message = null;
   const res = await jsonFetcher((text) => { message = text; })(ATTENTION_URL, body);
   if (res !== null) return res;
+  await refused(body.model, message);
+  return null;
+}
+
+// The API refused a request for `model` with `message`: a model still loading waits
+// (waitForModel), anything else is shown in the error box.
+async function refused(model, message) {
   const listing = await fetchListing();
   if (listing) applyListing(listing);
-  const m = modelInfo(body.model);
+  const m = modelInfo(model);
   if (m && m.state === "loading") {
     waitForModel(m.name);
-    return null;
+    return;
   }
   showError(message);
-  return null;
 }
 
 // ---------------------------------------------------------------------------
@@ -400,14 +457,106 @@ function viewRequest(extra) {
 }
 
 // The overview of the selected input: every layer and head (pooled to THUMB_SIZE when
-// longer), the averages and rollout. Fetched again when the input or the hiding changes.
-async function overview() {
+// longer), the averages and rollout. Fetched again when the input or the hiding changes,
+// streamed layer by layer (streamOverview): `watcher` (the model view's, or null) is told
+// of each layer as it comes. A request for the same input while it streams joins that
+// stream; one for another input cancels it. Resolves to the whole response, the one-input
+// response of POST /attention, or null (refused, failed, or cancelled by a newer one).
+async function overview(watcher = null) {
   const body = viewRequest({ display_size: THUMB_SIZE });
   const key = JSON.stringify(body);
-  if (state.overviewKey !== key) {
-    const started = performance.now();
-    const res = await requestAttention(body);
-    state.fetchMs = performance.now() - started;
+  if (state.overviewKey === key) return state.overview;
+  let stream = state.stream;
+  if (stream === null || stream.key !== key) {
+    if (stream !== null) stream.controller.abort();
+    stream = streamOverview(body, key);
+  }
+  stream.watch(watcher);
+  return stream.promise;
+}
+
+// A typed array of the stream, {dtype, bdata (base64), shape}, as nested arrays (NaN:
+// null, u1: booleans). The same decoding as api.js's decodeTypedArray, which fetchJson
+// applies to whole JSON answers (api.js exports neither); the page asks for base64 float32.
+function decodeSpec(spec) {
+  const binary = atob(spec.bdata);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
+  let flat;
+  if (spec.dtype === "f4") flat = new Float32Array(bytes.buffer);
+  else if (spec.dtype === "f8") flat = new Float64Array(bytes.buffer);
+  else if (spec.dtype === "u1") flat = bytes;
+  else throw new Error(`unexpected array type ${spec.dtype} in the stream`);
+  const boolean = spec.dtype === "u1";
+  const { shape } = spec;
+  function build(offset, axis) {
+    const size = shape[axis];
+    if (axis === shape.length - 1) {
+      const row = new Array(size);
+      for (let i = 0; i < size; i += 1) {
+        const v = flat[offset + i];
+        row[i] = boolean ? v !== 0 : (Number.isNaN(v) ? null : v);
+      }
+      return row;
+    }
+    const stride = shape.slice(axis + 1).reduce((a, b) => a * b, 1);
+    return Array.from({ length: size }, (_, i) => build(offset + i * stride, axis + 1));
+  }
+  return shape.length === 0 ? [] : build(0, 0);
+}
+
+// A streamed line with every typed array in it decoded, in place (api.js's decodeArrays).
+function decodeFields(value) {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
+  if (typeof value.bdata === "string" && Array.isArray(value.shape)) return decodeSpec(value);
+  for (const key of Object.keys(value)) value[key] = decodeFields(value[key]);
+  return value;
+}
+
+// An API error's JSON answer as the error box shows it (as api.js's fetchJson does):
+// one "<field>: <message>" line per error, else its detail, else the HTTP status.
+function errorText(data, status) {
+  const detail = data && data.detail;
+  if (!Array.isArray(detail)) return String(detail || `HTTP ${status}`);
+  return detail.map((d) => {
+    const loc = (d.loc || [])
+      .filter((part, i) => !(i === 0 && (part === "body" || part === "query")))
+      .map((part, i) => (typeof part === "number" ? `[${part}]` : (i === 0 ? part : `.${part}`)))
+      .join("");
+    return `${loc}: ${d.msg}`;
+  }).join("\n");
+}
+
+// POST body to LAYERS_URL and read its lines as they come (fetch, the body's reader, a
+// TextDecoder): the response is assembled as POST /attention's one-input response
+// (attentions (N, 1, H, P_q, P_k), head_mean (N, 1, P_q, P_k), ...), and the stream's
+// watcher (watch: the model view while it is open) told of its start and of each layer.
+// Returns the stream: {key, body, controller (abort() cancels it), res (so far), layers
+// (received), total, promise, watch(watcher)}; its promise resolves to the response, or
+// null once the error is shown (a refusal: as requestAttention's) or it was cancelled.
+function streamOverview(body, key) {
+  const model = modelInfo(body.model);
+  const stream = {
+    key, body, controller: new AbortController(), res: null, layers: 0,
+    total: model && model.num_layers, watcher: null, promise: null, final: null,
+    // The newest view that waits for it: told of the start and the layers so far, then of
+    // each new one.
+    watch(watcher) {
+      stream.watcher = watcher;
+      if (!watcher || stream.res === null) return;
+      watcher.start(stream);
+      for (let l = 0; l < stream.layers; l += 1) watcher.layer(stream, l);
+    },
+  };
+  state.stream = stream;
+  const generating = family(model) === "decoder" && body.max_new_tokens > 0;
+  layerProgress.begin(stream, generating ? "Generating, then running the model…" : "Running the model…",
+    stream.total);
+  stream.promise = readStream(stream).then((res) => {
+    if (state.stream === stream) state.stream = null;
+    stream.final = res;
+    // No view draws it: the progress ends with the answer (else with the drawn grid).
+    if (res === null || !drawsIt(stream)) layerProgress.end(stream);
     if (res === null) return null;
     state.overview = res;
     state.overviewKey = key;
@@ -416,8 +565,102 @@ async function overview() {
     state.heads = new Map();
     window.attnvizModels.lastResponse = res;
     rememberSpecials(res);
+    return res;
+  });
+  return stream;
+}
+
+// Whether the model view waits to draw the stream's grid.
+function drawsIt(stream) {
+  return Boolean(stream.watcher && stream.watcher.current());
+}
+
+async function readStream(stream) {
+  const { signal } = stream.controller;
+  try {
+    const response = await fetch(LAYERS_URL, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(stream.body),
+      signal,
+    });
+    if (!response.ok) {
+      const data = await response.json().catch(() => null);
+      if (signal.aborted) return null;
+      await refused(stream.body.model, errorText(data, response.status));
+      return null;
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      text += done ? decoder.decode() : decoder.decode(value, { stream: true });
+      let newline = text.indexOf("\n");
+      while (newline >= 0 || (done && text.trim() !== "")) {
+        const line = newline >= 0 ? text.slice(0, newline) : text;
+        text = newline >= 0 ? text.slice(newline + 1) : "";
+        if (line.trim() !== "") {
+          // The "end" or "error" line is the last: the server closes the answer after it
+          // (it is not cancelled here, which would count as a failed request).
+          const result = takeLine(stream, JSON.parse(line));
+          if (result !== undefined) return result;
+        }
+        newline = text.indexOf("\n");
+      }
+      if (done) break;
+    }
+    showError(`The answer ended after ${stream.layers} of ${stream.total ?? "?"} layers; ` +
+      "compute again.");
+    return null;
+  } catch (err) {
+    if (signal.aborted) return null;
+    showError(`Request failed: ${err}`);
+    return null;
   }
-  return state.overview;
+}
+
+// One line of the stream: undefined while more are to come, else the assembled response
+// (the "end" line) or null (an "error" line, shown).
+function takeLine(stream, line) {
+  if (line.type === "start") {
+    const { type, ...fields } = decodeFields(line);
+    stream.res = { ...fields, attentions: [], head_mean: [] };
+    stream.total = fields.num_layers;
+    layerProgress.set(stream, `Layer 0 of ${stream.total}…`, 0, stream.total);
+    if (stream.watcher) stream.watcher.start(stream);
+    return undefined;
+  }
+  if (line.type === "layer") {
+    const l = stream.layers;
+    stream.res.attentions.push([decodeFields(line.attentions)]);
+    stream.res.head_mean.push([decodeFields(line.head_mean)]);
+    stream.layers += 1;
+    layerProgress.set(stream, `Layer ${stream.layers} of ${stream.total}…`, stream.layers, stream.total);
+    if (stream.watcher) stream.watcher.layer(stream, l);
+    return undefined;
+  }
+  if (line.type === "end") {
+    state.responseAt = performance.now();
+    const end = decodeFields(line);
+    const { attentions, head_mean: headMean, ...start } = stream.res;
+    if (attentions.length !== end.shape[0]) {
+      showError(`The answer had ${attentions.length} of ${end.shape[0]} layers; compute again.`);
+      return null;
+    }
+    if (drawsIt(stream)) layerProgress.set(stream, "Drawing the grid…", stream.total, stream.total);
+    // The fields in POST /attention's order (Download JSON saves it as it is).
+    return {
+      ...start, shape: end.shape, attentions, head_mean: headMean, layer_mean: end.layer_mean,
+      rollout: end.rollout, special_share: end.special_share,
+      average_downsample: end.average_downsample,
+    };
+  }
+  if (line.type === "error") {
+    showError(String(line.detail));
+    return null;
+  }
+  return undefined; // a kind of line this page does not know: skipped
 }
 
 // Full-resolution maps of layer l: {attentions: H x L x L, headMean: L x L}; from the
@@ -527,7 +770,10 @@ function noteFor(res) {
       "triangle is empty)");
   }
   if (res.block === "cross") parts.push("rows are target tokens, columns the encoder's tokens");
-  if (res.hidden_special_tokens) {
+  if (res.hidden_special_tokens && res.special_share === undefined) {
+    parts.push("special tokens hidden: each row is renormalised over the remaining tokens " +
+      "so it sums to 1 again");
+  } else if (res.hidden_special_tokens) {
     parts.push("special tokens hidden: each row is renormalised over the remaining tokens " +
       `so it sums to 1 again (they took ${(100 * res.special_share).toFixed(1)}% of each row ` +
       "on average, over all layers and heads)");
@@ -645,12 +891,9 @@ async function showEnlarged(container, res, l, h) {
   await div.drawn;
 }
 
-// BertViz's model view: N x H thumbnails in one figure; a click enlarges one. With
-// grouped-query attention the heads sharing a key/value head are set apart.
-async function renderModelView(section, res) {
-  const body = section.querySelector(".view-body");
-  const enlarged = section.querySelector(".enlarged");
-  clearPlots(body);
+// The model view's hint and its grid's thumbnailGrid options (the cells read
+// res.attentions when drawn; a stand-in of the grid reads none of them).
+function modelGrid(res, body, enlarged) {
   const narrow = body.clientWidth < NARROW_GRID;
   const groups = kvGroups(res);
   const H = res.num_heads;
@@ -662,9 +905,8 @@ async function renderModelView(section, res) {
       `heads, ${groups.per} each (heads 0–${groups.per - 1} read key/value head 0, and so ` +
       "on); dotted lines part the groups.";
   }
-  addHint(body, hint);
   const wideGroups = groups && body.clientWidth / groups.kv >= 150;
-  const grid = thumbnailGrid(body, {
+  const options = {
     rows: res.num_layers,
     cols: H,
     cell: (l, h) => res.attentions[l][0][h],
@@ -685,10 +927,108 @@ async function renderModelView(section, res) {
         enlarged.scrollIntoView({ block: "nearest", behavior: "smooth" });
       }
     },
+  };
+  return { hint, options, kvHeads: groups ? groups.kv : H };
+}
+
+// The model view's watcher of a streamed overview (see overview): at the stream's start
+// it lays out a stand-in of the grid (thumbnailPreview: the figure's size, blank
+// thumbnails), then paints each layer's row as it comes, the rows of one animation frame
+// together (a timer too: a background tab gets no frames). renderModelView then draws the
+// figure under it. #view-model gets data-first-layer="true" once layer 0's row is painted.
+function modelWatcher(section, ticket) {
+  const body = section.querySelector(".view-body");
+  const watcher = {
+    stream: null, preview: null, box: null, queue: [], frame: null, timer: null,
+    current: () => ticket === state.ticket && state.view === "model",
+    start(stream) {
+      if (!watcher.current()) return;
+      watcher.stop();
+      watcher.stream = stream;
+      // What is known of the new input before its maps: the text above the grid.
+      const known = { ...stream.res, shape: [stream.total, 1, stream.res.num_heads] };
+      summary.textContent = describe(known);
+      displayNote.textContent = noteFor(known);
+      // The width is read before the old grid goes: the page does not shrink meanwhile.
+      const { hint, options } = modelGrid(stream.res, body, null);
+      clearPlots(body);
+      addHint(body, hint);
+      watcher.box = document.createElement("div");
+      watcher.box.className = "grid-box";
+      body.append(watcher.box);
+      watcher.preview = thumbnailPreview(watcher.box, options);
+    },
+    layer(stream, l) {
+      if (!watcher.current() || stream !== watcher.stream) return;
+      watcher.queue.push(l);
+      if (watcher.frame === null) {
+        watcher.frame = requestAnimationFrame(watcher.flush);
+        watcher.timer = setTimeout(watcher.flush, 100);
+      }
+    },
+    flush() {
+      const rows = watcher.queue;
+      watcher.stop();
+      if (!watcher.current() || !rows.length) return;
+      for (const l of rows) watcher.preview.fillRow(l, watcher.stream.res.attentions[l][0]);
+      if (section.dataset.firstLayer !== "true") {
+        section.dataset.firstLayer = "true";
+        state.firstLayerAt = performance.now();
+      }
+    },
+    stop() {
+      cancelAnimationFrame(watcher.frame);
+      clearTimeout(watcher.timer);
+      watcher.frame = null;
+      watcher.queue = [];
+    },
+  };
+  return watcher;
+}
+
+// Resolves once the page has been painted (a frame, then a task); after 100 ms at most, as
+// a background tab gets no frames.
+function nextFrame() {
+  return new Promise((resolve) => {
+    requestAnimationFrame(() => setTimeout(resolve, 0));
+    setTimeout(resolve, 100);
   });
+}
+
+// BertViz's model view: N x H thumbnails in one figure; a click enlarges one. With
+// grouped-query attention the heads sharing a key/value head are set apart. A streamed
+// response's figure is drawn under its stand-in (`watcher`'s), which goes once it is drawn.
+async function renderModelView(section, res, watcher = null) {
+  const body = section.querySelector(".view-body");
+  const enlarged = section.querySelector(".enlarged");
+  const { hint, options, kvHeads } = modelGrid(res, body, enlarged);
+  let container = body;
+  let preview = null;
+  if (watcher && watcher.preview && watcher.stream.final === res && watcher.box.isConnected) {
+    // The rows still queued, and "Drawing the grid…", are shown before Plotly's draw, which
+    // holds the page for a while (a fast stream's lines can all come before any frame).
+    watcher.flush();
+    await nextFrame();
+    if (!watcher.current()) return;
+    preview = watcher.preview;
+    container = watcher.box;
+    preview.cover();
+  } else {
+    clearPlots(body);
+    addHint(body, hint);
+  }
+  const grid = thumbnailGrid(container, options);
   grid.id = "model-grid";
-  grid.dataset.kvHeads = String(groups ? groups.kv : H);
-  await Promise.all([grid.drawn, showEnlarged(enlarged, res, 0, 0)]);
+  grid.dataset.kvHeads = String(kvHeads);
+  const gridDrawn = grid.drawn.then(() => {
+    if (preview) preview.remove();
+    state.gridAt = performance.now();
+    if (section.dataset.firstLayer !== "true") {
+      section.dataset.firstLayer = "true";
+      state.firstLayerAt = state.gridAt;
+    }
+  });
+  await Promise.all([gridDrawn, showEnlarged(enlarged, res, 0, 0)]);
 }
 
 // Every head of one layer, with token labels, at full resolution; with grouped-query
@@ -1044,6 +1384,8 @@ async function renderView() {
   controls.hidden = false;
   const section = document.getElementById(`view-${state.view}`);
   section.dataset.drawn = "false";
+  const watcher = state.view === "model" ? modelWatcher(section, ticket) : null;
+  if (watcher) section.dataset.firstLayer = "false";
   openTab(state.view);
   layerControl.hidden = state.view === "model" || state.view === "generation";
   hideSpecialControl.hidden = state.view === "generation";
@@ -1051,24 +1393,35 @@ async function renderView() {
   const label = generating ? "Generating and computing…" : "Computing…";
   const done = await busy(async () => {
     if (state.view === "generation") return renderGeneration(section, ticket);
-    const res = await overview();
-    if (res === null || ticket !== state.ticket) return false;
-    clearError();
-    if (layerSelect.options.length !== res.num_layers) {
-      fillIndexSelect(layerSelect, Array.from({ length: res.num_layers }, (_, l) => `Layer ${l}`));
+    try {
+      return await renderOverview(section, ticket, watcher);
+    } finally {
+      // The streamed grid's progress ends with its drawing (or when this draws nothing).
+      if (watcher && watcher.stream) layerProgress.end(watcher.stream);
     }
-    summary.textContent = describe(res);
-    displayNote.textContent = noteFor(res);
-    const l = selectedIndex(layerSelect);
-    if (state.view === "model") await renderModelView(section, res);
-    else if (state.view === "layer") await renderLayerView(section, res, l);
-    else await renderAverages(section, res, l);
-    return true;
   }, label);
   if (done && ticket === state.ticket) section.dataset.drawn = "true";
 }
 
+// The model, layer and averages views: the overview, then the view.
+async function renderOverview(section, ticket, watcher) {
+  const res = await overview(watcher);
+  if (res === null || ticket !== state.ticket) return false;
+  clearError();
+  if (layerSelect.options.length !== res.num_layers) {
+    fillIndexSelect(layerSelect, Array.from({ length: res.num_layers }, (_, l) => `Layer ${l}`));
+  }
+  summary.textContent = describe(res);
+  displayNote.textContent = noteFor(res);
+  const l = selectedIndex(layerSelect);
+  if (state.view === "model") await renderModelView(section, res, watcher);
+  else if (state.view === "layer") await renderLayerView(section, res, l);
+  else await renderAverages(section, res, l);
+  return true;
+}
+
 async function compute() {
+  const started = performance.now(); // the timings count from the click (or Enter)
   clearError();
   const request = readRequest();
   const model = modelInfo(request.model) || state.models[0];
@@ -1086,18 +1439,30 @@ async function compute() {
   }
   state.pending = null;
   delete summary.dataset.waiting;
+  const run = (state.computes += 1);
   await busy(async () => {
     state.request = request;
     state.overviewKey = null;
     state.queries = new Map();
     state.queryIndex = null;
     populateSelectors(request, model.num_layers);
-    const started = performance.now();
+    state.responseAt = null;
+    state.firstLayerAt = null;
+    state.gridAt = null;
     await renderView();
-    if (state.overviewKey === null) return; // refused (the error is shown) or waiting
+    // Refused (the error is shown), waiting for the model, or overtaken by a newer Compute.
+    if (state.overviewKey === null || state.responseAt === null || run !== state.computes) return;
     const drawn = performance.now();
-    // Milliseconds from the request to the response, and from there to the drawn view.
-    window.attnvizModels.timings = { responseMs: state.fetchMs, drawMs: drawn - started - state.fetchMs };
+    const since = (t) => (t === null ? null : t - started);
+    // Milliseconds from the click: to the whole response, to the model view's first row
+    // of thumbnails and its whole grid (null in the other views); and from the response's
+    // end to the drawn view (the grid and the enlarged map).
+    window.attnvizModels.timings = {
+      responseMs: since(state.responseAt),
+      drawMs: drawn - state.responseAt,
+      firstLayerMs: since(state.firstLayerAt),
+      wholeGridMs: since(state.gridAt),
+    };
   }, "Computing…", computeButton);
 }
 

@@ -1,7 +1,9 @@
 """The pretrained-model page (/models) in a real Chromium against a real server."""
 
+import base64
 import json
 import math
+from array import array
 from urllib.parse import urlsplit
 
 import httpx2 as httpx
@@ -11,6 +13,8 @@ from attnviz.devtools import live_process
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
 SENTENCE = "Attention shows what a trained model looks at, token by token."
+ATTENTION_URL = "/api/v1/models/attention"
+STREAM_URL = "/api/v1/models/attention/layers"
 
 
 def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]
@@ -110,18 +114,25 @@ def test_each_sentence_runs_alone_and_special_tokens_can_be_hidden(page, server_
             assert math.isclose(value, head[i][j] / total, abs_tol=1e-5)
 
 
-def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, server_url) -> None:  # type: ignore[no-untyped-def]
-    page.goto(server_url + "/models")
-    wait_drawn(page, "model")
-    bodies: list[dict] = []
+def attention_requests(page) -> list[tuple[str, dict]]:  # type: ignore[no-untyped-def]
+    """The page's requests to POST /attention and /attention/layers from now on: the last
+    part of the path ("attention" or "layers") and the body, in order."""
+    requests: list[tuple[str, dict]] = []
     page.on(
         "request",
         lambda request: (
-            bodies.append(request.post_data_json)
-            if request.url.endswith("/api/v1/models/attention")
+            requests.append((urlsplit(request.url).path.rsplit("/", 1)[1], request.post_data_json))
+            if urlsplit(request.url).path in (ATTENTION_URL, STREAM_URL)
             else None
         ),
     )
+    return requests
+
+
+def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    requests = attention_requests(page)
     type_and_compute(page, " ".join(["attention"] * 198))  # 200 tokens
     response = page.evaluate("() => window.attnvizModels.lastResponse")
     assert response["downsample"] == {
@@ -140,13 +151,16 @@ def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, se
         "() => document.querySelector('#view-model .enlarged .js-plotly-plot').data[0].z"
     )
     assert len(enlarged) == 200 and len(enlarged[0]) == 200
-    # Only that head is fetched for it, not its whole layer.
-    assert [(b.get("layer_index"), b.get("head_index")) for b in bodies] == [(None, None), (0, 0)]
+    # The grid streams in layer by layer; only that head is fetched for the enlarged map,
+    # not its whole layer.
+    heads = [(url, b.get("layer_index"), b.get("head_index")) for url, b in requests]
+    assert heads == [("layers", None, None), ("attention", 0, 0)]
     box = page.locator("#model-grid .nsewdrag").nth(1 * 12 + 3).bounding_box()
     assert box is not None
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_function("document.querySelector('#view-model .enlarged').dataset.head === '3'")
-    assert (bodies[-1]["layer_index"], bodies[-1]["head_index"]) == (1, 3)
+    assert requests[-1][0] == "attention"
+    assert (requests[-1][1]["layer_index"], requests[-1][1]["head_index"]) == (1, 3)
     redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
     heads = page.evaluate(
         "() => [...document.querySelectorAll('#view-layer .head-plot')]"
@@ -422,6 +436,7 @@ def test_a_model_still_loading_is_shown_and_computed_once_ready(page, server_url
 
     page.route("**/api/v1/models", listing)
     page.route("**/api/v1/models/attention", attention)
+    page.route("**/api/v1/models/attention/layers", attention)  # the grid's stream
     # Whether the error box ever showed: a wait for a model is not an error.
     page.add_init_script(
         """document.addEventListener('DOMContentLoaded', () => {
@@ -487,4 +502,189 @@ def test_a_model_that_failed_to_load_says_why(page, server_url) -> None:  # type
     page.click("#compute")
     page.wait_for_selector("#error:not([hidden])")
     assert "no such file: smollm2.gguf" in page.locator("#error").text_content()
+    assert page.errors == []
+
+
+# What #view-model's data-first-layer and data-drawn and the layer progress (shown or not,
+# aria-valuenow, aria-valuemax, its text) went through, each with performance.now().
+RECORDER = """document.addEventListener('DOMContentLoaded', () => {
+    window.seen = [];
+    const view = document.getElementById('view-model');
+    const box = document.getElementById('layer-progress');
+    const bar = document.getElementById('layer-progress-bar');
+    const label = document.getElementById('layer-progress-label');
+    new MutationObserver((records) => {
+        for (const r of records) {
+            const value = r.target.getAttribute(r.attributeName);
+            window.seen.push([performance.now(), r.attributeName, value]);
+        }
+    }).observe(view, {attributes: true, attributeFilter: ['data-drawn', 'data-first-layer']});
+    new MutationObserver(() => window.seen.push([performance.now(), 'progress', !box.hidden,
+        bar.getAttribute('aria-valuenow'), bar.getAttribute('aria-valuemax'), label.textContent]))
+        .observe(box, {attributes: true, childList: true, characterData: true, subtree: true});
+});"""
+# About 500 tokens: SmolLM2's 30 layers stream in over a few seconds, thumbnails pooled.
+LONG_PROMPT = " ".join(
+    f"Sentence {i} says that every head weighs the earlier tokens." for i in range(45)
+)
+
+
+def map_of(spec: dict, index: int) -> list[list[float | None]]:
+    """The index-th P x P map of a base64 float32 array (..., P, P), NaN as None."""
+    assert spec["dtype"] == "f4"
+    rows, cols = spec["shape"][-2:]
+    values = array("f", base64.b64decode(spec["bdata"]))
+    first = index * rows * cols
+    return [
+        [None if math.isnan(v) else v for v in values[first + i * cols : first + (i + 1) * cols]]
+        for i in range(rows)
+    ]
+
+
+def test_smollm2_grid_streams_in_layer_by_layer_with_its_progress(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.add_init_script(RECORDER)
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    wait_ready(page)
+    page.select_option("#model", SMOLLM2)
+    page.uncheck("#chat")
+    page.fill("#max-new-tokens", "0")
+    page.fill("#texts", LONG_PROMPT)
+    requests = attention_requests(page)
+    failed: list[str] = []
+    page.on("requestfailed", lambda request: failed.append(request.url))
+    page.evaluate("window.seen = []")
+    page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+    page.click("#compute")
+    wait_drawn_long(page, "model")
+
+    # The grid came through the stream; the one-piece endpoint only for the enlarged head.
+    assert [(url, b.get("layer_index"), b.get("head_index")) for url, b in requests] == [
+        ("layers", None, None),
+        ("attention", 0, 0),
+    ]
+    assert failed == []  # the stream was read to its end, not cancelled
+    body = requests[0][1]
+    assert body["display_size"] == 64 and body["encoding"] == "base64_float32"
+    assert body["model"] == SMOLLM2 and body["chat"] is False and body["max_new_tokens"] == 0
+
+    seen = page.evaluate("window.seen")
+    first = next(t for t, *change in seen if change == ["data-first-layer", "true"])
+    drawn = next(t for t, *change in seen if change == ["data-drawn", "true"])
+    progress = [change[2:] for change in seen if change[1] == "progress"]
+    last_layer = next(t for t, *change in seen if change[:3] == ["progress", True, "30"])
+    # Layer 0's row was drawn before the last layer came, and long before the whole grid.
+    assert first < last_layer < drawn
+    # The progress said how far the stream was, and went once the grid was drawn.
+    counts = {int(now) for shown, now, _, _ in progress if shown and now not in (None, "30")}
+    assert any(0 < k < 30 for k in counts) and all(0 <= k < 30 for k in counts)
+    for shown, now, most, text in progress:
+        if shown and now is not None and now != "30":
+            assert most == "30" and text == f"Layer {now} of 30…"
+    assert progress[-1][0] is False
+    assert page.locator("#layer-progress").is_hidden()
+    assert page.get_attribute("#view-model", "data-first-layer") == "true"
+    timings = page.evaluate("() => window.attnvizModels.timings")
+    assert 0 < timings["firstLayerMs"] < timings["wholeGridMs"]
+    assert timings["responseMs"] > 0 and timings["drawMs"] > 0
+
+    # The figure is today's: one grid of 30 x 9 thumbnails, the heads in 3 groups, and no
+    # stand-in left.
+    grid = page.evaluate(
+        "() => { const g = document.getElementById('model-grid');"
+        " return {count: g.data.length, dataset: {...g.dataset}}; }"
+    )
+    assert grid == {
+        "count": 270,
+        "dataset": {"rows": "30", "cols": "9", "colGroup": "3", "kvHeads": "3"},
+    }
+    assert page.locator("#view-model .grid-preview").count() == 0
+
+    # The assembled overview is POST /attention's one-input answer to the same request.
+    whole = httpx.post(server_url + ATTENTION_URL, json=body, timeout=120).json()
+    assembled = page.evaluate(
+        "() => { const {attentions, head_mean, ...rest} = window.attnvizModels.lastResponse;"
+        " return {rest, heads: [head_mean.length, attentions.length], last: head_mean[29][0]}; }"
+    )
+    rest = assembled["rest"]
+    assert set(rest) | {"attentions", "head_mean"} == set(whole)
+    assert assembled["heads"] == [30, 30]
+    length = len(whole["tokens"][0])
+    assert length > 256 and whole["downsample"]["factor"] > 1
+    assert whole["shape"][:3] == [30, 1, 9] and whole["shape"][3] <= 64
+    for name in set(rest) - {"compute_ms", "layer_mean", "rollout"}:
+        assert rest[name] == whole[name], name
+    assert rest["layer_mean"][0] == map_of(whole["layer_mean"], 0)
+    assert rest["rollout"][0] == map_of(whole["rollout"], 0)
+    assert assembled["last"] == map_of(whole["head_mean"], 29)
+    for layer, head in [(0, 0), (7, 4), (29, 8)]:
+        z = page.evaluate(
+            "(i) => document.getElementById('model-grid').data[i].z", layer * 9 + head
+        )
+        assert z == map_of(whole["attentions"], layer * 9 + head), (layer, head)
+    assert page.errors == []
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        (
+            '{"type": "error", "detail": "layer 1 failed: out of memory"}\n',
+            "layer 1 failed: out of memory",
+        ),
+        ("", "The answer ended after 1 of 6 layers; compute again."),
+    ],
+    ids=["error line", "cut short"],
+)
+def test_a_stream_that_breaks_off_shows_why(page, server_url, tail: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+
+    def broken(route) -> None:  # type: ignore[no-untyped-def]
+        start, layer = route.fetch().text().splitlines()[:2]
+        route.fulfill(
+            status=200, content_type="application/x-ndjson", body=f"{start}\n{layer}\n{tail}"
+        )
+
+    page.route("**" + STREAM_URL, broken)
+    page.fill("#texts", "An answer that breaks off after its first layer.")
+    page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+    page.click("#compute")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.locator("#error").text_content() == message
+    page.wait_for_function("document.getElementById('compute').disabled === false")
+    assert page.locator("#layer-progress").is_hidden()
+    assert page.get_attribute("#view-model", "data-drawn") != "true"
+    assert page.errors == []
+
+
+def test_a_newer_request_cancels_the_stream_in_flight(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    held: list[object] = []
+    page.route(
+        "**" + STREAM_URL, lambda route: held.append(route) if not held else route.continue_()
+    )
+    failed: list = []
+    page.on("requestfailed", lambda request: failed.append(request))
+    requests = attention_requests(page)
+    page.fill("#texts", SENTENCE)
+    page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+    page.click("#compute")
+    page.wait_for_function("document.getElementById('layer-progress').hidden === false")
+    assert len(held) == 1  # the first stream waits: its input is still being computed
+    page.check("#hide-special")  # another request for the same sentence
+    wait_drawn(page, "model")
+    # The page cancelled the first (held, never answered).
+    assert {(urlsplit(r.url).path, r.failure) for r in failed} == {(STREAM_URL, "net::ERR_ABORTED")}
+    assert {r.post_data_json["hide_special_tokens"] for r in failed} == {False}
+    assert [(url, b["hide_special_tokens"]) for url, b in requests if url == "layers"] == [
+        ("layers", False),
+        ("layers", True),
+    ]
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    assert response["hidden_special_tokens"] is True
+    assert "[CLS]" not in response["tokens"][0]
+    assert page.locator("#error").is_hidden()
+    assert page.locator("#layer-progress").is_hidden()
     assert page.errors == []
