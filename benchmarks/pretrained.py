@@ -86,9 +86,7 @@ def main() -> None:
     print(f"{model.name}: 6 layers x 12 heads, one sentence of {TOKENS} tokens")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, reps {args.reps}\n")
 
-    engine = median_ms(
-        lambda: batch_maps(model.attention([SENTENCE], device="cpu")), args.reps
-    )
+    engine = median_ms(lambda: batch_maps(model.attention([SENTENCE], device="cpu")), args.reps)
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import BertModel
 

@@ -4,7 +4,7 @@
 // attention rollout, and a token explorer: one token's row in every layer and head, and
 // for decoders the generated tokens and the next-token candidates.
 import {
-  COMPACT, MODELS_LINK_FIELDS, bindDownloads, errorBox, fillIndexSelect, jsonFetcher,
+  COMPACT, MODELS_LINK_FIELDS, bindDownloads, decodeArrays, errorBox, fillIndexSelect, jsonFetcher,
   nonEmptyLines, onTabClick, openTab, option, paragraph, parseNumber, readUrlRequest,
   selectedIndex, viewFromUrl, writeUrlState,
 } from "./api.js";
@@ -475,44 +475,6 @@ async function overview(watcher = null) {
   return stream.promise;
 }
 
-// A typed array of the stream, {dtype, bdata (base64), shape}, as nested arrays (NaN:
-// null, u1: booleans). The same decoding as api.js's decodeTypedArray, which fetchJson
-// applies to whole JSON answers (api.js exports neither); the page asks for base64 float32.
-function decodeSpec(spec) {
-  const binary = atob(spec.bdata);
-  const bytes = new Uint8Array(binary.length);
-  for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
-  let flat;
-  if (spec.dtype === "f4") flat = new Float32Array(bytes.buffer);
-  else if (spec.dtype === "f8") flat = new Float64Array(bytes.buffer);
-  else if (spec.dtype === "u1") flat = bytes;
-  else throw new Error(`unexpected array type ${spec.dtype} in the stream`);
-  const boolean = spec.dtype === "u1";
-  const { shape } = spec;
-  function build(offset, axis) {
-    const size = shape[axis];
-    if (axis === shape.length - 1) {
-      const row = new Array(size);
-      for (let i = 0; i < size; i += 1) {
-        const v = flat[offset + i];
-        row[i] = boolean ? v !== 0 : (Number.isNaN(v) ? null : v);
-      }
-      return row;
-    }
-    const stride = shape.slice(axis + 1).reduce((a, b) => a * b, 1);
-    return Array.from({ length: size }, (_, i) => build(offset + i * stride, axis + 1));
-  }
-  return shape.length === 0 ? [] : build(0, 0);
-}
-
-// A streamed line with every typed array in it decoded, in place (api.js's decodeArrays).
-function decodeFields(value) {
-  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
-  if (typeof value.bdata === "string" && Array.isArray(value.shape)) return decodeSpec(value);
-  for (const key of Object.keys(value)) value[key] = decodeFields(value[key]);
-  return value;
-}
-
 // An API error's JSON answer as the error box shows it (as api.js's fetchJson does):
 // one "<field>: <message>" line per error, else its detail, else the HTTP status.
 function errorText(data, status) {
@@ -624,7 +586,7 @@ async function readStream(stream) {
 // (the "end" line) or null (an "error" line, shown).
 function takeLine(stream, line) {
   if (line.type === "start") {
-    const { type, ...fields } = decodeFields(line);
+    const { type, ...fields } = decodeArrays(line);
     stream.res = { ...fields, attentions: [], head_mean: [] };
     stream.total = fields.num_layers;
     layerProgress.set(stream, `Layer 0 of ${stream.total}…`, 0, stream.total);
@@ -633,8 +595,8 @@ function takeLine(stream, line) {
   }
   if (line.type === "layer") {
     const l = stream.layers;
-    stream.res.attentions.push([decodeFields(line.attentions)]);
-    stream.res.head_mean.push([decodeFields(line.head_mean)]);
+    stream.res.attentions.push([decodeArrays(line.attentions)]);
+    stream.res.head_mean.push([decodeArrays(line.head_mean)]);
     stream.layers += 1;
     layerProgress.set(stream, `Layer ${stream.layers} of ${stream.total}…`, stream.layers, stream.total);
     if (stream.watcher) stream.watcher.layer(stream, l);
@@ -642,7 +604,7 @@ function takeLine(stream, line) {
   }
   if (line.type === "end") {
     state.responseAt = performance.now();
-    const end = decodeFields(line);
+    const end = decodeArrays(line);
     const { attentions, head_mean: headMean, ...start } = stream.res;
     if (attentions.length !== end.shape[0]) {
       showError(`The answer had ${attentions.length} of ${end.shape[0]} layers; compute again.`);

@@ -82,7 +82,7 @@ def test_models_page_link_carries_the_request_being_computed(page, server_url) -
     page.goto(server_url + "/models")
     wait_drawn(page, "model")
     before = written(page)["texts"]
-    held = HeldResponses(page, "**/api/v1/models/attention")
+    held = HeldResponses(page, "**/api/v1/models/attention/layers")
     page.fill("#texts", "A brand new sentence.\nAnd a second one.")
     page.click("#compute")
     held.wait_for(1)
