@@ -27,7 +27,7 @@ import torch
 
 from ..attention.errors import AttentionInputError
 from ..attention.summary import block_pool
-from .model import Block, PretrainedAttentions, TokenizedBatch, rollout_step
+from .model import MAX_ROLLOUT_TOKENS, Block, PretrainedAttentions, TokenizedBatch, rollout_step
 
 MAX_AVERAGE_SIZE: Final = 512
 """Layer means and rollouts longer than this per side are block-max pooled to it."""
@@ -65,7 +65,8 @@ class SequenceView:
             head_index; P <= L' after pooling.
         head_mean: (N', P_q, P_k) the mean over heads.
         layer_mean: (A_q, A_k) the mean over every layer and head (A <= MAX_AVERAGE_SIZE).
-        rollout: (A_q, A_k) attention rollout, or None for cross attention (not square).
+        rollout: (A_q, A_k) attention rollout, or None for cross attention (not square) and
+            inputs over MAX_ROLLOUT_TOKENS tokens.
         hidden_special_tokens: whether the special tokens were removed.
         special_share: with hidden tokens, the mean share of a shown row that went to
             them (over layers, heads and shown rows), else None.
@@ -218,6 +219,11 @@ class LayerWalk:
         return self.num_layers if self.layer_index is None else 1
 
     @property
+    def with_rollout(self) -> bool:
+        """Rollout is of square blocks, up to :data:`.model.MAX_ROLLOUT_TOKENS` tokens."""
+        return self.block != "cross" and self.queries.input_ids.shape[1] <= MAX_ROLLOUT_TOKENS
+
+    @property
     def _memo_key(self) -> tuple[str, str, bool]:
         return ("averages", self.block, self.hide_special_tokens)
 
@@ -243,7 +249,7 @@ class LayerWalk:
                 raise AttentionInputError(
                     "head_index", f"{self.head_index} is not below {weights.shape[0]}"
                 )
-            if averages is None and self.block != "cross":  # with every token, hidden or not
+            if averages is None and self.with_rollout:  # with every token, hidden or not
                 self.rollout = rollout_step(self.rollout, weights.mean(dim=0))
             if self.keep_q is not None and self.keep_k is not None:
                 if averages is None:

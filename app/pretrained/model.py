@@ -62,6 +62,10 @@ POSITIONS_AFTER_PADDING: Final = frozenset(
 )
 """Model types whose position ids start after ``pad_token_id`` (transformers'
 ``create_position_ids_from_input_ids``): roberta-base's 514 positions take 512 tokens."""
+ROLLOUT_FLOAT64_TOKENS: Final = 512
+"""Rollouts up to this many tokens are computed in float64, longer ones in float32."""
+MAX_ROLLOUT_TOKENS: Final = 2048
+"""Views of longer inputs leave rollout out: N products of L^3 (30 x 137 GFLOP at 4096)."""
 TOP_K: Final = 10
 """How many next-token candidates a decoder's result keeps per position."""
 _LOGIT_CHUNK: Final = 256  # positions per chunk when turning hidden states into top-k
@@ -792,15 +796,19 @@ def attention_rollout(head_means: torch.Tensor) -> torch.Tensor:
 def rollout_step(rollout: torch.Tensor | None, head_mean: torch.Tensor) -> torch.Tensor:
     """Fold one more layer into a rollout: Â_l @ R, Â_l = 0.5 A_l + 0.5 I renormalised.
 
+    Computed in float64 up to :data:`ROLLOUT_FLOAT64_TOKENS` tokens; beyond, in float32
+    (each step is an L^3 product, 2 GFLOP at L = 1024, 8x that in float64 on a CPU).
+
     Args:
-        rollout: (B, L, L) float64 of the layers below, or None before the first.
+        rollout: (B, L, L) of the layers below, or None before the first.
         head_mean: (B, L, L) this layer's mean over heads.
 
     Returns:
-        (B, L, L) float64.
+        (B, L, L) float64 (float32 beyond ROLLOUT_FLOAT64_TOKENS).
     """
-    mean = head_mean.to(torch.float64)
-    eye = torch.eye(mean.shape[-1], dtype=torch.float64, device=mean.device)
+    dtype = torch.float64 if head_mean.shape[-1] <= ROLLOUT_FLOAT64_TOKENS else torch.float32
+    mean = head_mean.to(dtype)
+    eye = torch.eye(mean.shape[-1], dtype=dtype, device=mean.device)
     augmented = 0.5 * mean + 0.5 * eye
     augmented = augmented / augmented.sum(dim=-1, keepdim=True)
     return augmented if rollout is None else augmented @ rollout

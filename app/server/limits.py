@@ -30,7 +30,7 @@ MAX_VOCAB_SIZE: Final = 32768
 """The largest embedding table of a seeded layer."""
 MAX_DECODING_TOKENS: Final = 128
 """The most tokens of the step-by-step decoding lesson (one forward pass per token)."""
-MAX_TEXT_CHARS: Final = 20_000
+MAX_TEXT_CHARS: Final = 65_536
 """The most characters of one text sent to a pretrained model."""
 MAX_SCALING_D_K: Final = 4096
 """The widest head of the scaling lesson."""

@@ -308,7 +308,7 @@ class PretrainedAttentionResponse(BaseModel):
     rollout: list[list[list[float]]] | EncodedArray | None = Field(
         description="(B, L, L) attention rollout across layers (Abnar & Zuidema 2020): "
         "the product of 0.5 * head mean + 0.5 * I, first layer rightmost; null for cross "
-        "attention."
+        "attention and for one input over 2048 tokens (N products of L^3)."
     )
     device: str
     compute_ms: float = Field(description="Forward pass and derived maps, in milliseconds.")
