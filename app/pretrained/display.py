@@ -264,7 +264,12 @@ class LayerWalk:
                 if self.head_index is not None:
                     weights = weights[self.head_index : self.head_index + 1]
                 maps, self.pooling = pooled(weights, self.display_size)
-                shown = LayerMaps(layer, maps, pooled(mean, self.display_size)[0])
+                # One head's click carries that head in full; its layer's mean no larger
+                # than the averages (MAX_AVERAGE_SIZE).
+                mean_size = self.display_size
+                if self.head_index is not None and mean_size is None:
+                    mean_size = MAX_AVERAGE_SIZE
+                shown = LayerMaps(layer, maps, pooled(mean, mean_size)[0])
                 self.kept.append(shown)
                 yield shown
         if averages is None:

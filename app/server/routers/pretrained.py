@@ -412,7 +412,12 @@ def check_view_cells(
     heads = 1 if request.head_index is not None else model.num_heads
     averages = 2 * min(len_q, MAX_AVERAGE_SIZE) * min(len_k, MAX_AVERAGE_SIZE)
     rows = 0 if request.query_index is None else model.num_layers * model.num_heads * len_k
-    cells = layers * (heads + 1) * p_q * p_k + averages + rows
+    means = layers * (
+        p_q * p_k
+        if request.head_index is None
+        else min(p_q, MAX_AVERAGE_SIZE) * min(p_k, MAX_AVERAGE_SIZE)
+    )
+    cells = layers * heads * p_q * p_k + means + averages + rows
     check_cells(cells, settings.max_weight_cells, "texts", "set display_size or layer_index")
 
 

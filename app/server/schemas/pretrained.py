@@ -164,7 +164,8 @@ class PretrainedAttentionRequest(StrictRequest):
         None,
         ge=0,
         description="With layer_index: only this head's attentions (one map at full "
-        "resolution, as when a thumbnail is clicked). Must be below num_heads (else 422).",
+        "resolution, as when a thumbnail is clicked; the layer's head_mean then comes "
+        "pooled to at most 512 per side). Must be below num_heads (else 422).",
     )
     display_size: int | None = Field(
         None,
