@@ -701,13 +701,15 @@ function describe(res) {
   if (res.family === "encoder-decoder") parts.push(BLOCK_WORDS[res.block]);
   parts.push(`attentions (N, B, H, L_q, L_k) = (${res.shape[0]}, 1, ${H}, ${lq}, ${lk}) for ` +
     `${sequenceLabel.textContent.toLowerCase()} ${res.sequence_index}`);
-  if (res.generation) {
-    const g = res.generation;
-    const how = g.temperature > 0 ? `sampled at temperature ${g.temperature}, seed ${g.seed}` : "greedy";
-    parts.push(`${g.tokens.length} tokens generated (${how}) in ${(g.compute_ms / 1000).toFixed(1)} s`);
-  }
+  if (res.generation) parts.push(generated(res.generation));
   parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
   return parts.join(" · ");
+}
+
+// "8 tokens generated (greedy) in 0.7 s", for the summaries.
+function generated(g) {
+  const how = g.temperature > 0 ? `sampled at temperature ${g.temperature}, seed ${g.seed}` : "greedy";
+  return `${g.tokens.length} tokens generated (${how}) in ${(g.compute_ms / 1000).toFixed(1)} s`;
 }
 
 function noteFor(res) {
@@ -768,11 +770,7 @@ function describeQuery(res, q) {
   const [N, H, Lk] = [res.query_attentions.length, res.num_heads, res.query_attentions[0][0].length];
   parts.push(`query_attentions (N, H, L_k) = (${N}, ${H}, ${Lk}): token ${q}'s row in every ` +
     "layer and head");
-  if (res.generation) {
-    const g = res.generation;
-    const how = g.temperature > 0 ? `sampled at temperature ${g.temperature}, seed ${g.seed}` : "greedy";
-    parts.push(`${g.tokens.length} tokens generated (${how}) in ${(g.compute_ms / 1000).toFixed(1)} s`);
-  }
+  if (res.generation) parts.push(generated(res.generation));
   parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
   return parts.join(" · ");
 }
