@@ -158,8 +158,11 @@ def page_timings(url: str, text: str, reps: int) -> dict[str, float] | None:
                 timings = page.evaluate("() => window.attnvizModels.timings")
                 shape = page.evaluate("() => window.attnvizModels.lastResponse.shape")
                 assert shape[:3] == [30, 1, 9], shape
-                traces = page.evaluate("() => document.getElementById('model-grid').data.length")
-                assert traces == 270, traces
+                tiles = page.evaluate(
+                    "() => { const t = document.getElementById('model-grid').tiles;"
+                    " return [t.rows, t.cols]; }"
+                )
+                assert tiles == [30, 9], tiles
                 first.append(timings["firstLayerMs"])
                 whole.append(timings["wholeGridMs"])
         finally:

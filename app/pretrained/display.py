@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Final
 
 import torch
+import torch.nn.functional as F
 
 from ..attention.errors import AttentionInputError
-from ..attention.summary import block_pool
 from .model import MAX_ROLLOUT_TOKENS, Block, PretrainedAttentions, TokenizedBatch, rollout_step
 
 MAX_AVERAGE_SIZE: Final = 512
@@ -103,13 +103,18 @@ def renormalised(
 
 
 def pooled(maps: torch.Tensor, size: int | None) -> tuple[torch.Tensor, Pooling]:
-    """(..., L_q, L_k) maps block-max pooled to at most ``size`` per side (None: as they are)."""
+    """(..., L_q, L_k) maps block-max pooled to at most ``size`` per side (None: as they are).
+
+    The blocks of :func:`attnviz.attention.summary.block_pool` ("max"), without its mask.
+    """
     if size is None:
         return maps, Pooling(1, 1)
     lead, (len_q, len_k) = maps.shape[:-2], maps.shape[-2:]
-    flat = maps.reshape(1, -1, len_q, len_k)
-    full = torch.ones(1, len_q, len_k, dtype=torch.bool)
-    result, _, factor_q, factor_k = block_pool(flat, full, size, "max")
+    factor_q, factor_k = -(-len_q // size), -(-len_k // size)
+    if factor_q == factor_k == 1:
+        return maps, Pooling(1, 1)
+    flat = maps.reshape(-1, 1, len_q, len_k).float()
+    result = F.max_pool2d(flat, (factor_q, factor_k), ceil_mode=True)
     return result.reshape(*lead, *result.shape[-2:]), Pooling(factor_q, factor_k)
 
 
@@ -244,26 +249,20 @@ class LayerWalk:
                 else range(self.layer_index, self.layer_index + 1)
             )
         for layer in every:
-            weights = self.result.layer_weights(self.block, layer)[0]  # (H, L_q, L_k)
-            if self.head_index is not None and not 0 <= self.head_index < weights.shape[0]:
+            raw = self.result.layer_weights(self.block, layer)[0]  # (H, L_q, L_k)
+            if self.head_index is not None and not 0 <= self.head_index < raw.shape[0]:
                 raise AttentionInputError(
-                    "head_index", f"{self.head_index} is not below {weights.shape[0]}"
+                    "head_index", f"{self.head_index} is not below {raw.shape[0]}"
                 )
-            if averages is None and self.with_rollout:  # with every token, hidden or not
-                self.rollout = rollout_step(self.rollout, weights.mean(dim=0))
+            weights = raw
             if self.keep_q is not None and self.keep_k is not None:
-                if averages is None:
-                    hidden = weights[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
-                    self.share_sum += float(hidden.sum())
-                    self.share_count += hidden.numel()
-                weights = renormalised(weights, self.keep_q, self.keep_k)
+                weights = renormalised(raw, self.keep_q, self.keep_k)
             mean = weights.mean(dim=0)
-            if averages is None:
-                self.layer_sum = mean if self.layer_sum is None else self.layer_sum + mean
             if self.layer_index is None or layer == self.layer_index:
+                shown_heads = weights
                 if self.head_index is not None:
-                    weights = weights[self.head_index : self.head_index + 1]
-                maps, self.pooling = pooled(weights, self.display_size)
+                    shown_heads = weights[self.head_index : self.head_index + 1]
+                maps, self.pooling = pooled(shown_heads, self.display_size)
                 # One head's click carries that head in full; its layer's mean no larger
                 # than the averages (MAX_AVERAGE_SIZE).
                 mean_size = self.display_size
@@ -271,7 +270,17 @@ class LayerWalk:
                     mean_size = MAX_AVERAGE_SIZE
                 shown = LayerMaps(layer, maps, pooled(mean, mean_size)[0])
                 self.kept.append(shown)
+                # Sent before this layer's share of the averages is added: a streamed
+                # layer does not wait for its rollout step.
                 yield shown
+            if averages is None:
+                if self.with_rollout:  # with every token, hidden or not
+                    self.rollout = rollout_step(self.rollout, raw.mean(dim=0))
+                if self.keep_q is not None and self.keep_k is not None:
+                    hidden = raw[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
+                    self.share_sum += float(hidden.sum())
+                    self.share_count += hidden.numel()
+                self.layer_sum = mean if self.layer_sum is None else self.layer_sum + mean
         if averages is None:
             self.result.memo[self._memo_key] = (
                 self.layer_sum,

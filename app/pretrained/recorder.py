@@ -154,7 +154,7 @@ class AttentionRecording:
                 call.module,
                 queries,
                 key,
-                key,  # the values only feed the output, which is not used
+                key[..., :0],  # no value columns: the output, which is not used, is empty
                 mask,
                 scaling=call.scaling,
                 dropout=0.0,

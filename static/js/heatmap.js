@@ -391,6 +391,166 @@ export function thumbnailGrid(container, options) {
   return div;
 }
 
+// thumbnailGrid's figure as ONE heatmap trace: the cells are tiles of one matrix, set
+// apart by blank gaps (null, drawn transparent), each on a gray box (a layout shape, so its
+// masked cells show gray) with a faint frame. Plotly's cost is per subplot: 270 subplots
+// (SmolLM2's 30 x 9) took about 1.8 s to draw here, one tiled trace about 0.5 s. Same
+// options as thumbnailGrid (not count or cellTitle), every cell of one size. Each tile is
+// coloured from 0 to its zmax ("each": its own maximum); the hover gives the cell's own
+// weight. The div's cell(r, c) is that tile's matrix as given, and tiles = {rows, cols,
+// height, width, x, y} (x[c] and y[r]: a tile's first column and row in the big matrix)
+// locates a cell: query i, key j of tile (r, c) is column x[c] + j, row y[r] + i.
+export function tiledGrid(container, options) {
+  const { rows, cols, cell } = options;
+  const frame = gridFrame(options);
+  const { group } = frame;
+  const first = cell(0, 0);
+  const tileHeight = first.length;
+  const tileWidth = (first[0] || []).length;
+  // Gaps in cells, as gridFrame's gaps in cell widths (at least one cell).
+  const gapX = Math.max(1, Math.round(tileWidth * frame.xgap / (1 - frame.xgap)));
+  const gapY = Math.max(1, Math.round(tileHeight * frame.ygap / (1 - frame.ygap)));
+  const groupGap = group ? Math.max(2, Math.round(tileWidth * 0.3)) : 0;
+  const x = [];
+  let width = 0;
+  for (let c = 0; c < cols; c += 1) {
+    if (c > 0) width += gapX + (group && c % group === 0 ? groupGap : 0);
+    x.push(width);
+    width += tileWidth;
+  }
+  const y = Array.from({ length: rows }, (_, r) => r * (tileHeight + gapY));
+  const height = rows * tileHeight + (rows - 1) * gapY;
+  // What is under each big column: its tile column (-1 in a gap) and key index.
+  const tileOfX = new Int32Array(width).fill(-1);
+  for (let c = 0; c < cols; c += 1) tileOfX.fill(c, x[c], x[c] + tileWidth);
+  const tileOfY = new Int32Array(height).fill(-1);
+  for (let r = 0; r < rows; r += 1) tileOfY.fill(r, y[r], y[r] + tileHeight);
+  const z = [];
+  const weights = [];
+  const queryText = [];
+  const keyText = [];
+  const blankRow = new Array(width).fill(null);
+  for (let r = 0; r < rows; r += 1) {
+    if (r > 0) {
+      for (let g = 0; g < gapY; g += 1) {
+        z.push(blankRow);
+        weights.push(blankRow);
+        queryText.push(blankRow);
+        keyText.push(blankRow);
+      }
+    }
+    const maps = Array.from({ length: cols }, (_, c) => cell(r, c));
+    const scales = maps.map((m) => {
+      const zmax = options.zmax === "each" ? maxOf(m) : options.zmax;
+      return zmax > 0 ? 1 / zmax : 1;
+    });
+    const queries = maps.map((m, c) => axisHover(options.queryHover, r, c, m.length).map(escapeForPlotly));
+    const names = maps.map((_, c) => escapeForPlotly(options.hover ? options.hover(r, c) : `${r}, ${c}`));
+    // The key labels of this row of tiles, one array for all of its rows.
+    const keys = new Array(width).fill(null);
+    maps.forEach((m, c) => {
+      const labels = axisHover(options.keyHover, r, c, (m[0] || []).length);
+      for (let j = 0; j < tileWidth; j += 1) keys[x[c] + j] = escapeForPlotly(labels[j]);
+    });
+    for (let i = 0; i < tileHeight; i += 1) {
+      const colour = new Array(width).fill(null);
+      const weight = new Array(width).fill(null);
+      const query = new Array(width).fill(null);
+      maps.forEach((m, c) => {
+        const row = m[i];
+        const text = `${names[c]}<br>Query ${queries[c][i]}`;
+        for (let j = 0; j < tileWidth; j += 1) {
+          const v = row[j];
+          if (v === null || v === undefined) continue;
+          colour[x[c] + j] = v * scales[c];
+          weight[x[c] + j] = v;
+          query[x[c] + j] = text;
+        }
+      });
+      z.push(colour);
+      weights.push(weight);
+      queryText.push(query);
+      keyText.push(keys);
+    }
+  }
+  const bare = {
+    showgrid: false, zeroline: false, ticks: "", fixedrange: true, showline: false,
+  };
+  const shapes = [];
+  for (let r = 0; r < rows; r += 1) {
+    for (let c = 0; c < cols; c += 1) {
+      shapes.push({
+        type: "rect", layer: "below", xref: "x", yref: "y",
+        x0: x[c] - 0.5, x1: x[c] + tileWidth - 0.5, y0: y[r] - 0.5, y1: y[r] + tileHeight - 0.5,
+        fillcolor: MASKED_COLOR, line: { color: "rgba(128, 128, 128, 0.35)", width: 1 },
+      });
+    }
+  }
+  const annotations = [];
+  if (group) {
+    for (let g = 0; g * group < cols; g += 1) {
+      const from = x[g * group];
+      const to = x[Math.min(cols, (g + 1) * group) - 1] + tileWidth;
+      if (g > 0) {
+        const between = (x[g * group - 1] + tileWidth + from) / 2 - 0.5;
+        shapes.push({
+          type: "line", xref: "x", yref: "paper", x0: between, x1: between, y0: 0, y1: 1,
+          line: { color: "#8a94a6", width: 1, dash: "dot" },
+        });
+      }
+      annotations.push({
+        xref: "x", yref: "paper", x: (from + to) / 2 - 0.5, y: 0, yshift: -32,
+        yanchor: "top", showarrow: false, font: { size: 11 },
+        text: escapeForPlotly(options.groupLabel ? options.groupLabel(g) : `group ${g}`),
+      });
+    }
+  }
+  const centre = (start, size) => start + (size - 1) / 2;
+  const layout = {
+    margin: frame.margin,
+    title: { text: escapeForPlotly(options.title || ""), font: { size: 13 } },
+    height: frame.height,
+    showlegend: false,
+    plot_bgcolor: "rgba(0,0,0,0)", // the gaps show the page; masked cells their gray box
+    shapes,
+    annotations,
+    xaxis: {
+      ...bare, range: [-0.5, width - 0.5],
+      tickvals: x.map((start) => centre(start, tileWidth)),
+      ticktext: x.map((_, c) => `${options.colName}${c}`),
+      showticklabels: true,
+    },
+    yaxis: {
+      ...bare, range: [height - 0.5, -0.5],
+      tickvals: options.rowName ? y.map((start) => centre(start, tileHeight)) : [],
+      ticktext: options.rowName ? y.map((_, r) => `${options.rowName}${r}`) : [],
+      showticklabels: Boolean(options.rowName),
+    },
+  };
+  const trace = {
+    type: "heatmap", z, zmin: 0, zmax: 1, colorscale: WEIGHT_COLORSCALE, showscale: false,
+    hoverongaps: false, customdata: weights, hovertext: queryText, text: keyText,
+    hovertemplate: "%{hovertext}<br>Key %{text}<br>weight %{customdata:.3f}<extra>click to enlarge</extra>",
+  };
+  const div = addPlot(container, { traces: [trace], layout }, "plot grid-plot");
+  div.dataset.rows = String(rows);
+  div.dataset.cols = String(cols);
+  if (group) div.dataset.colGroup = String(group);
+  div.cell = (r, c) => cell(r, c);
+  div.tiles = { rows, cols, height: tileHeight, width: tileWidth, x, y };
+  div.drawn = div.drawn.then(() => {
+    if (options.onClick) {
+      div.on("plotly_click", (event) => {
+        const [i, j] = event.points[0].pointNumber;
+        const r = tileOfY[i];
+        const c = tileOfX[j];
+        if (r >= 0 && c >= 0) options.onClick(r, c);
+      });
+    }
+  });
+  return div;
+}
+
 // The colours of WEIGHT_COLORSCALE at 256 levels (r, g, b each), made once: a
 // preview's cells.
 let weightLevels = null;

@@ -9,7 +9,7 @@ import {
   selectedIndex, viewFromUrl, writeUrlState,
 } from "./api.js";
 import {
-  addPlot, clearPlots, heatmapFigure, thumbnailGrid, thumbnailPreview, tokenHover,
+  addPlot, clearPlots, heatmapFigure, thumbnailGrid, thumbnailPreview, tiledGrid, tokenHover,
 } from "./heatmap.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
@@ -977,7 +977,7 @@ async function renderModelView(section, res, watcher = null) {
     clearPlots(body);
     addHint(body, hint);
   }
-  const grid = thumbnailGrid(container, options);
+  const grid = tiledGrid(container, options);
   grid.id = "model-grid";
   grid.dataset.kvHeads = String(kvHeads);
   const gridDrawn = grid.drawn.then(() => {

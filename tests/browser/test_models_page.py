@@ -17,6 +17,39 @@ ATTENTION_URL = "/api/v1/models/attention"
 STREAM_URL = "/api/v1/models/attention/layers"
 
 
+# The model view's grid is one tiled heatmap (heatmap.js tiledGrid): div.cell(r, c) is
+# thumbnail (r, c)'s matrix as drawn, div.tiles places it in the big matrix.
+GRID = "document.getElementById('model-grid')"
+GRID_SHAPE = f"() => ({{traces: {GRID}.data.length, rows: {GRID}.tiles.rows, cols: {GRID}.tiles.cols}})"
+
+
+def grid_point(page, r: int, c: int, i: int | None = None, j: int | None = None) -> list[int]:  # type: ignore[no-untyped-def]
+    """The big matrix's (row, column) of cell (i, j) of thumbnail (r, c) (its centre if None)."""
+    return page.evaluate(  # type: ignore[no-any-return]
+        f"""([r, c, i, j]) => {{
+            const t = {GRID}.tiles;
+            return [t.y[r] + (i ?? Math.floor(t.height / 2)), t.x[c] + (j ?? Math.floor(t.width / 2))];
+        }}""",
+        [r, c, i, j],
+    )
+
+
+def click_thumbnail(page, r: int, c: int) -> None:  # type: ignore[no-untyped-def]
+    """A real mouse click on the middle of thumbnail (r, c) of the model view's grid."""
+    row, col = grid_point(page, r, c)
+    page.locator("#model-grid").scroll_into_view_if_needed()
+    x, y = page.evaluate(
+        f"""([row, col]) => {{
+            const div = {GRID};
+            const xa = div._fullLayout.xaxis, ya = div._fullLayout.yaxis;
+            const box = div.querySelector(".main-svg").getBoundingClientRect();
+            return [box.left + xa._offset + xa.l2p(col), box.top + ya._offset + ya.l2p(row)];
+        }}""",
+        [row, col],
+    )
+    page.mouse.click(x, y)
+
+
 def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_function(
         f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=20_000
@@ -57,12 +90,19 @@ def test_typed_sentence_draws_the_6_by_12_grid_in_one_figure(page, server_url) -
     # One Plotly figure holds all 72 thumbnails (no WebGL: heatmaps are SVG images).
     grids = page.locator("#view-model .grid-plot")
     assert grids.count() == 1
-    traces = page.evaluate("() => document.getElementById('model-grid').data")
-    assert len(traces) == 72
-    assert [t["meta"] for t in traces[:13]] == [[0, h] for h in range(12)] + [[1, 0]]
+    # ... as tiles of one heatmap trace.
+    assert page.evaluate(GRID_SHAPE) == {"traces": 1, "rows": 6, "cols": 12}
     assert page.locator("#view-model canvas").count() == 0
-    # Thumbnail (layer 3, head 7) is the API's matrix.
-    assert traces[3 * 12 + 7]["z"] == response["attentions"][3][0][7]
+    # Thumbnail (layer 3, head 7) is the API's matrix, drawn where the tiles say.
+    assert page.evaluate(f"() => {GRID}.cell(3, 7)") == response["attentions"][3][0][7]
+    row, col = grid_point(page, 3, 7, 2, 1)
+    drawn = page.evaluate(
+        f"([row, col]) => [{GRID}.data[0].customdata[row][col], {GRID}.data[0].z[row][col]]",
+        [row, col],
+    )
+    weight = response["attentions"][3][0][7][2][1]
+    top = max(v for line in response["attentions"][3][0][7] for v in line)
+    assert drawn[0] == weight and drawn[1] == pytest.approx(weight / top)
     # The enlarged map has the WordPiece tokens as labels.
     enlarged = page.evaluate(
         "() => document.querySelector('#view-model .enlarged .js-plotly-plot').layout.xaxis"
@@ -76,9 +116,7 @@ def test_typed_sentence_draws_the_6_by_12_grid_in_one_figure(page, server_url) -
 def test_click_enlarges_a_thumbnail(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     wait_drawn(page, "model")
-    box = page.locator("#model-grid .nsewdrag").nth(2 * 12 + 5).bounding_box()
-    assert box is not None
-    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    click_thumbnail(page, 2, 5)
     page.wait_for_function("document.querySelector('#view-model .enlarged').dataset.layer === '2'")
     assert page.locator("#view-model .enlarged .gtitle").text_content() == "Layer 2, head 5"
 
@@ -143,8 +181,8 @@ def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, se
         "full_key_length": 200,
     }
     assert response["shape"] == [6, 1, 12, 50, 50]
-    traces = page.evaluate("() => document.getElementById('model-grid').data")
-    assert len(traces) == 72 and len(traces[0]["z"]) == 50
+    assert page.evaluate(GRID_SHAPE) == {"traces": 1, "rows": 6, "cols": 12}
+    assert len(page.evaluate(f"() => {GRID}.cell(0, 0)")) == 50
     assert "pooled to blocks of 4 × 4" in page.locator("#display-note").text_content()
     # The enlarged map and the layer view are fetched at full resolution.
     enlarged = page.evaluate(
@@ -155,9 +193,7 @@ def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, se
     # not its whole layer.
     heads = [(url, b.get("layer_index"), b.get("head_index")) for url, b in requests]
     assert heads == [("layers", None, None), ("attention", 0, 0)]
-    box = page.locator("#model-grid .nsewdrag").nth(1 * 12 + 3).bounding_box()
-    assert box is not None
-    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    click_thumbnail(page, 1, 3)
     page.wait_for_function("document.querySelector('#view-model .enlarged').dataset.head === '3'")
     assert requests[-1][0] == "attention"
     assert (requests[-1][1]["layer_index"], requests[-1][1]["head_index"]) == (1, 3)
@@ -295,18 +331,13 @@ def test_smollm2_chat_prompt_draws_the_30_by_9_grid_and_its_generation(page, ser
     assert tokens[generation["prompt_length"] :] == generation["tokens"]
     assert response["shape"] == [30, 1, 9, length, length]
     # One figure of 30 x 9 thumbnails, the heads in 3 key/value groups.
-    grid = page.evaluate(
-        "() => { const g = document.getElementById('model-grid');"
-        " return {count: g.data.length, dataset: {...g.dataset}}; }"
-    )
-    assert grid["count"] == 270
+    grid = page.evaluate(f"() => ({{shape: ({GRID_SHAPE})(), dataset: {{...{GRID}.dataset}}}})")
+    assert grid["shape"] == {"traces": 1, "rows": 30, "cols": 9}
     assert grid["dataset"] == {"rows": "30", "cols": "9", "colGroup": "3", "kvHeads": "3"}
-    trace = page.evaluate("() => document.getElementById('model-grid').data[4 * 9 + 5]")
-    assert trace["meta"] == [4, 5]
-    assert trace["z"] == response["attentions"][4][0][5]
-    assert trace["hovertemplate"].startswith(
-        "layer 4, head 5 · key/value head 1 (shared by heads 3–5)"
-    )
+    assert page.evaluate(f"() => {GRID}.cell(4, 5)") == response["attentions"][4][0][5]
+    row, col = grid_point(page, 4, 5, 3, 0)
+    hover = page.evaluate(f"([r, c]) => {GRID}.data[0].hovertext[r][c]", [row, col])
+    assert hover.startswith("layer 4, head 5 · key/value head 1 (shared by heads 3–5)<br>Query")
     labels = page.locator("#model-grid .annotation-text").all_text_contents()
     assert labels == [f"key/value head {g}" for g in range(3)]
     assert "<|im_start|>" in page.locator("#special-examples").text_content()
@@ -590,12 +621,9 @@ def test_smollm2_grid_streams_in_layer_by_layer_with_its_progress(page, server_u
 
     # The figure is today's: one grid of 30 x 9 thumbnails, the heads in 3 groups, and no
     # stand-in left.
-    grid = page.evaluate(
-        "() => { const g = document.getElementById('model-grid');"
-        " return {count: g.data.length, dataset: {...g.dataset}}; }"
-    )
+    grid = page.evaluate(f"() => ({{shape: ({GRID_SHAPE})(), dataset: {{...{GRID}.dataset}}}})")
     assert grid == {
-        "count": 270,
+        "shape": {"traces": 1, "rows": 30, "cols": 9},
         "dataset": {"rows": "30", "cols": "9", "colGroup": "3", "kvHeads": "3"},
     }
     assert page.locator("#view-model .grid-preview").count() == 0
@@ -618,9 +646,7 @@ def test_smollm2_grid_streams_in_layer_by_layer_with_its_progress(page, server_u
     assert rest["rollout"][0] == map_of(whole["rollout"], 0)
     assert assembled["last"] == map_of(whole["head_mean"], 29)
     for layer, head in [(0, 0), (7, 4), (29, 8)]:
-        z = page.evaluate(
-            "(i) => document.getElementById('model-grid').data[i].z", layer * 9 + head
-        )
+        z = page.evaluate(f"([l, h]) => {GRID}.cell(l, h)", [layer, head])
         assert z == map_of(whole["attentions"], layer * 9 + head), (layer, head)
     assert page.errors == []
 

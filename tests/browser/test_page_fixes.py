@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from tests.browser.test_models_page import grid_point
 from tests.browser.test_page import HEADS, wait_for_heads
 from tests.browser.test_views import open_view
 from tests.pretrained.support import require_pretrained_extra
@@ -272,8 +273,8 @@ def test_models_page_hover_names_the_tokens_of_thumbnails_and_pooled_blocks(
         "document.getElementById('view-model').dataset.drawn === 'true'", timeout=20_000
     )
     tokens = page.evaluate("() => window.attnvizModels.lastResponse.tokens[0]")
-    # Layer 0, head 1 is subplot 2 of the 6 x 12 grid.
-    lines = hover_lines(page, "#model-grid", 2, 1, subplot=2)
+    # Query 2, key 1 of layer 0, head 1: a cell of the grid's one tiled heatmap.
+    lines = hover_lines(page, "#model-grid", *grid_point(page, 0, 1, 2, 1))
     assert lines[:3] == [
         "layer 0, head 1",
         f"Query token 2: {tokens[2]}",
@@ -297,24 +298,27 @@ def test_models_page_hover_names_the_tokens_of_thumbnails_and_pooled_blocks(
         first, last = 4 * k, min(4 * k + 4, 200) - 1
         return f"tokens {first}–{last}: {tokens[first]}…{tokens[last]}"
 
-    # Layer 1, head 0 (subplot 13): the cells are small (and Plotly gives no hover on
-    # the outermost ones), so the expected text is that of the cell Plotly reports
-    # under the mouse, aimed at (1, 47).
-    lines = hover_lines(page, "#model-grid", 1, 47, subplot=13)
+    # Layer 1, head 0: the cells are small, so the expected text is that of the cell
+    # Plotly reports under the mouse, aimed at (1, 47).
+    first_row, first_col = grid_point(page, 1, 0, 0, 0)
+    lines = hover_lines(page, "#model-grid", first_row + 1, first_col + 47)
     row, col = page.evaluate(
         "() => document.getElementById('model-grid')._hoverdata[0].pointNumber"
     )
+    row, col = row - first_row, col - first_col
     assert 0 <= row <= 2 and 46 <= col <= 48
     assert lines[:3] == ["layer 1, head 0", f"Query {block(row)}", f"Key {block(col)}"]
     # The blocks at the ends hold [CLS] and [SEP]: the hover text every cell of the
     # first and last row and column carries.
     first_and_last = page.evaluate(
-        """() => {
-            const t = document.getElementById('model-grid').data[12];
-            return [t.customdata[0][0], t.customdata[49][0], t.hovertext[0][0], t.hovertext[0][49]];
-        }"""
+        """([y, x]) => {
+            const t = document.getElementById('model-grid').data[0];
+            return [t.hovertext[y][x], t.hovertext[y + 49][x], t.text[y][x], t.text[y][x + 49]];
+        }""",
+        [first_row, first_col],
     )
-    assert first_and_last == [block(0), block(49)] * 2
+    query = "layer 1, head 0<br>Query "
+    assert first_and_last == [query + block(0), query + block(49), block(0), block(49)]
     assert block(0) == "tokens 0–3: [CLS]…attention"
     assert block(49) == "tokens 196–199: attention…[SEP]"
     assert page.errors == []
