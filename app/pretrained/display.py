@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from ..attention.errors import AttentionInputError
 from .model import MAX_ROLLOUT_TOKENS, Block, PretrainedAttentions, TokenizedBatch, rollout_step
@@ -114,7 +114,7 @@ def pooled(maps: torch.Tensor, size: int | None) -> tuple[torch.Tensor, Pooling]
     if factor_q == factor_k == 1:
         return maps, Pooling(1, 1)
     flat = maps.reshape(-1, 1, len_q, len_k).float()
-    result = F.max_pool2d(flat, (factor_q, factor_k), ceil_mode=True)
+    result = functional.max_pool2d(flat, (factor_q, factor_k), ceil_mode=True)
     return result.reshape(*lead, *result.shape[-2:]), Pooling(factor_q, factor_k)
 
 

@@ -20,7 +20,9 @@ STREAM_URL = "/api/v1/models/attention/layers"
 # The model view's grid is one tiled heatmap (heatmap.js tiledGrid): div.cell(r, c) is
 # thumbnail (r, c)'s matrix as drawn, div.tiles places it in the big matrix.
 GRID = "document.getElementById('model-grid')"
-GRID_SHAPE = f"() => ({{traces: {GRID}.data.length, rows: {GRID}.tiles.rows, cols: {GRID}.tiles.cols}})"
+GRID_SHAPE = (
+    f"() => ({{traces: {GRID}.data.length, rows: {GRID}.tiles.rows, cols: {GRID}.tiles.cols}})"
+)
 
 
 def grid_point(page, r: int, c: int, i: int | None = None, j: int | None = None) -> list[int]:  # type: ignore[no-untyped-def]
@@ -28,7 +30,8 @@ def grid_point(page, r: int, c: int, i: int | None = None, j: int | None = None)
     return page.evaluate(  # type: ignore[no-any-return]
         f"""([r, c, i, j]) => {{
             const t = {GRID}.tiles;
-            return [t.y[r] + (i ?? Math.floor(t.height / 2)), t.x[c] + (j ?? Math.floor(t.width / 2))];
+            const row = i ?? Math.floor(t.height / 2);
+            return [t.y[r] + row, t.x[c] + (j ?? Math.floor(t.width / 2))];
         }}""",
         [r, c, i, j],
     )
