@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import torch
+from torch import nn
 
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
@@ -127,6 +128,33 @@ class NextTokens:
 
 
 @dataclass(frozen=True)
+class DecoderHead:
+    """A decoder's final hidden states and its output head, for next tokens on demand.
+
+    Attributes:
+        hidden: (B, L, d_model) the backbone's last hidden states, on the model's device.
+        head: the output embedding (d_model -> vocab logits).
+    """
+
+    hidden: torch.Tensor
+    head: nn.Module
+
+    def top(self) -> NextTokens:
+        """Softmax of the logits, its top :data:`TOP_K` per position, 256 positions at a time.
+
+        The full (B, L, vocab) logits would be 800 MB for SmolLM2 at 4096 tokens.
+        """
+        ids, values = [], []
+        with torch.inference_mode():
+            for chunk in torch.split(self.hidden, _LOGIT_CHUNK, dim=1):
+                probabilities = torch.softmax(self.head(chunk).float(), dim=-1)
+                top = probabilities.topk(min(TOP_K, probabilities.shape[-1]), dim=-1)
+                ids.append(top.indices.cpu())
+                values.append(top.values.cpu())
+        return NextTokens(ids=torch.cat(ids, dim=1), probabilities=torch.cat(values, dim=1))
+
+
+@dataclass(frozen=True)
 class PretrainedAttentions:
     """One batch through a model: its attention recorded per layer, weights on demand.
 
@@ -136,8 +164,10 @@ class PretrainedAttentions:
         recording: every attention call of the pass (:class:`.recorder.AttentionRecording`).
         block_calls: for each block of the family, the indices of its calls in
             ``recording.calls``, layer 0 first.
-        next_tokens: a decoder's top-:data:`TOP_K` next tokens per position, else None.
-        compute_ms: wall time of the forward pass, in ms.
+        decoder_head: a decoder's final hidden states, which :attr:`next_tokens` turns into
+            next-token probabilities when first asked, else None.
+        compute_ms: wall time of the forward pass, in ms (a decoder's output head, which
+            no map needs, not included).
         device: where it ran, "cpu" or "cuda".
         memo: maps derived from the whole recording (a view's averages), kept for the
             next view of the same pass (:class:`.display.LayerWalk`).
@@ -147,10 +177,24 @@ class PretrainedAttentions:
     targets: TokenizedBatch | None
     recording: AttentionRecording
     block_calls: dict[Block, list[int]]
-    next_tokens: NextTokens | None
+    decoder_head: DecoderHead | None
     compute_ms: float
     device: str
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def next_tokens(self) -> NextTokens | None:
+        """A decoder's top-:data:`TOP_K` next tokens per position (None for other families).
+
+        Computed from the kept final hidden states on first use, then kept: the output
+        head (L x d_model x vocab: 58 GFLOP for SmolLM2 at 1024 tokens) is paid only by
+        the views that show next tokens.
+        """
+        if self.decoder_head is None:
+            return None
+        if "next_tokens" not in self.memo:
+            self.memo["next_tokens"] = self.decoder_head.top()
+        return self.memo["next_tokens"]  # type: ignore[no-any-return]
 
     @property
     def first_block(self) -> Block:
@@ -588,10 +632,10 @@ class PretrainedModel:
         with torch.inference_mode(), record_attention() as recording:
             try:
                 if self.family == "decoder":
-                    next_tokens = self._decode(model, inputs)
+                    decoder_head = self._decode(model, inputs)
                 else:
                     model(**inputs, use_cache=False)
-                    next_tokens = None
+                    decoder_head = None
             except IndexError as error:  # an id or a position beyond an embedding's rows
                 raise AttentionInputError(
                     "texts",
@@ -611,7 +655,7 @@ class PretrainedModel:
             targets=targets,
             recording=recording,
             block_calls=self._block_calls(model, recording),
-            next_tokens=next_tokens,
+            decoder_head=decoder_head,
             compute_ms=compute_ms,
             device=run_on.type,
         )
@@ -622,27 +666,17 @@ class PretrainedModel:
 
         return frozenset(inspect.signature(self.model.forward).parameters)
 
-    def _decode(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> NextTokens:
-        """Run a decoder; its top-k next tokens per position, logits made chunk by chunk.
+    def _decode(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> DecoderHead:
+        """Run a decoder's backbone; its hidden states and output head for next tokens later.
 
-        The full (B, L, vocab) logits would be 800 MB for SmolLM2 at 4096 tokens: the
-        backbone's hidden states go through the output embedding 256 positions at a time.
+        A model without a separate backbone and head runs whole: its logits become the
+        "hidden states" of an identity head.
         """
         backbone = model.base_model
         head = model.get_output_embeddings()  # type: ignore[no-untyped-call]
-        if backbone is model or head is None:  # no separate head: the model's own logits
-            logits = model(**inputs, use_cache=False).logits
-            probabilities = torch.softmax(logits.float(), dim=-1)
-            top = probabilities.topk(min(TOP_K, probabilities.shape[-1]), dim=-1)
-            return NextTokens(ids=top.indices.cpu(), probabilities=top.values.cpu())
-        hidden = backbone(**inputs, use_cache=False).last_hidden_state
-        ids, values = [], []
-        for chunk in hidden.split(_LOGIT_CHUNK, dim=1):
-            probabilities = torch.softmax(head(chunk).float(), dim=-1)
-            top = probabilities.topk(min(TOP_K, probabilities.shape[-1]), dim=-1)
-            ids.append(top.indices.cpu())
-            values.append(top.values.cpu())
-        return NextTokens(ids=torch.cat(ids, dim=1), probabilities=torch.cat(values, dim=1))
+        if backbone is model or head is None:
+            return DecoderHead(model(**inputs, use_cache=False).logits, nn.Identity())
+        return DecoderHead(backbone(**inputs, use_cache=False).last_hidden_state, head)
 
     def _block_calls(
         self, model: PreTrainedModel, recording: AttentionRecording

@@ -38,6 +38,8 @@ def recording_bytes(result: PretrainedAttentions) -> int:
             if isinstance(tensor, torch.Tensor) and tensor.data_ptr() not in seen:
                 seen.add(tensor.data_ptr())
                 total += tensor.untyped_storage().nbytes()
+    if result.decoder_head is not None:
+        total += result.decoder_head.hidden.untyped_storage().nbytes()
     return total
 
 
