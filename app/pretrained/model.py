@@ -832,6 +832,8 @@ def rollout_step(rollout: torch.Tensor | None, head_mean: torch.Tensor) -> torch
 
     Computed in float64 up to :data:`ROLLOUT_FLOAT64_TOKENS` tokens; beyond, in float32
     (each step is an L^3 product, 2 GFLOP at L = 1024, 8x that in float64 on a CPU).
+    A causal model's maps are lower triangular, and so is every product of them: those
+    are multiplied block by block (:func:`lower_triangular_product`), a third of the work.
 
     Args:
         rollout: (B, L, L) of the layers below, or None before the first.
@@ -845,4 +847,35 @@ def rollout_step(rollout: torch.Tensor | None, head_mean: torch.Tensor) -> torch
     eye = torch.eye(mean.shape[-1], dtype=dtype, device=mean.device)
     augmented = 0.5 * mean + 0.5 * eye
     augmented = augmented / augmented.sum(dim=-1, keepdim=True)
-    return augmented if rollout is None else augmented @ rollout
+    if rollout is None:
+        return augmented
+    if _lower_triangular(augmented) and _lower_triangular(rollout):
+        return lower_triangular_product(augmented, rollout)
+    return augmented @ rollout
+
+
+def _lower_triangular(matrices: torch.Tensor) -> bool:
+    return not bool(torch.triu(matrices, diagonal=1).any())
+
+
+LOWER_PRODUCT_BLOCK: Final = 256
+"""Below this size :func:`lower_triangular_product` multiplies whole matrices."""
+
+
+def lower_triangular_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for lower-triangular (..., n, n) matrices, skipping the zero blocks.
+
+    With the halves of each side, [[A11, 0], [A21, A22]] [[B11, 0], [B21, B22]] =
+    [[A11 B11, 0], [A21 B11 + A22 B21, A22 B22]]: two dense half-size products and two
+    lower-triangular ones, recursively; n^3 * 2/3 multiply-adds instead of 2 n^3. Equal to
+    ``a @ b`` up to the order of the float sums.
+    """
+    n = a.shape[-1]
+    if n <= LOWER_PRODUCT_BLOCK:
+        return a @ b
+    h = n // 2
+    out = torch.zeros_like(a)
+    out[..., :h, :h] = lower_triangular_product(a[..., :h, :h], b[..., :h, :h])
+    out[..., h:, h:] = lower_triangular_product(a[..., h:, h:], b[..., h:, h:])
+    out[..., h:, :h] = a[..., h:, :h] @ b[..., :h, :h] + a[..., h:, h:] @ b[..., h:, :h]
+    return out

@@ -164,6 +164,25 @@ def test_rollout_follows_abnar_and_zuidema(minilm) -> None:  # type: ignore[no-u
     torch.testing.assert_close(maps.layer_mean, maps.attentions.mean(dim=(0, 2)))
 
 
+@pytest.mark.parametrize("length", [300, 700])  # float64, and float32 past 512 tokens
+def test_causal_rollout_skips_the_upper_blocks_and_equals_the_dense_product(length) -> None:  # type: ignore[no-untyped-def]
+    generator = torch.Generator().manual_seed(length)
+    scores = torch.randn(3, 1, 2, length, length, generator=generator)
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    attentions = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (N, B, H, L, L)
+    got = attention_rollout(attentions.mean(2))[0]
+    expected = rollout_reference(attentions[:, 0].double().numpy())
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-6 if length > 512 else 1e-12)
+    assert not got.triu(1).any()
+    # Not lower triangular (an encoder's maps): the dense product, the same reference.
+    dense = scores.softmax(-1)
+    np.testing.assert_allclose(
+        attention_rollout(dense.mean(2))[0].numpy(),
+        rollout_reference(dense[:, 0].double().numpy()),
+        atol=1e-6 if length > 512 else 1e-12,
+    )
+
+
 def test_rollout_of_identity_attention_is_identity() -> None:
     eye = torch.eye(5).expand(3, 2, 5, 5)
     assert torch.equal(attention_rollout(eye), torch.eye(5).expand(2, 5, 5))
