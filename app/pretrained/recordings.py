@@ -6,6 +6,8 @@ token's rows: each is a view of the same forward pass. The recording of that pas
 layers x L x d numbers) is kept here, least recently used first out, within a byte
 budget (``ATTNVIZ_RECORDING_CACHE_BYTES``), so that a head costs its own eager
 attention (milliseconds) and not a forward pass (seconds for SmolLM2 at 1024 tokens).
+The latest recording is kept even when it alone is over the budget (0 keeps none): it
+is in memory anyway while its views are computed, and its next click is the likeliest.
 Generations (deterministic: greedy, or sampled from a seed) are kept the same way.
 """
 
@@ -22,8 +24,13 @@ import torch
 from .model import Generation, PretrainedAttentions, PretrainedModel, TokenizedBatch
 from .recorder import AttentionRecording
 
-RECORDING_CACHE_BYTES: Final = 2**30
-"""The default budget of kept recordings, in bytes (ATTNVIZ_RECORDING_CACHE_BYTES)."""
+RECORDING_CACHE_BYTES: Final = 256 * 2**20
+"""The default budget of kept recordings, in bytes (ATTNVIZ_RECORDING_CACHE_BYTES).
+
+256 MiB: SmolLM2's recording is about 95 MB at 1024 tokens (its query and key states,
+30 x 12 x 1024 x 64 float32, and the mask), so two or three inputs of that length are
+kept, many short ones, and the server stays under 2 GiB at 1024 tokens with the model.
+"""
 MAX_GENERATIONS: Final = 64
 """The most generations kept (their token ids only)."""
 
@@ -104,9 +111,12 @@ class RecordingCache:
         result = model.run(batch, targets, device=device)
         size = recording_bytes(result)
         with self._lock:
-            if size <= self.max_bytes:
+            if self.max_bytes > 0:
                 self._recordings[key] = (result, size)
-                while sum(s for _, s in self._recordings.values()) > self.max_bytes:
+                while (
+                    len(self._recordings) > 1
+                    and sum(s for _, s in self._recordings.values()) > self.max_bytes
+                ):
                     self._recordings.popitem(last=False)
         return result
 

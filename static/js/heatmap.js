@@ -571,16 +571,13 @@ function weightColors() {
   return weightLevels;
 }
 
-// Paint matrix z (null = masked, gray) into `canvas`, one pixel a cell, from 0 to zmax
-// ("each": its own maximum), as thumbnailGrid's heatmaps colour it.
-function paintMatrix(canvas, z, zmaxOption) {
+// Matrix z (null = masked, gray) as ImageData, one pixel a cell, from 0 to zmax ("each":
+// its own maximum), as thumbnailGrid's heatmaps colour it; null when z is empty.
+function matrixImage(z, zmaxOption) {
   const height = z.length;
   const width = (z[0] || []).length;
-  if (!height || !width) return;
-  canvas.width = width;
-  canvas.height = height;
-  const context = canvas.getContext("2d");
-  const image = context.createImageData(width, height);
+  if (!height || !width) return null;
+  const image = new ImageData(width, height);
   const pixels = image.data;
   const top = zmaxOption === "each" ? maxOf(z) : zmaxOption;
   const scale = 255 / (top > 0 ? top : 1);
@@ -602,7 +599,7 @@ function paintMatrix(canvas, z, zmaxOption) {
       p += 4;
     }
   }
-  context.putImageData(image, 0, 0);
+  return image;
 }
 
 function previewLabel(parent, className, text, box) {
@@ -616,11 +613,14 @@ function previewLabel(parent, className, text, box) {
 
 // A stand-in for thumbnailGrid's figure while its cells arrive (a streamed grid): the
 // same size, title, labels and cell boxes (options as thumbnailGrid's; the cells are not
-// read), each cell a canvas, blank until fillRow(r, matrices) paints row r (one matrix
-// per column; a few ms a row, where Plotly draws the whole figure again for any change).
+// read), the cells painted on one canvas, each blank until fillRow(r, matrices) paints
+// row r (one matrix per column; a few ms a row, where Plotly draws the whole figure again
+// for any change). One canvas, not one per cell: 270 canvases were 270 layers for the
+// browser to composite at every change, in software on a machine without a GPU.
 // Once every row is in, thumbnailGrid draws the figure into the same container and the
 // stand-in lies over it until it is drawn: cover() before thumbnailGrid, then remove().
-// Returns {element, fillRow, filled (rows painted), cover, remove}.
+// Returns {element, fillRow, filled (rows painted), cover, remove}; element holds the
+// canvas (.grid-preview-canvas) and the labels.
 export function thumbnailPreview(container, options) {
   const { rows, cols } = options;
   const frame = gridFrame(options);
@@ -647,18 +647,33 @@ export function thumbnailPreview(container, options) {
   if (options.title) {
     previewLabel(element, "grid-preview-title", options.title, { left: l, bottom: frame.height - t + 6 });
   }
-  const canvases = [];
+  const canvas = document.createElement("canvas");
+  canvas.className = "grid-preview-canvas";
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = Math.max(1, Math.round(width * ratio));
+  canvas.height = Math.max(1, Math.round(frame.height * ratio));
+  canvas.style.left = "0px";
+  canvas.style.top = "0px";
+  canvas.style.width = `${width}px`;
+  canvas.style.height = `${frame.height}px`;
+  element.append(canvas);
+  const context = canvas.getContext("2d");
+  context.imageSmoothingEnabled = false;
+  const scratch = document.createElement("canvas");
+  const scratchContext = scratch.getContext("2d");
+  const background = getComputedStyle(document.documentElement).getPropertyValue("--bg").trim() || "#ffffff";
+  const pixelsOf = (box) => [box.left, box.top, box.width, box.height].map((v) => Math.round(v * ratio));
+  const boxes = [];
   for (let row = 0; row < rows; row += 1) {
     const line = [];
     for (let col = 0; col < cols; col += 1) {
       const box = boxOf(row, col);
-      const canvas = document.createElement("canvas");
-      canvas.className = "grid-preview-cell pending";
-      canvas.width = 1;
-      canvas.height = 1;
-      for (const [key, value] of Object.entries(box)) canvas.style[key] = `${value}px`;
-      element.append(canvas);
-      line.push(canvas);
+      line.push(box);
+      const [x, y, w, h] = pixelsOf(box);
+      context.fillStyle = background;
+      context.fillRect(x, y, w, h);
+      context.strokeStyle = "rgba(128, 128, 128, 0.35)";
+      context.strokeRect(x + 0.5, y + 0.5, w - 1, h - 1);
       if (col === 0 && options.rowName) {
         previewLabel(element, "grid-preview-row", `${options.rowName}${row}`,
           { right: width - box.left + 2, top: box.top, height: box.height });
@@ -671,7 +686,7 @@ export function thumbnailPreview(container, options) {
           { left: box.left, top: box.top + box.height + 2, width: box.width });
       }
     }
-    canvases.push(line);
+    boxes.push(line);
   }
   if (frame.group) {
     const groups = Math.ceil(cols / frame.group);
@@ -694,9 +709,13 @@ export function thumbnailPreview(container, options) {
     filled: 0,
     fillRow(row, matrices) {
       matrices.forEach((z, col) => {
-        const canvas = canvases[row][col];
-        paintMatrix(canvas, z, options.zmax ?? "each");
-        canvas.classList.remove("pending");
+        const image = matrixImage(z, options.zmax ?? "each");
+        if (image === null) return;
+        scratch.width = image.width;
+        scratch.height = image.height;
+        scratchContext.putImageData(image, 0, 0);
+        const [x, y, w, h] = pixelsOf(boxes[row][col]);
+        context.drawImage(scratch, x + 1, y + 1, w - 2, h - 2);
       });
       preview.filled += 1;
     },

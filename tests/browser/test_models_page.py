@@ -551,6 +551,23 @@ RECORDER = """document.addEventListener('DOMContentLoaded', () => {
         for (const r of records) {
             const value = r.target.getAttribute(r.attributeName);
             window.seen.push([performance.now(), r.attributeName, value]);
+            if (r.attributeName === 'data-first-layer' && value === 'true') {
+                // The stand-in's canvases, and the distinct colours of the top and the
+                // bottom tenth of the first one (a row of thumbnails is a thirtieth).
+                const canvases = [...view.querySelectorAll('.grid-preview canvas')];
+                const c = canvases[0];
+                const colours = (y0, y1) => {
+                    const d = c.getContext('2d').getImageData(0, y0, c.width, y1 - y0).data;
+                    const seen = new Set();
+                    for (let i = 0; i < d.length; i += 4) {
+                        seen.add(d[i] << 16 | d[i + 1] << 8 | d[i + 2]);
+                    }
+                    return seen.size;
+                };
+                const tenth = Math.floor(c.height / 10);
+                window.seen.push([performance.now(), 'stand-in', canvases.length,
+                    colours(0, tenth), colours(c.height - tenth, c.height)]);
+            }
         }
     }).observe(view, {attributes: true, attributeFilter: ['data-drawn', 'data-first-layer']});
     new MutationObserver(() => window.seen.push([performance.now(), 'progress', !box.hidden,
@@ -609,6 +626,10 @@ def test_smollm2_grid_streams_in_layer_by_layer_with_its_progress(page, server_u
     last_layer = next(t for t, *change in seen if change[:3] == ["progress", True, "30"])
     # Layer 0's row was drawn before the last layer came, and long before the whole grid.
     assert first < last_layer < drawn
+    # ... on the stand-in's one canvas: the top rows of thumbnails painted in many shades,
+    # the bottom ones still blank (background, frames, labels: a few colours).
+    stand_in = next(change for _, *change in seen if change[0] == "stand-in")
+    assert stand_in[1] == 1 and stand_in[2] > 20 and stand_in[3] < 8, stand_in
     # The progress said how far the stream was, and went once the grid was drawn.
     counts = {int(now) for shown, now, _, _ in progress if shown and now not in (None, "30")}
     assert any(0 < k < 30 for k in counts) and all(0 <= k < 30 for k in counts)

@@ -1,0 +1,52 @@
+"""The kept forward passes (attnviz.pretrained.recordings): by input, least recently used
+out, within the byte budget, the latest kept even alone over it."""
+
+import pytest
+from attnviz.pretrained import PretrainedModel
+from attnviz.pretrained.recordings import RecordingCache, recording_bytes
+
+TEXTS = ["The cat sat on the mat.", "A dog ran in the park.", "Rain fell all day long."]
+
+
+@pytest.fixture
+def runs(minilm: PretrainedModel, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts of the forward passes the model really runs."""
+    ran: list[str] = []
+    run = PretrainedModel.run
+
+    def counted(self, batch, targets=None, *, device="auto"):  # type: ignore[no-untyped-def]
+        ran.append(batch.tokens[0][1])
+        return run(self, batch, targets, device=device)
+
+    monkeypatch.setattr(PretrainedModel, "run", counted)
+    return ran
+
+
+def test_the_same_input_reuses_its_pass_within_the_budget(minilm, runs) -> None:  # type: ignore[no-untyped-def]
+    batches = [minilm.tokenize([text]) for text in TEXTS]
+    size = recording_bytes(minilm.run(batches[0], device="cpu"))
+    runs.clear()
+    cache = RecordingCache(max_bytes=2 * size + size // 2)  # room for two of them
+    first = cache.run(minilm, batches[0], device="cpu")
+    assert cache.run(minilm, batches[0], device="cpu") is first
+    cache.run(minilm, batches[1], device="cpu")
+    cache.run(minilm, batches[0], device="cpu")  # used again: now the most recent
+    cache.run(minilm, batches[2], device="cpu")  # over budget: the least recent (1) goes
+    assert cache.run(minilm, batches[0], device="cpu") is first
+    cache.run(minilm, batches[1], device="cpu")
+    assert runs == ["the", "a", "rain", "a"]
+    assert (cache.hits, cache.misses) == (3, 4)
+
+
+def test_the_latest_pass_is_kept_even_alone_over_the_budget(minilm, runs) -> None:  # type: ignore[no-untyped-def]
+    batches = [minilm.tokenize([text]) for text in TEXTS[:2]]
+    cache = RecordingCache(max_bytes=1)
+    kept = cache.run(minilm, batches[0], device="cpu")
+    assert cache.run(minilm, batches[0], device="cpu") is kept
+    cache.run(minilm, batches[1], device="cpu")  # the newer replaces it
+    cache.run(minilm, batches[0], device="cpu")
+    assert runs == ["the", "a", "the"]
+    off = RecordingCache(max_bytes=0)
+    off.run(minilm, batches[0], device="cpu")
+    off.run(minilm, batches[0], device="cpu")
+    assert runs[-2:] == ["the", "the"]
