@@ -1,19 +1,19 @@
 """The attention recorder against transformers' own output_attentions (eager attention).
 
-Tiny models are built from configs at test time (random weights, nothing downloaded):
-a decoder with grouped-query attention, GPT-2, one with a sliding window, a BERT
-encoder, and T5 and BART encoder-decoders (T5 adds a relative position bias to the
-scores, which the recorder folds into SDPA's mask and slices per group and query for
-the eager weights); padded batches included.
+Tiny models are built from configs at test time (tests/pretrained/tiny.py: random
+weights, nothing downloaded): a decoder with grouped-query attention, GPT-2, one with a
+sliding window, a BERT encoder, and T5 and BART encoder-decoders (T5 adds a relative
+position bias to the scores, which the recorder folds into SDPA's mask and slices per
+group and query for the eager weights); padded batches included.
 """
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 from attnviz.pretrained.recorder import record_attention, use_recorder
 
+from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
 
 VOCAB = 96
@@ -24,66 +24,10 @@ def _transformers() -> None:
     require_transformers()
 
 
-def llama() -> Any:
-    import transformers
-
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=48,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=6,
-        num_key_value_heads=2,  # 3 query heads share each key/value head
-        max_position_embeddings=64,
-    )
-    return transformers.LlamaForCausalLM(config)
-
-
-def gpt2() -> Any:
-    import transformers
-
-    config = transformers.GPT2Config(
-        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64
-    )
-    return transformers.GPT2LMHeadModel(config)
-
-
-def mistral() -> Any:
-    import transformers
-
-    config = transformers.MistralConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        sliding_window=4,  # shorter than the inputs: old keys drop out of the window
-    )
-    return transformers.MistralForCausalLM(config)
-
-
-def bert() -> Any:
-    import transformers
-
-    config = transformers.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-    )
-    return transformers.BertModel(config)
-
-
-BUILDERS: dict[str, Callable[[], Any]] = {
-    "llama-gqa": llama,
-    "gpt2": gpt2,
-    "mistral-sliding-window": mistral,
-    "bert": bert,
-}
+SELF_ATTENTION = ["llama", "gpt2", "mistral", "bert"]
+"""Tiny models of tests/pretrained/tiny.py: grouped-query attention (2 query heads per
+key/value head), GPT-2, a sliding window (tiny.SLIDING_WINDOW), a BERT encoder."""
+SEQ2SEQ = ["t5", "bart"]
 
 
 def batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,13 +40,15 @@ def batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def built(name: str, implementation: str) -> Any:
+    """The tiny ``name`` of tests/pretrained/tiny.py, weights from seed 0, VOCAB ids."""
+    build, style = tiny.BUILDERS[name]
     torch.manual_seed(0)
-    model = BUILDERS[name]()
+    model = build(style, VOCAB)
     model.set_attn_implementation(implementation)
     return model.eval()
 
 
-@pytest.mark.parametrize("name", BUILDERS)
+@pytest.mark.parametrize("name", SELF_ATTENTION)
 def test_every_head_equals_output_attentions_of_eager_attention(name: str) -> None:
     input_ids, attention_mask = batch(1)
     reference = built(name, "eager")
@@ -130,27 +76,27 @@ def test_every_head_equals_output_attentions_of_eager_attention(name: str) -> No
 
 
 def test_grouped_query_heads_read_their_shared_key_value_head() -> None:
-    model = built("llama-gqa", "eager")
+    model = built("llama", "eager")
     use_recorder(model)
     input_ids, attention_mask = batch(2)
     with torch.inference_mode(), record_attention() as recording:
         model(input_ids, attention_mask=attention_mask)
     call = recording.calls[0]
-    assert (call.num_heads, call.num_key_value_heads) == (6, 2)
-    assert [call.key_value_head(h) for h in range(6)] == [0, 0, 0, 1, 1, 1]
+    assert (call.num_heads, call.num_key_value_heads) == (4, 2)
+    assert [call.key_value_head(h) for h in range(4)] == [0, 0, 1, 1]
     # Heads sharing keys still differ (their queries do).
     assert not torch.equal(recording.head_weights(0, 0), recording.head_weights(0, 1))
 
 
 def test_sliding_window_masks_keys_outside_the_window() -> None:
-    model = built("mistral-sliding-window", "eager")
+    model = built("mistral", "eager")
     use_recorder(model)
     input_ids = batch(3)[0][:1]
     with torch.inference_mode(), record_attention() as recording:
         model(input_ids)
     weights = recording.head_weights(1, 2)[0]  # (L, L)
     rows, cols = torch.meshgrid(torch.arange(11), torch.arange(11), indexing="ij")
-    outside = (cols > rows) | (rows - cols >= 4)
+    outside = (cols > rows) | (rows - cols >= tiny.SLIDING_WINDOW)
     assert torch.all(weights[outside] == 0)
     torch.testing.assert_close(weights.sum(dim=-1), torch.ones(11))
 
@@ -181,42 +127,6 @@ def test_a_head_outside_the_layer_is_refused() -> None:
         recording.head_weights(2, 0)
 
 
-def t5() -> Any:
-    import transformers
-
-    config = transformers.T5Config(
-        vocab_size=VOCAB,
-        d_model=32,
-        d_kv=8,
-        d_ff=48,
-        num_heads=4,
-        num_layers=2,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
-    )
-    return transformers.T5ForConditionalGeneration(config)
-
-
-def bart() -> Any:
-    import transformers
-
-    config = transformers.BartConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=48,
-        decoder_ffn_dim=48,
-        max_position_embeddings=64,
-    )
-    return transformers.BartForConditionalGeneration(config)
-
-
-SEQ2SEQ: dict[str, Callable[[], Any]] = {"t5": t5, "bart": bart}
-
-
 def seq2seq_inputs() -> dict[str, torch.Tensor]:
     """11 source tokens (the second input padded to 7) and 6 target tokens (padded to 4)."""
     input_ids, attention_mask = batch(6)
@@ -234,13 +144,10 @@ def seq2seq_inputs() -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("name", SEQ2SEQ)
 def test_encoder_decoder_calls_equal_output_attentions_and_outputs(name: str) -> None:
     inputs = seq2seq_inputs()
-    torch.manual_seed(0)
-    reference = SEQ2SEQ[name]().eval()
-    reference.set_attn_implementation("eager")
+    reference = built(name, "eager")
     with torch.inference_mode():
         expected = reference(**inputs, output_attentions=True, use_cache=False)
-    torch.manual_seed(0)
-    model = SEQ2SEQ[name]().eval()
+    model = built(name, "eager")
     use_recorder(model)
     with torch.inference_mode(), record_attention() as recording:
         output = model(**inputs, use_cache=False)
@@ -252,7 +159,7 @@ def test_encoder_decoder_calls_equal_output_attentions_and_outputs(name: str) ->
         expected.cross_attentions,
     )
     order = list(encoder) + [w for pair in zip(decoder, cross, strict=True) for w in pair]
-    assert len(recording.calls) == len(order) == 6
+    assert len(recording.calls) == len(order) == len(encoder) + 2 * len(decoder)
     for index, weights in enumerate(order):
         recorded = recording.layer_weights(index)
         assert recorded.shape == weights.shape
@@ -269,8 +176,7 @@ def test_encoder_decoder_calls_equal_output_attentions_and_outputs(name: str) ->
 
 
 def test_t5_position_bias_is_kept_and_sliced_per_group() -> None:
-    torch.manual_seed(0)
-    model = t5().eval()
+    model = built("t5", "eager")
     use_recorder(model)
     with torch.inference_mode(), record_attention() as recording:
         model(**seq2seq_inputs(), use_cache=False)
@@ -290,7 +196,7 @@ def test_t5_position_bias_is_kept_and_sliced_per_group() -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["llama-gqa", "mistral-sliding-window"])
+@pytest.mark.parametrize("name", ["llama", "mistral"])
 def test_one_query_row_equals_that_row_of_the_layer(name: str) -> None:
     model = built(name, "eager")
     use_recorder(model)
