@@ -29,7 +29,9 @@ Side by side in one run, medians in milliseconds (ms), for each length L:
 
 Targets (issue 14): at 1024 tokens the whole grid within 2x the forward pass, one head
 under 1 s, server memory under 2 GiB; at 4096 it completes under 4 GiB. Machines are
-shared and noisy: read the medians and the ratios.
+shared and noisy: each repetition runs the forward pass, the API and the page one after
+the other (after one warm-up repetition), and each ratio is the median of the
+repetitions' own ratios.
 """
 
 from __future__ import annotations
@@ -87,8 +89,8 @@ def decoder_server() -> Iterator[tuple[str, Any]]:
         yield url, process
 
 
-def api_timings(url: str, process: Any, text: str, reps: int) -> dict[str, float]:
-    """Stream to first layer and to end, one head, and the server's peak memory so far."""
+def stream_once(client: httpx.Client, text: str) -> tuple[float, float, float]:
+    """One streamed grid (ms to its first layer line and to its end), then one head (ms)."""
     body: dict[str, Any] = {
         "model": NAME,
         "texts": [text],
@@ -96,54 +98,42 @@ def api_timings(url: str, process: Any, text: str, reps: int) -> dict[str, float
         "display_size": 64,
         "encoding": "base64_float32",
     }
-    first, whole, heads = [], [], []
-    with httpx.Client(base_url=url, timeout=600) as client:
-        for rep in range(reps):
-            # A new prompt each time (a trailing word), so the forward pass runs again.
-            timed = {**body, "texts": [text if rep == 0 else f"{text}{' x' * rep}"]}
-            started = time.perf_counter()
-            layers = 0
-            with client.stream("POST", "/api/v1/models/attention/layers", json=timed) as r:
-                assert r.status_code == 200, r.read()
-                for line in r.iter_lines():
-                    kind = json.loads(line)["type"]
-                    if kind == "layer":
-                        layers += 1
-                        if layers == 1:
-                            first.append((time.perf_counter() - started) * 1000)
-                whole.append((time.perf_counter() - started) * 1000)
-            assert layers == 30, layers
-            head = {**timed, "layer_index": 15, "head_index": 4}
-            del head["display_size"]
-            started = time.perf_counter()
-            answer = client.post("/api/v1/models/attention", json=head)
-            assert answer.status_code == 200, answer.text
-            heads.append((time.perf_counter() - started) * 1000)
-    peak = peak_rss_bytes(process.pid)
-    return {
-        "first": statistics.median(first),
-        "whole": statistics.median(whole),
-        "head": statistics.median(heads),
-        "peak": peak,
-    }
+    started = time.perf_counter()
+    layers, first = 0, 0.0
+    with client.stream("POST", "/api/v1/models/attention/layers", json=body) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if json.loads(line)["type"] == "layer":
+                layers += 1
+                if layers == 1:
+                    first = (time.perf_counter() - started) * 1000
+    whole = (time.perf_counter() - started) * 1000
+    assert layers == 30, layers
+    head = {**body, "layer_index": 15, "head_index": 4}
+    del head["display_size"]
+    started = time.perf_counter()
+    answer = client.post("/api/v1/models/attention", json=head)
+    assert answer.status_code == 200, answer.text
+    return first, whole, (time.perf_counter() - started) * 1000
 
 
 DRAWN = "document.getElementById('view-model').dataset.drawn === 'true'"
 
 
-def page_timings(url: str, text: str, reps: int) -> dict[str, float] | None:
-    """Median ms from the Compute click to the grid's first row and to the whole grid drawn.
+@contextmanager
+def models_page(url: str) -> Iterator[Any]:
+    """/models in headless Chromium, SmolLM2 chosen, chat template off, 0 new tokens.
 
-    In headless Chromium (None when it is not installed): /models with SmolLM2 chosen, its
-    chat template unticked (the prompt is exactly ``text``), 0 new tokens; each repetition
-    adds a trailing word (a new forward pass, not the server's kept one).
+    Yields a function text -> (ms from the Compute click to the grid's first row drawn,
+    ms to the whole grid drawn), from ``window.attnvizModels.timings``; None when Chromium
+    is not installed.
     """
     executable = chromium_path()
     if executable is None:
-        return None
+        yield None
+        return
     from playwright.sync_api import sync_playwright
 
-    first, whole = [], []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
@@ -154,8 +144,9 @@ def page_timings(url: str, text: str, reps: int) -> dict[str, float] | None:
             page.select_option("#model", NAME)
             page.uncheck("#chat")
             page.fill("#max-new-tokens", "0")
-            for rep in range(reps):
-                page.fill("#texts", f"{text}{' y' * (rep + 1)}")
+
+            def compute(text: str) -> tuple[float, float]:
+                page.fill("#texts", text)
                 page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
                 page.click("#compute")
                 page.wait_for_function(DRAWN, timeout=600_000)
@@ -167,16 +158,91 @@ def page_timings(url: str, text: str, reps: int) -> dict[str, float] | None:
                     " return [t.rows, t.cols]; }"
                 )
                 assert tiles == [30, 9], tiles
-                first.append(timings["firstLayerMs"])
-                whole.append(timings["wholeGridMs"])
+                return timings["firstLayerMs"], timings["wholeGridMs"]
+
+            yield compute
         finally:
             browser.close()
-    return {"first": statistics.median(first), "whole": statistics.median(whole)}
+
+
+def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
+    """Every figure of one length; forward, API and page interleaved, rep by rep, medians.
+
+    Each repetition adds a trailing word to the prompt, so every request runs the model
+    again (no kept forward pass), and runs the three side by side: on a shared machine
+    a slow spell then slows all three, not one.
+    """
+    text = prompt_of(model, length)
+    transformers_model = model.model
+    from attnviz.pretrained.recorder import use_recorder
+
+    def run_forward(b: Any) -> object:
+        with torch.inference_mode():
+            return transformers_model(b.input_ids).logits
+
+    figures: dict[str, list[float]] = {
+        k: [] for k in ("forward", "recorded", "first", "whole", "head", "page_first", "page_whole")
+    }
+    with decoder_server() as (url, process), httpx.Client(base_url=url, timeout=600) as client:
+        with models_page(url) as page:
+            for rep in range(reps + 1):  # the first is a warm-up, not counted
+                batch = model.tokenize([f"{text}{' x' * rep}"])
+                transformers_model.set_attn_implementation("sdpa")
+                try:
+                    forward = median_ms(lambda b=batch: run_forward(b), 1)
+                finally:
+                    use_recorder(transformers_model)
+                recorded = median_ms(lambda b=batch: model.run(b, device="cpu"), 1)
+                first, whole, head = stream_once(client, f"{text}{' y' * (rep + 1)}")
+                shown = None if page is None else page(f"{text}{' z' * (rep + 1)}")
+                if rep == 0:
+                    continue
+                for key, value in zip(
+                    ("forward", "recorded", "first", "whole", "head"),
+                    (forward, recorded, first, whole, head),
+                    strict=True,
+                ):
+                    figures[key].append(value)
+                if shown is not None:
+                    figures["page_first"].append(shown[0])
+                    figures["page_whole"].append(shown[1])
+        peak = peak_rss_bytes(process.pid)
+    result: dict[str, Any] = {k: statistics.median(v) if v else None for k, v in figures.items()}
+    # The ratios rep by rep (each against the forward pass of its own repetition).
+    result["whole_x"] = statistics.median(
+        w / f for w, f in zip(figures["whole"], figures["forward"], strict=True)
+    )
+    result["page_x"] = (
+        statistics.median(
+            w / f for w, f in zip(figures["page_whole"], figures["forward"], strict=True)
+        )
+        if figures["page_whole"]
+        else None
+    )
+    result["peak"] = peak
+    reference_ms = reference_gib = None
+    cells = 30 * 9 * length**2
+    if cells * 4 < 4 * GiB:
+        batch = model.tokenize([text])
+        transformers_model.set_attn_implementation("eager")
+        try:
+
+            def run_reference(b: Any = batch) -> object:
+                with torch.inference_mode():
+                    return transformers_model(b.input_ids, output_attentions=True)
+
+            reference_ms = median_ms(run_reference, max(1, reps))
+        finally:
+            use_recorder(transformers_model)
+        reference_gib = cells * 4 / GiB
+    result["reference_ms"], result["reference_gib"] = reference_ms, reference_gib
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 4096])
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per length")
     args = parser.parse_args()
     registry = ModelRegistry()
     registry.configure([], packaged=[NAME])
@@ -187,57 +253,26 @@ def main() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     rows = []
     for length in args.lengths:
-        reps = 5 if length <= 256 else 3 if length <= 1024 else 1
-        text = prompt_of(model, length)
-        batch = model.tokenize([text])
-        recorded = median_ms(lambda b=batch: model.run(b, device="cpu"), reps)
-        reference_ms = reference_gib = None
-        cells = 30 * 9 * length**2
-        transformers_model = model.model
-        from attnviz.pretrained.recorder import use_recorder
-
-        transformers_model.set_attn_implementation("sdpa")
-        try:
-
-            def run_forward(b: Any = batch, m: Any = transformers_model) -> object:
-                with torch.inference_mode():
-                    return m(b.input_ids).logits
-
-            forward = median_ms(run_forward, reps)
-        finally:
-            use_recorder(transformers_model)
-        if cells * 4 < 4 * GiB:
-            transformers_model.set_attn_implementation("eager")
-            try:
-
-                def run_reference(b: Any = batch, m: Any = transformers_model) -> object:
-                    with torch.inference_mode():
-                        return m(b.input_ids, output_attentions=True)
-
-                reference_ms = median_ms(run_reference, reps)
-            finally:
-                use_recorder(transformers_model)
-            reference_gib = cells * 4 / GiB
-        with decoder_server() as (url, process):
-            api = api_timings(url, process, text, reps)
-            page = page_timings(url, text, reps)
-        rows.append((length, forward, recorded, reference_ms, reference_gib, api, page))
+        reps = args.reps or (5 if length <= 1024 else 1)
+        m = measure(model, length, reps)
+        rows.append((length, m))
+        page = (
+            f"page: first layer {m['page_first']:.0f} ms, whole grid {m['page_whole']:.0f} ms "
+            f"({m['page_x']:.2f}x forward); "
+            if m["page_x"] is not None
+            else ""
+        )
+        reference = (
+            f"output_attentions {m['reference_ms']:.0f} ms, its maps {m['reference_gib']:.2f} GiB"
+            if m["reference_ms"] is not None
+            else "output_attentions not run (its maps alone: "
+            f"{30 * 9 * length**2 * 4 / 1e9:.1f} GB)"
+        )
         print(
-            f"L={length}: forward {forward:.0f} ms, recorded {recorded:.0f} ms; "
-            f"first layer {api['first']:.0f} ms, whole "
-            f"grid {api['whole']:.0f} ms ({api['whole'] / forward:.2f}x forward); one head "
-            f"{api['head']:.0f} ms; server peak {api['peak'] / GiB:.2f} GiB; "
-            + (
-                f"page: first layer {page['first']:.0f} ms, whole grid {page['whole']:.0f} ms "
-                f"({page['whole'] / forward:.2f}x forward); "
-                if page is not None
-                else ""
-            )
-            + (
-                f"output_attentions {reference_ms:.0f} ms, its maps {reference_gib:.2f} GiB"
-                if reference_ms is not None
-                else f"output_attentions not run (its maps alone: {cells * 4 / 1e9:.1f} GB)"
-            ),
+            f"L={length} ({reps} reps): forward {m['forward']:.0f} ms, recorded "
+            f"{m['recorded']:.0f} ms; first layer {m['first']:.0f} ms, whole grid "
+            f"{m['whole']:.0f} ms ({m['whole_x']:.2f}x forward); one head {m['head']:.0f} ms; "
+            f"server peak {m['peak'] / GiB:.2f} GiB; {page}{reference}",
             flush=True,
         )
     print()
@@ -246,24 +281,23 @@ def main() -> None:
         "| page: first layer | page: whole grid (x forward) | output_attentions (its maps) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for length, forward, recorded, reference_ms, reference_gib, api, page in rows:
+    for length, m in rows:
         reference = (
-            f"{reference_ms:.0f} ms ({reference_gib:.2f} GiB)"
-            if reference_ms is not None
+            f"{m['reference_ms']:.0f} ms ({m['reference_gib']:.2f} GiB)"
+            if m["reference_ms"] is not None
             else f"not run ({30 * 9 * length**2 * 4 / 1e9:.1f} GB)"
         )
         shown = (
-            f"{page['first']:.0f} ms | {page['whole']:.0f} ms ({page['whole'] / forward:.2f}x)"
-            if page is not None
+            f"{m['page_first']:.0f} ms | {m['page_whole']:.0f} ms ({m['page_x']:.2f}x)"
+            if m["page_x"] is not None
             else "not measured | not measured"
         )
         print(
-            f"| {length} | {forward:.0f} ms | {recorded:.0f} ms | {api['first']:.0f} ms | "
-            f"{api['whole']:.0f} ms "
-            f"({api['whole'] / forward:.2f}x) | {api['head']:.0f} ms | "
-            f"{api['peak'] / GiB:.2f} GiB | {shown} | {reference} |"
+            f"| {length} | {m['forward']:.0f} ms | {m['recorded']:.0f} ms | {m['first']:.0f} ms | "
+            f"{m['whole']:.0f} ms ({m['whole_x']:.2f}x) | {m['head']:.0f} ms | "
+            f"{m['peak'] / GiB:.2f} GiB | {shown} | {reference} |"
         )
-    if any(page is None for *_, page in rows):
+    if any(m["page_x"] is None for _, m in rows):
         print("\npage: chromium is not installed (make browser), not measured")
 
 
