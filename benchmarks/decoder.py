@@ -60,6 +60,11 @@ PASSAGE = (
     "heads decides how much of every earlier word to carry forward into the next one. "
 )
 GiB = 2**30
+ENDINGS = (  # each one token after a space, for SmolLM2's tokenizer
+    *("cat", "dog", "sun", "tree", "car", "box", "red", "blue", "green", "house", "water"),
+    *("fire", "stone", "bird", "fish", "book", "door", "road", "hill", "lake", "moon"),
+    *("star", "rain", "snow", "wind"),
+)
 
 
 def prompt_of(model: PretrainedModel, length: int) -> str:
@@ -168,11 +173,20 @@ def models_page(url: str) -> Iterator[Any]:
 def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
     """Every figure of one length; forward, API and page interleaved, rep by rep, medians.
 
-    Each repetition adds a trailing word to the prompt, so every request runs the model
-    again (no kept forward pass), and runs the three side by side: on a shared machine
-    a slow spell then slows all three, not one.
+    Every request ends in another word (the prompt stays ``length`` tokens), so each runs
+    the model again (no kept forward pass); a repetition runs the three side by side: on
+    a shared machine a slow spell then slows all three, not one.
     """
-    text = prompt_of(model, length)
+    text = prompt_of(model, length - 1)
+    # One word more per request, a different one each time, so that every request runs
+    # the model again (nothing kept) on exactly ``length`` tokens.
+    endings = iter(ENDINGS)
+
+    def prompt() -> str:
+        ending = f"{text} {next(endings)}"
+        assert model.tokenize([ending]).input_ids.shape[1] == length, ending[-40:]
+        return ending
+
     transformers_model = model.model
     from attnviz.pretrained.recorder import use_recorder
 
@@ -186,15 +200,15 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
     with decoder_server() as (url, process), httpx.Client(base_url=url, timeout=600) as client:
         with models_page(url) as page:
             for rep in range(reps + 1):  # the first is a warm-up, not counted
-                batch = model.tokenize([f"{text}{' x' * rep}"])
+                batch = model.tokenize([prompt()])
                 transformers_model.set_attn_implementation("sdpa")
                 try:
                     forward = median_ms(lambda b=batch: run_forward(b), 1)
                 finally:
                     use_recorder(transformers_model)
                 recorded = median_ms(lambda b=batch: model.run(b, device="cpu"), 1)
-                first, whole, head = stream_once(client, f"{text}{' y' * (rep + 1)}")
-                shown = None if page is None else page(f"{text}{' z' * (rep + 1)}")
+                first, whole, head = stream_once(client, prompt())
+                shown = None if page is None else page(prompt())
                 if rep == 0:
                     continue
                 for key, value in zip(
