@@ -249,37 +249,56 @@ class LayerWalk:
                 else range(self.layer_index, self.layer_index + 1)
             )
         for layer in every:
-            raw = self.result.layer_weights(self.block, layer)[0]  # (H, L_q, L_k)
-            if self.head_index is not None and not 0 <= self.head_index < raw.shape[0]:
+            num_heads = self.result.num_heads(self.block, layer)
+            if self.head_index is not None and not 0 <= self.head_index < num_heads:
                 raise AttentionInputError(
-                    "head_index", f"{self.head_index} is not below {raw.shape[0]}"
+                    "head_index", f"{self.head_index} is not below {num_heads}"
                 )
-            weights = raw
-            if self.keep_q is not None and self.keep_k is not None:
-                weights = renormalised(raw, self.keep_q, self.keep_k)
-            mean = weights.mean(dim=0)
-            if self.layer_index is None or layer == self.layer_index:
-                shown_heads = weights
-                if self.head_index is not None:
-                    shown_heads = weights[self.head_index : self.head_index + 1]
-                maps, self.pooling = pooled(shown_heads, self.display_size)
+            shown_layer = self.layer_index is None or layer == self.layer_index
+            hiding = self.keep_q is not None and self.keep_k is not None
+            # One group of heads at a time (those sharing a key/value head): the sums of
+            # the head mean and, for rollout, of the unhidden maps; the shown heads pooled.
+            total: torch.Tensor | None = None
+            raw_total: torch.Tensor | None = None
+            parts: list[torch.Tensor] = []
+            for first, group in self.result.head_groups(self.block, layer):
+                raw = group[0]  # (G, L_q, L_k)
+                weights = raw
+                if hiding:
+                    assert self.keep_q is not None and self.keep_k is not None
+                    weights = renormalised(raw, self.keep_q, self.keep_k)
+                    if averages is None:
+                        hidden = raw[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
+                        self.share_sum += float(hidden.sum())
+                        self.share_count += hidden.numel()
+                total = weights.sum(dim=0) if total is None else total + weights.sum(dim=0)
+                if averages is None and self.with_rollout:  # with every token, hidden or not
+                    raw_sum = raw.sum(dim=0)
+                    raw_total = raw_sum if raw_total is None else raw_total + raw_sum
+                if shown_layer:
+                    if self.head_index is None:
+                        parts.append(pooled(weights, self.display_size)[0])
+                    elif first <= self.head_index < first + weights.shape[0]:
+                        one = weights[self.head_index - first : self.head_index - first + 1]
+                        parts.append(pooled(one, self.display_size)[0])
+                del raw, weights, group
+            assert total is not None  # every layer has a head
+            mean = total / num_heads
+            if shown_layer:
+                self.pooling = Pooling(*self.factors(*mean.shape))
                 # One head's click carries that head in full; its layer's mean no larger
                 # than the averages (MAX_AVERAGE_SIZE).
                 mean_size = self.display_size
                 if self.head_index is not None and mean_size is None:
                     mean_size = MAX_AVERAGE_SIZE
-                shown = LayerMaps(layer, maps, pooled(mean, mean_size)[0])
+                shown = LayerMaps(layer, torch.cat(parts), pooled(mean, mean_size)[0])
                 self.kept.append(shown)
                 # Sent before this layer's share of the averages is added: a streamed
                 # layer does not wait for its rollout step.
                 yield shown
             if averages is None:
-                if self.with_rollout:  # with every token, hidden or not
-                    self.rollout = rollout_step(self.rollout, raw.mean(dim=0))
-                if self.keep_q is not None and self.keep_k is not None:
-                    hidden = raw[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
-                    self.share_sum += float(hidden.sum())
-                    self.share_count += hidden.numel()
+                if raw_total is not None:
+                    self.rollout = rollout_step(self.rollout, raw_total / num_heads)
                 self.layer_sum = mean if self.layer_sum is None else self.layer_sum + mean
         if averages is None:
             self.result.memo[self._memo_key] = (

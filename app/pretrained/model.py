@@ -26,7 +26,7 @@ import copy
 import functools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -220,6 +220,29 @@ class PretrainedAttentions:
             AttentionInputError: (field ``layer_index``) no such layer.
         """
         return self.recording.layer_weights(self._call(block, layer))
+
+    def head_groups(self, block: Block, layer: int) -> Iterator[tuple[int, torch.Tensor]]:
+        """One layer's weights a group of heads at a time, as :meth:`layer_weights` in pieces.
+
+        Yields (first head, (B, G, L_q, L_k) float32) for each group of G query heads that
+        share one key/value head (G = 1 without grouped-query attention): a third of
+        SmolLM2's layer in memory at once (its layer is 604 MB of weights at 4096 tokens).
+
+        Raises:
+            AttentionInputError: (field ``layer_index``) no such layer.
+        """
+        call = self._call(block, layer)
+        recorded = self.recording.calls[call]
+        for kv in range(recorded.num_key_value_heads):
+            yield kv * recorded.group_size, self.recording.group_weights(call, kv)
+
+    def num_heads(self, block: Block, layer: int) -> int:
+        """H, the query heads of one layer.
+
+        Raises:
+            AttentionInputError: (field ``layer_index``) no such layer.
+        """
+        return self.recording.calls[self._call(block, layer)].num_heads
 
     def query_rows(self, block: Block, query: int) -> torch.Tensor:
         """The row of one query position in every layer and head: (N, B, H, L_k) float32.

@@ -207,18 +207,18 @@ def test_a_click_on_a_head_reuses_the_forward_pass_and_computes_one_layer(
 
     runs: list[int] = []
     layers: list[int] = []
-    run, layer_weights = PretrainedModel.run, PretrainedAttentions.layer_weights
+    run, head_groups = PretrainedModel.run, PretrainedAttentions.head_groups
 
     def counted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         runs.append(1)
         return run(self, *args, **kwargs)
 
-    def counted_layer(self: Any, block: Any, layer: int, **kwargs: Any) -> Any:
-        layers.append(layer)
-        return layer_weights(self, block, layer, **kwargs)
+    def counted_layer(self: Any, block: Any, layer: int) -> Any:
+        layers.append(layer)  # a layer's maps are computed by one walk over its groups
+        return head_groups(self, block, layer)
 
     monkeypatch.setattr(PretrainedModel, "run", counted_run)
-    monkeypatch.setattr(PretrainedAttentions, "layer_weights", counted_layer)
+    monkeypatch.setattr(PretrainedAttentions, "head_groups", counted_layer)
     body = {"model": "tiny-llama", "texts": ["the red bird sang today"], "sequence_index": 0}
     grid = local_models.post(URL, json={**body, "display_size": 8}).json()
     assert (runs, layers) == ([1], [0, 1])
