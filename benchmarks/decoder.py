@@ -253,6 +253,50 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
     return result
 
 
+def device_timings(model: PretrainedModel, length: int, device: str, reps: int) -> dict[str, float]:
+    """In this process on ``device``: medians in ms of transformers' forward pass, the recorded
+    pass, the whole grid's walk (every layer and head pooled to 64, the averages) and one
+    head at full resolution from the kept pass (the click). Run for "cuda" when torch sees a
+    GPU (the server's timings above are the CPU's)."""
+    from attnviz.pretrained.display import LayerWalk
+    from attnviz.pretrained.recorder import use_recorder
+
+    batch = model.tokenize([prompt_of(model, length)])
+    on = model.on(torch.device(device))
+
+    def synchronized() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def forward() -> None:
+        on.set_attn_implementation("sdpa")
+        try:
+            with torch.inference_mode():
+                on(batch.input_ids.to(device))
+            synchronized()
+        finally:
+            use_recorder(on)
+
+    result = model.run(batch, device=device)
+
+    def grid() -> None:
+        result.memo.clear()  # every layer again, as a new input's grid
+        walk = LayerWalk(result, display_size=64)
+        for _ in walk.layers():
+            pass
+        walk.view()
+
+    figures = {
+        "forward": median_ms(forward, reps),
+        "recorded": median_ms(lambda: model.run(batch, device=device), reps),
+        "grid": median_ms(grid, reps),
+    }
+    figures["head"] = median_ms(
+        lambda: LayerWalk(result, layer_index=15, head_index=4).view(), reps
+    )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 4096])
@@ -313,6 +357,20 @@ def main() -> None:
         )
     if any(m["page_x"] is None for _, m in rows):
         print("\npage: chromium is not installed (make browser), not measured")
+    if torch.cuda.is_available():
+        print(f"\nCUDA ({torch.cuda.get_device_name()}), in process, medians of 5:")
+        print("| L | forward | recorded | grid: recorded + walk (x forward) | one head |")
+        print("|---|---|---|---|---|")
+        for length in args.lengths:
+            d = device_timings(model, length, "cuda", 5)
+            whole = d["recorded"] + d["grid"]
+            print(
+                f"| {length} | {d['forward']:.0f} ms | {d['recorded']:.0f} ms | {whole:.0f} ms "
+                f"({whole / d['forward']:.2f}x) | {d['head']:.0f} ms |",
+                flush=True,
+            )
+    else:
+        print("\nCUDA: torch sees no GPU here, not measured")
 
 
 if __name__ == "__main__":
