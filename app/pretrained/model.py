@@ -65,6 +65,11 @@ POSITIONS_AFTER_PADDING: Final = frozenset(
 ``create_position_ids_from_input_ids``): roberta-base's 514 positions take 512 tokens."""
 ROLLOUT_FLOAT64_TOKENS: Final = 512
 """Rollouts up to this many tokens are computed in float64, longer ones in float32."""
+HEAD_CHUNK_FLOATS: Final = 4 * 2**20
+"""The most weights (16 MB of float32) one eager call of a layer walk computes, past one
+group of heads. With the whole layer at once (38 MB for SmolLM2 at 1024 tokens) the
+streamed grid took 4.9 s to its end, a group at a time 3.5 s (benchmarks/decoder.py);
+the likely cause: glibc maps blocks over 32 MB afresh from the system for every layer."""
 MAX_ROLLOUT_TOKENS: Final = 2048
 """Views of longer inputs leave rollout out: N products of L^3 (30 x 137 GFLOP at 4096)."""
 TOP_K: Final = 10
@@ -222,19 +227,26 @@ class PretrainedAttentions:
         return self.recording.layer_weights(self._call(block, layer))
 
     def head_groups(self, block: Block, layer: int) -> Iterator[tuple[int, torch.Tensor]]:
-        """One layer's weights a group of heads at a time, as :meth:`layer_weights` in pieces.
+        """One layer's weights a few heads at a time, as :meth:`layer_weights` in pieces.
 
-        Yields (first head, (B, G, L_q, L_k) float32) for each group of G query heads that
-        share one key/value head (G = 1 without grouped-query attention): a third of
-        SmolLM2's layer in memory at once (its layer is 604 MB of weights at 4096 tokens).
+        Yields (first head, (B, G, L_q, L_k) float32): whole groups of the query heads
+        that share a key/value head (a head each without grouped-query attention), as
+        many as fit in :data:`HEAD_CHUNK_FLOATS` numbers (at least one group) per call of
+        the model's eager attention. SmolLM2 at 4096 tokens: one group of 3 heads, 201 MB,
+        where its layer is 604 MB; MiniLM's 12 heads of a sentence: one call.
 
         Raises:
             AttentionInputError: (field ``layer_index``) no such layer.
         """
         call = self._call(block, layer)
         recorded = self.recording.calls[call]
-        for kv in range(recorded.num_key_value_heads):
-            yield kv * recorded.group_size, self.recording.group_weights(call, kv)
+        batch, _, length, _ = recorded.query.shape
+        group = batch * recorded.group_size * length * recorded.key.shape[2]
+        per_call = max(1, HEAD_CHUNK_FLOATS // group)
+        for first in range(0, recorded.num_key_value_heads, per_call):
+            count = min(per_call, recorded.num_key_value_heads - first)
+            weights = self.recording.groups_weights(call, first, count)
+            yield first * recorded.group_size, weights
 
     def num_heads(self, block: Block, layer: int) -> int:
         """H, the query heads of one layer.

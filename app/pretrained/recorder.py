@@ -130,19 +130,33 @@ class AttentionRecording:
         Raises:
             IndexError: no such layer or key/value head.
         """
+        return self.groups_weights(layer, key_value_head, 1, query=query)
+
+    def groups_weights(
+        self, layer: int, first: int, count: int, *, query: int | None = None
+    ) -> torch.Tensor:
+        """The weights of ``count`` consecutive groups from key/value head ``first``, in one call.
+
+        As :meth:`group_weights` for key/value heads first .. first + count - 1 and their
+        query heads: (B, count * H // H_kv, L_q, L_k) float32 on the CPU.
+
+        Raises:
+            IndexError: no such layer, or key/value heads beyond H_kv.
+        """
         call = self.calls[layer]
-        if not 0 <= key_value_head < call.num_key_value_heads:
+        if not (first >= 0 and count >= 1 and first + count <= call.num_key_value_heads):
             raise IndexError(
-                f"key/value head {key_value_head} is not in 0..{call.num_key_value_heads - 1}"
+                f"key/value heads {first}..{first + count - 1} are not in "
+                f"0..{call.num_key_value_heads - 1}"
             )
-        first = key_value_head * call.group_size
-        queries = call.query[:, first : first + call.group_size]
-        key = call.key[:, key_value_head : key_value_head + 1]
+        heads = slice(first * call.group_size, (first + count) * call.group_size)
+        queries = call.query[:, heads]
+        key = call.key[:, first : first + count]
         mask = call.attention_mask
         kwargs = dict(call.kwargs)
         bias = kwargs.get(POSITION_BIAS)
         if isinstance(bias, torch.Tensor) and bias.shape[1] > 1:  # (B or 1, H, L_q, L_k)
-            kwargs[POSITION_BIAS] = bias[:, first : first + call.group_size]
+            kwargs[POSITION_BIAS] = bias[:, heads]
         if query is not None:
             queries = queries[:, :, query : query + 1]
             mask = _query_row(mask, query)

@@ -502,3 +502,31 @@ def test_a_model_whose_tokenizer_overruns_its_embedding_fails_alone(tmp_path: Pa
         states = [entry.state for entry in registry.entries()]
     assert states == ["failed", "ready"]
     assert registry.wait(0)
+
+
+@pytest.mark.parametrize("name", ["llama", "t5"])
+@pytest.mark.parametrize("chunk", [1, 2**30])  # one group per eager call, or every head in one
+def test_head_groups_in_any_chunks_are_the_layer(
+    name: str, chunk: int, models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnviz.pretrained import model as model_module
+
+    monkeypatch.setattr(model_module, "HEAD_CHUNK_FLOATS", chunk)
+    model = models[name]
+    batch = model.tokenize(tiny.TEXTS)
+    targets = model.decoder_inputs(tiny.TARGETS) if model.family == "encoder-decoder" else None
+    result = model.run(batch, targets, device="cpu")
+    for block in model.blocks:
+        for layer in range(result.num_layers(block)):
+            pieces = list(result.head_groups(block, layer))
+            heads = result.num_heads(block, layer)
+            per_call = pieces[0][1].shape[1]
+            assert [first for first, _ in pieces] == list(range(0, heads, per_call))
+            groups = result.recording.calls[0].num_key_value_heads
+            assert len(pieces) == (1 if chunk > 1 else groups)
+            torch.testing.assert_close(
+                torch.cat([w for _, w in pieces], dim=1),
+                result.layer_weights(block, layer),
+                atol=1e-6,
+                rtol=0,
+            )
