@@ -988,7 +988,10 @@ async function renderModelView(section, res, watcher = null) {
       state.firstLayerAt = state.gridAt;
     }
   });
-  await Promise.all([gridDrawn, showEnlarged(enlarged, res, 0, 0)]);
+  // The enlarged head is fetched once the grid is drawn: its computation on the server
+  // and its decoding here would otherwise share the CPU with the grid's drawing.
+  await gridDrawn;
+  await showEnlarged(enlarged, res, 0, 0);
 }
 
 // Every head of one layer, with token labels, at full resolution; with grouped-query
