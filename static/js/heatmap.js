@@ -280,9 +280,11 @@ function plotlyGridDomains(count, gap, topFirst = false) {
   return topFirst ? domains.reverse() : domains;
 }
 
-// One Plotly figure of rows x cols small heatmaps (e.g. layers x heads, BertViz's
-// model view): one heatmap trace per cell on its own axes, drawn as SVG images,
-// so 72 thumbnails cost one figure and no WebGL context. options:
+// One Plotly figure of rows x cols small heatmaps (the lessons' layers, the averages'
+// strip of layers): one heatmap trace per cell on its own axes, drawn as SVG images, so
+// a grid costs one figure and no WebGL context. Plotly's cost grows with the subplots:
+// the model view's layers x heads grid (up to 30 x 9) is tiledGrid's one trace instead.
+// options:
 //   rows, cols, cell(r, c) -> matrix (null = masked, drawn gray),
 //   rowName / colName (axis titles "L0", "H0": an empty rowName gives no row titles, an
 //   empty colName bare numbers), title, zmax (a number shared by every cell, or "each" to
