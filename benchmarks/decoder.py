@@ -170,6 +170,18 @@ def models_page(url: str) -> Iterator[Any]:
             browser.close()
 
 
+@contextmanager
+def attention_implementation(transformers_model: Any, name: str) -> Iterator[None]:
+    """transformers' own ``name`` attention ("sdpa", "eager") in the block, the recorder after."""
+    from attnviz.pretrained.recorder import use_recorder
+
+    transformers_model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        use_recorder(transformers_model)
+
+
 def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
     """Every figure of one length; forward, API and page interleaved, rep by rep, medians.
 
@@ -188,7 +200,6 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
         return ending
 
     transformers_model = model.model
-    from attnviz.pretrained.recorder import use_recorder
 
     def run_forward(b: Any) -> object:
         with torch.inference_mode():
@@ -201,11 +212,8 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
         with models_page(url) as page:
             for rep in range(reps + 1):  # the first is a warm-up, not counted
                 batch = model.tokenize([prompt()])
-                transformers_model.set_attn_implementation("sdpa")
-                try:
+                with attention_implementation(transformers_model, "sdpa"):
                     forward = median_ms(lambda b=batch: run_forward(b), 1)
-                finally:
-                    use_recorder(transformers_model)
                 recorded = median_ms(lambda b=batch: model.run(b, device="cpu"), 1)
                 first, whole, head = stream_once(client, prompt())
                 shown = None if page is None else page(prompt())
@@ -238,16 +246,13 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
     cells = 30 * 9 * length**2
     if cells * 4 < 4 * GiB:
         batch = model.tokenize([text])
-        transformers_model.set_attn_implementation("eager")
-        try:
 
-            def run_reference(b: Any = batch) -> object:
-                with torch.inference_mode():
-                    return transformers_model(b.input_ids, output_attentions=True)
+        def run_reference(b: Any = batch) -> object:
+            with torch.inference_mode():
+                return transformers_model(b.input_ids, output_attentions=True)
 
+        with attention_implementation(transformers_model, "eager"):
             reference_ms = median_ms(run_reference, max(1, reps))
-        finally:
-            use_recorder(transformers_model)
         reference_gib = cells * 4 / GiB
     result["reference_ms"], result["reference_gib"] = reference_ms, reference_gib
     return result
@@ -259,7 +264,6 @@ def device_timings(model: PretrainedModel, length: int, device: str, reps: int) 
     head at full resolution from the kept pass (the click). Run for "cuda" when torch sees a
     GPU (the server's timings above are the CPU's)."""
     from attnviz.pretrained.display import LayerWalk
-    from attnviz.pretrained.recorder import use_recorder
 
     batch = model.tokenize([prompt_of(model, length)])
     on = model.on(torch.device(device))
@@ -269,13 +273,9 @@ def device_timings(model: PretrainedModel, length: int, device: str, reps: int) 
             torch.cuda.synchronize()
 
     def forward() -> None:
-        on.set_attn_implementation("sdpa")
-        try:
-            with torch.inference_mode():
-                on(batch.input_ids.to(device))
-            synchronized()
-        finally:
-            use_recorder(on)
+        with torch.inference_mode():
+            on(batch.input_ids.to(device))
+        synchronized()
 
     result = model.run(batch, device=device)
 
@@ -286,8 +286,10 @@ def device_timings(model: PretrainedModel, length: int, device: str, reps: int) 
             pass
         walk.view()
 
+    with attention_implementation(on, "sdpa"):
+        forward_ms = median_ms(forward, reps)
     figures = {
-        "forward": median_ms(forward, reps),
+        "forward": forward_ms,
         "recorded": median_ms(lambda: model.run(batch, device=device), reps),
         "grid": median_ms(grid, reps),
     }
