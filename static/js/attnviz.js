@@ -425,14 +425,26 @@ async function renderView() {
   renderBadge(data);
   const container = document.getElementById(`view-${state.view}`);
   container.dataset.drawn = "false";
+  const started = performance.now();
+  let received = started; // when the view's last request was answered
+  const timedFetch = async (...args) => {
+    const body = await fetchJson(...args);
+    received = performance.now();
+    return body;
+  };
   if (state.view === "heads") {
     await renderHeads(data, b);
   } else {
     clearError();
     await view.render(container.querySelector(".view-body"), {
-      data, request: state.request, sequence: b, head: h, fetchJson,
+      data, request: state.request, sequence: b, head: h, fetchJson: timedFetch,
     });
   }
+  const drawn = performance.now();
+  // Milliseconds: the view's own requests, and its drawing after the last one arrived.
+  window.attnviz.viewTimings = {
+    view: state.view, fetchMs: received - started, drawMs: drawn - received,
+  };
   container.dataset.drawn = "true";
 }
 
@@ -483,7 +495,7 @@ for (const container of document.querySelectorAll(".view-controls")) {
   container.addEventListener("change", renderView);
 }
 
-window.attnviz = { lastResponse: null, compute: compute };
+window.attnviz = { lastResponse: null, compute: compute, viewTimings: null };
 state.view = viewFromUrl(state.view);
 const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
 if (shared && Array.isArray(shared.sequences)) {

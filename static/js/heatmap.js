@@ -219,6 +219,20 @@ function themed(layout) {
   return merged;
 }
 
+// Plotly.js (script#plotly-js) is loaded with `defer` after the page's module script
+// (templates/base.html): the module runs first and sends its first request while the
+// browser is still compiling Plotly.js (about 1 s on a 2-core machine). Every draw waits
+// for this promise, which resolves to the Plotly object.
+export const plotlyReady = new Promise((resolve, reject) => {
+  if (window.Plotly) {
+    resolve(window.Plotly);
+    return;
+  }
+  const script = document.getElementById("plotly-js");
+  script.addEventListener("load", () => resolve(window.Plotly));
+  script.addEventListener("error", () => reject(new Error("Plotly.js did not load")));
+});
+
 // Draw a figure ({traces, layout}: a heatmapFigure, or any Plotly traces and layout) into
 // a new div appended to container; returns the div, whose `drawn` promise resolves once
 // Plotly has drawn it.
@@ -226,7 +240,8 @@ export function addPlot(container, figure, className = "plot") {
   const div = document.createElement("div");
   div.className = className;
   container.append(div);
-  div.drawn = Plotly.newPlot(div, figure.traces, themed(figure.layout), PLOT_CONFIG);
+  div.drawn = plotlyReady.then((plotly) => (
+    plotly.newPlot(div, figure.traces, themed(figure.layout), PLOT_CONFIG)));
   return div;
 }
 

@@ -73,6 +73,7 @@ const state = {
   // The overview's stream in flight (streamOverview), when the last one's answer ended
   // (performance.now()), and when the model view drew its first layer and its whole grid.
   stream: null, responseAt: null, firstLayerAt: null, gridAt: null, computes: 0,
+  answeredAt: null, // when the latest attention request was answered (viewTimings)
   // The token explorer: the chosen query position, its responses by request, a ticket.
   queryIndex: null, queries: new Map(), queryBase: null, queryTicket: 0,
   pending: null, // the model whose loading a computation waits for
@@ -293,6 +294,7 @@ function resumePending() {
 async function requestAttention(body) {
   let message = null;
   const res = await jsonFetcher((text) => { message = text; })(ATTENTION_URL, body);
+  state.answeredAt = performance.now();
   if (res !== null) return res;
   await refused(body.model, message);
   return null;
@@ -604,6 +606,7 @@ function takeLine(stream, line) {
   }
   if (line.type === "end") {
     state.responseAt = performance.now();
+    state.answeredAt = state.responseAt;
     const end = decodeArrays(line);
     const { attentions, head_mean: headMean, ...start } = stream.res;
     if (attentions.length !== end.shape[0]) {
@@ -1347,6 +1350,7 @@ async function renderView() {
   controls.hidden = false;
   const section = document.getElementById(`view-${state.view}`);
   section.dataset.drawn = "false";
+  const started = performance.now();
   const watcher = state.view === "model" ? modelWatcher(section, ticket) : null;
   if (watcher) section.dataset.firstLayer = "false";
   openTab(state.view);
@@ -1363,7 +1367,15 @@ async function renderView() {
       if (watcher && watcher.stream) layerProgress.end(watcher.stream);
     }
   }, label);
-  if (done && ticket === state.ticket) section.dataset.drawn = "true";
+  if (!done || ticket !== state.ticket) return;
+  // Milliseconds: the view's drawing after its last answer arrived (from the switch when
+  // it needed none).
+  const drawn = performance.now();
+  const received = Math.max(started, state.answeredAt ?? started);
+  window.attnvizModels.viewTimings = {
+    view: state.view, fetchMs: received - started, drawMs: drawn - received,
+  };
+  section.dataset.drawn = "true";
 }
 
 // The model, layer and averages views: the overview, then the view.
@@ -1484,7 +1496,9 @@ bindDownloads("attnviz-model", () => state.view, () => {
   return state.overview && { request: state.overviewRequest, response: state.overview };
 });
 
-window.attnvizModels = { lastResponse: null, lastQuery: null, timings: null, compute, selectQuery };
+window.attnvizModels = {
+  lastResponse: null, lastQuery: null, timings: null, viewTimings: null, compute, selectQuery,
+};
 state.view = viewFromUrl(state.view);
 openTab(state.view);
 start();

@@ -6,8 +6,10 @@ import pytest
 import torch
 from attnviz.attention import LayerConfig, compute_attention
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from attnviz.server.resources import STATIC_DIR
 from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
+from plotly.offline import get_plotlyjs_version
 
 URL = "/api/v1/attention"
 
@@ -215,11 +217,37 @@ def test_page_embeds_presets_and_serves_plotly_offline(client: TestClient) -> No
     page = client.get("/")
     assert page.status_code == 200
     assert "tutorial-padding-causal" in page.text
-    assert '<script src="/static/vendor/plotly.min.js">' in page.text
-    plotly_js = client.get("/static/vendor/plotly.min.js")
-    assert plotly_js.status_code == 200
-    assert plotly_js.headers["content-type"].startswith("text/javascript")
-    assert b"plotly.js v" in plotly_js.content[:200]
+    version = get_plotlyjs_version()
+    url = f"/static/vendor/plotly-cartesian.min.js?v={version}"
+    # Deferred, after the page's module: the module's first request goes out first.
+    tag = f'<script id="plotly-js" defer src="{url}"></script>'
+    assert tag in page.text
+    assert page.text.index('<script type="module"') < page.text.index(tag)
+    assert client.get("/models").text.count(tag) == 1
+    vendored = (STATIC_DIR / "vendor" / "plotly-cartesian.min.js").read_bytes()
+    assert vendored.startswith(f"/**\n* plotly.js (cartesian - minified) v{version}\n".encode())
+    licence = (STATIC_DIR / "vendor" / "plotly-cartesian.LICENSE").read_text()
+    assert "MIT" in licence or "Permission is hereby granted" in licence
+
+    plain = client.get(url, headers={"Accept-Encoding": "identity"})
+    assert plain.status_code == 200
+    assert plain.headers["content-type"].startswith("text/javascript")
+    assert "content-encoding" not in plain.headers
+    assert plain.content == vendored
+    assert plain.headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert plain.headers["vary"] == "Accept-Encoding"
+
+    packed = client.get(url, headers={"Accept-Encoding": "br, gzip;q=0.8"})
+    assert packed.headers["content-encoding"] == "gzip"
+    assert int(packed.headers["content-length"]) < len(vendored) / 2
+    assert packed.content == vendored  # httpx decodes it
+    refused = client.get(url, headers={"Accept-Encoding": "gzip;q=0"})
+    assert "content-encoding" not in refused.headers
+
+    etag = plain.headers["etag"]
+    again = client.get(url, headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    assert client.get("/static/vendor/plotly.min.js").status_code == 404  # the full bundle
     assert client.get("/static/js/attnviz.js").status_code == 200
 
 
