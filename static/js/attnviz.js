@@ -1,7 +1,8 @@
 // AttnViz page: the form, the per-head heatmaps, and the tabs of the lesson views.
 // JSON from the API is snake_case; camelCase names are used only for JS locals.
 import {
-  addPlot, attentionHover, clearPlots, heatmapFigure, maxOf, visibleWeights,
+  addPlot, attentionHover, clearPlots, fillColourScales, heatmapFigure, maxOf, resolveScale,
+  visibleWeights,
 } from "./heatmap.js";
 import {
   ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, bindDownloads, errorBox,
@@ -9,6 +10,10 @@ import {
   readUrlRequest, selectedIndex, viewFromUrl, whileBusy, writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
+import {
+  additive, focusToken, meanOf, nextSelection, outline, selectedWeights, selectionShapes,
+  tokenStrip,
+} from "./tokens.js";
 
 const SCRIPT_START = performance.now();
 const INT_TOKEN = /^-?\d+$/;
@@ -23,6 +28,10 @@ const presetDescription = document.getElementById("preset-description");
 const summary = document.getElementById("summary");
 const sequenceSelect = document.getElementById("sequence-index");
 const headSelect = document.getElementById("head-index");
+const colourScale = document.getElementById("colour-scale");
+const shadeHead = document.getElementById("shade-head");
+const queryStrip = document.getElementById("query-strip");
+const keyStrip = document.getElementById("key-strip");
 const headControl = document.getElementById("head-control");
 const headsContainer = document.getElementById("heads");
 const zoomContainer = document.getElementById("head-zoom");
@@ -38,6 +47,7 @@ const defaultPreset = JSON.parse(document.getElementById("default-preset").textC
 // requestKey: the form as it was for the shown results (see formKey); presetKey: the
 // form as the selected preset fills it.
 const state = {
+  selected: new Set(), // the selected query positions (tokens.js)
   response: null, request: null, view: "heads", requestKey: null, preset: null, presetKey: null,
   link: null,
 };
@@ -290,12 +300,93 @@ async function compute() {
   });
 }
 
+// ---------------------------------------------------------------------------
+// Token selection (tokens.js) in the Heads view. Positions count the drawn rows: tokens,
+// or blocks of tokens when the maps are pooled.
+
+function selfAttention(data) {
+  return data.attention !== "cross";
+}
+
+// The weight each key gets from the selected queries, for the head chosen in #shade-head
+// or the mean of the heads; null when nothing is selected.
+function selectionWeights(data, b) {
+  if (state.selected.size === 0) return null;
+  const per = data.weights[b].map((map) => selectedWeights(map, state.selected));
+  return shadeHead.value === "mean" ? meanOf(per) : per[Number(shadeHead.value)];
+}
+
+function renderTokens(data, b) {
+  const weights = selectionWeights(data, b);
+  const self = selfAttention(data);
+  const queries = data.query_labels[b];
+  tokenStrip(queryStrip, queries, {
+    selected: state.selected,
+    weights: self ? weights : null,
+    label: self ? "Tokens" : "Queries (target tokens)",
+    onSelect: selectToken,
+  });
+  keyStrip.hidden = self;
+  if (!self) {
+    tokenStrip(keyStrip, data.key_labels[b], {
+      weights, label: "Keys (source tokens), shaded by the selected queries' weights",
+      onSelect: () => {},
+    });
+  }
+  queryStrip.dataset.selected = [...state.selected].sort((x, y) => x - y).join(",");
+}
+
+// Outline the selection on every head's map (and on the enlarged head when it has the
+// same rows).
+function outlineHeads(data) {
+  const [, , rows, cols] = data.shape;
+  const shapes = selectionShapes(state.selected, { rows, cols }, selfAttention(data));
+  const outlined = [...headsContainer.querySelectorAll(".head-plot")].map((div) => outline(div, shapes));
+  const zoom = zoomContainer.querySelector(".plot");
+  if (zoom && !data.downsample) outlined.push(outline(zoom, shapes));
+  return Promise.all(outlined);
+}
+
+// Position q was chosen (null: clear) on the strip, a map or an axis; `add`: shift-click.
+async function selectToken(q, add = false, fromKeyboard = false) {
+  const data = state.response;
+  if (!data) return;
+  const b = selectedIndex(sequenceSelect);
+  state.selected = q === null ? new Set() : nextSelection(state.selected, q, add);
+  renderTokens(data, b);
+  if (fromKeyboard && q !== null) focusToken(queryStrip, q);
+  await outlineHeads(data);
+  headsContainer.dataset.selected = queryStrip.dataset.selected;
+}
+
+// Clicks on a drawn head: on a cell (its query row) and on the axes' tick labels.
+function bindSelection(div, data) {
+  div.on("plotly_click", (event) => {
+    const point = event.points && event.points[0];
+    if (point) selectToken(point.y, additive(event.event));
+  });
+  // Delegated: Plotly redraws the tick labels (CSS makes them clickable: .selectable).
+  div.classList.add("selectable");
+  div.addEventListener("click", (event) => {
+    const tick = event.target.closest(".ytick, .xtick");
+    if (!tick || (tick.classList.contains("xtick") && !selfAttention(data))) return;
+    const position = tick.__data__ && tick.__data__.x;
+    if (Number.isInteger(position)) selectToken(position, additive(event));
+  });
+}
+
 function populateSelectors(data) {
   fillIndexSelect(sequenceSelect, data.key_labels.map((labels, b) => {
     const preview = labels.filter((t) => t !== PAD_LABEL).slice(0, 6).join(" ");
     return `${b}: ${preview}${labels.length > 6 ? " …" : ""}`;
   }));
   fillIndexSelect(headSelect, Array.from({ length: data.shape[1] }, (_, h) => `Head ${h}`));
+  const shade = shadeHead.value;
+  shadeHead.replaceChildren(option("mean", "the mean of the heads"),
+    ...Array.from({ length: data.shape[1] }, (_, h) => option(String(h), `head ${h}`)));
+  if ([...shadeHead.options].some((o) => o.value === shade)) shadeHead.value = shade;
+  // A selection outlives a new input when its rows are still there.
+  if ([...state.selected].some((q) => q >= data.shape[2])) state.selected = new Set();
 }
 
 function describe(data) {
@@ -356,6 +447,7 @@ async function renderHeads(data, b) {
   let zmax = 0;
   for (const head of data.weights[b]) zmax = Math.max(zmax, maxOf(head));
   const numHeads = data.shape[1];
+  const scale = resolveScale(colourScale.value, data.full_shape[2]);
   const plots = [];
   for (let h = 0; h < numHeads; h += 1) {
     const figure = heatmapFigure({
@@ -366,12 +458,15 @@ async function renderHeads(data, b) {
       title: `Head ${h}`,
       zmin: 0,
       zmax: zmax > 0 ? zmax : 1,
-      showscale: h === numHeads - 1,
+      scale,
+      // One colour bar for the shared scales; each head its own when each has its range.
+      showscale: scale === "head" || h === numHeads - 1,
       valueName: "weight",
       maskedNote: "masked: weight 0",
     });
     const div = addPlot(headsContainer, figure, "head-plot");
     div.dataset.head = String(h);
+    div.drawn.then(() => bindSelection(div, data));
     if (data.downsample) {
       div.classList.add("zoomable");
       div.drawn.then(() => div.on("plotly_click", () => zoomHead(b, h)));
@@ -379,6 +474,9 @@ async function renderHeads(data, b) {
     plots.push(div.drawn);
   }
   await Promise.all(plots);
+  renderTokens(data, b);
+  if (state.selected.size) await outlineHeads(data);
+  headsContainer.dataset.selected = queryStrip.dataset.selected;
   headsContainer.dataset.drawnSequence = String(b);
   headsContainer.dataset.drawnHeads = String(numHeads);
 }
@@ -398,8 +496,12 @@ async function zoomHead(b, h) {
     z: visibleWeights(res.weights[0][0], res.attn_mask[0]),
     rowLabels: res.query_labels[0], colLabels: res.key_labels[0], ...attentionHover(res, 0), title,
     zmin: 0, valueName: "weight", maskedNote: "masked: weight 0",
+    scale: resolveScale(colourScale.value, res.full_shape[2], "head"),
   }), "plot zoom-plot");
   await div.drawn;
+  if (!res.downsample && !state.response.downsample && state.selected.size) {
+    await outlineHeads(state.response);
+  }
   zoomContainer.dataset.head = String(h);
 }
 
@@ -438,6 +540,7 @@ async function renderView() {
     clearError();
     await view.render(container.querySelector(".view-body"), {
       data, request: state.request, sequence: b, head: h, fetchJson: timedFetch,
+      scale: colourScale.value,
     });
   }
   const drawn = performance.now();
@@ -482,7 +585,18 @@ for (const type of ["input", "change"]) {
 for (const container of document.querySelectorAll(".view-controls")) {
   container.addEventListener("input", (event) => unmarkField(event.target));
 }
-sequenceSelect.addEventListener("change", renderView);
+fillColourScales(colourScale);
+colourScale.addEventListener("change", renderView);
+sequenceSelect.addEventListener("change", () => {
+  state.selected = new Set();
+  renderView();
+});
+shadeHead.addEventListener("change", () => {
+  if (state.response) renderTokens(state.response, selectedIndex(sequenceSelect));
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && state.view === "heads" && state.selected.size) selectToken(null);
+});
 headSelect.addEventListener("change", renderView);
 onTabClick((view) => {
   state.view = view;
@@ -495,7 +609,7 @@ for (const container of document.querySelectorAll(".view-controls")) {
   container.addEventListener("change", renderView);
 }
 
-window.attnviz = { lastResponse: null, compute: compute, viewTimings: null };
+window.attnviz = { lastResponse: null, compute: compute, viewTimings: null, selectToken };
 state.view = viewFromUrl(state.view);
 const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
 if (shared && Array.isArray(shared.sequences)) {

@@ -8,11 +8,21 @@ const ANNOTATE_MAX_LEN = 16; // print the value in each cell up to this size
 const DETAIL_MAX_LEN = 64;
 const MAX_TICKS = 32;
 
+// Tick labels longer than this are cut with "…" (the hover gives them whole); the axes
+// make room for the rest (automargin), so no label is clipped by the figure's edge.
+const MAX_TICK_CHARS = 12;
+
+function tickLabel(label) {
+  const chars = [...label];
+  return chars.length > MAX_TICK_CHARS ? `${chars.slice(0, MAX_TICK_CHARS - 1).join("")}…` : label;
+}
+
+// Tick values and text of an axis of plain-text `labels` (escaped here, after the cut).
 function ticks(labels) {
   const stride = Math.max(1, Math.ceil(labels.length / MAX_TICKS));
   const tickvals = [];
   for (let i = 0; i < labels.length; i += stride) tickvals.push(i);
-  return { tickvals, ticktext: tickvals.map((i) => labels[i]) };
+  return { tickvals, ticktext: tickvals.map((i) => escapeForPlotly(tickLabel(String(labels[i])))) };
 }
 const MASKED_COLOR = "#c8c8c8";
 // ColorBrewer "Blues" (9 classes), white at 0: Plotly's own "Blues" ends in gray,
@@ -123,21 +133,100 @@ function maxAbsOf(matrix) {
   return largest;
 }
 
+// ---------------------------------------------------------------------------
+// Colour scales of attention-weight maps: the page's "Colour scale" choice. Every mode
+// colours weights 0 … top with WEIGHT_COLORSCALE; they differ in what "top" is:
+//   shared: the largest weight of all the maps drawn together (every head of the view),
+//           so heads can be compared;
+//   head:   each map's own largest weight;
+//   row:    each query row's own largest weight (every row's strongest key is darkest);
+//   log:    log10 of the weight, from 1e-4 (and below) to 1: small weights stay visible;
+//   auto:   row for maps of more than AUTO_ROW_LEN queries, the view's own default
+//           (shared or head) up to it. A long causal map otherwise washes out: row 0 has
+//           a single weight 1.0, which sets the top, while row i's weights are about 1/i.
+// The hover and the cell numbers always give the weight itself.
+export const COLOUR_SCALES = {
+  auto: "auto", shared: "shared across heads", head: "per head", row: "per row", log: "logarithmic",
+};
+export const AUTO_ROW_LEN = 64;
+const LOG_FLOOR_EXP = -4; // log mode: weights below 10^-4 get the lightest colour
+
+// Fill a <select> with the COLOUR_SCALES choices (auto first, selected).
+export function fillColourScales(select) {
+  select.replaceChildren(...Object.entries(COLOUR_SCALES).map(([value, text]) => {
+    const choice = document.createElement("option");
+    choice.value = value;
+    choice.textContent = text;
+    return choice;
+  }));
+}
+
+// The mode `scale` (a COLOUR_SCALES key) means for a map of `rows` query rows, in a view
+// whose own default is `fallback` ("shared" or "head").
+export function resolveScale(scale, rows, fallback = "shared") {
+  if (!scale || scale === "auto") return rows > AUTO_ROW_LEN ? "row" : fallback;
+  return scale;
+}
+
+// `z` (null = masked, kept null) in the colour units of `mode` ("row" or "log"):
+// weight / its row's largest weight, or log10(weight) clipped to LOG_FLOOR_EXP.
+export function scaledWeights(z, mode) {
+  if (mode === "log") {
+    return z.map((row) => row.map((v) => (
+      v === null ? null : Math.max(LOG_FLOOR_EXP, Math.log10(Math.max(v, 0))))));
+  }
+  return z.map((row) => {
+    let top = 0;
+    for (const v of row) if (v !== null && v > top) top = v;
+    return row.map((v) => (v === null ? null : (top > 0 ? v / top : 0)));
+  });
+}
+
+// The titled colour bar of `mode`, with its value range: {zmin, zmax, colorbar}. `top`:
+// the largest weight the linear modes colour darkest.
+export function colourBar(mode, top) {
+  const bar = (text, extra = {}) => ({
+    thickness: 10, title: { text, side: "right", font: { size: 11 } }, ...extra,
+  });
+  if (mode === "log") {
+    const exps = [];
+    for (let e = LOG_FLOOR_EXP; e <= 0; e += 1) exps.push(e);
+    return {
+      zmin: LOG_FLOOR_EXP, zmax: 0,
+      colorbar: bar("weight (log scale)", {
+        tickvals: exps, ticktext: exps.map((e) => (e === LOG_FLOOR_EXP ? `≤${10 ** e}` : String(10 ** e))),
+      }),
+    };
+  }
+  if (mode === "row") {
+    return {
+      zmin: 0, zmax: 1,
+      colorbar: bar("weight ÷ its row's max", { tickvals: [0, 0.5, 1], ticktext: ["0", "½ max", "row max"] }),
+    };
+  }
+  const title = mode === "head" ? "weight (this head's range)" : "weight";
+  return { zmin: 0, zmax: top > 0 ? top : 1, colorbar: bar(title) };
+}
+
 // One matrix as a heatmap. options:
 //   z (rows x cols, null = masked), rowLabels, colLabels (tick labels, plain text),
 //   rowHover, colHover (hover text of each row and column, plain text; default
 //   tokenHover of the labels: "token i: label"; pooled maps pass tokenHover with
 //   their factor, feature axes dimensionHover), title, xTitle, yTitle,
-//   signed (diverging scale centred at 0) or zmin/zmax, showscale,
+//   signed (diverging scale centred at 0) or zmin/zmax, showscale, colorTitle (the
+//   colour bar's title; default valueName),
+//   scale (weight maps: "shared", "head", "row" or "log", see colourBar; with "shared",
+//   zmax is the top shared by the maps drawn together; "row" and "log" draw the scaled
+//   values and keep the weights for the hover and the cell numbers),
 //   maskedNote (hover text of null cells; they are drawn gray with a x).
+// The figure's `cells` ({rows, cols}) let addPlot drop the cell numbers where a cell is
+// drawn too small to read them.
 export function heatmapFigure(options) {
   const z = options.z;
   const rawRows = options.rowLabels || z.map((_, i) => String(i));
   const rawCols = options.colLabels || (z[0] || []).map((_, j) => String(j));
-  const rowLabels = rawRows.map(escapeForPlotly);
-  const colLabels = rawCols.map(escapeForPlotly);
-  const rows = rowLabels.map((_, i) => i);
-  const cols = colLabels.map((_, j) => j);
+  const rows = rawRows.map((_, i) => i);
+  const cols = rawCols.map((_, j) => j);
   const size = Math.max(rows.length, cols.length);
   const annotate = size <= ANNOTATE_MAX_LEN;
   const detailed = size <= DETAIL_MAX_LEN;
@@ -148,27 +237,46 @@ export function heatmapFigure(options) {
   const yName = options.yTitle || "Query";
   const xName = options.xTitle || "Key";
   const hoverHead = `${yName} %{customdata}<br>${xName} %{hovertext}<br>`;
+  const valueName = options.valueName || "value";
   const extreme = options.signed ? Math.max(maxAbsOf(z), 1e-12) : null;
-  const traces = [
-    {
-      type: "heatmap",
-      x: cols,
-      y: rows,
-      z: z,
-      zmin: options.signed ? -extreme : (options.zmin ?? 0),
-      zmax: options.signed ? extreme : (options.zmax ?? Math.max(maxOf(z), 1e-12)),
-      colorscale: options.signed ? SIGNED_COLORSCALE : WEIGHT_COLORSCALE,
-      showscale: options.showscale ?? true,
-      colorbar: { thickness: 10 },
-      customdata,
-      hovertext,
-      hovertemplate: hoverHead + `${options.valueName || "value"} %{z:.4f}<extra></extra>`,
-      texttemplate: annotate ? (options.textFormat || "%{z:.2f}") : "",
-      hoverongaps: false,
-      xgap: gap,
-      ygap: gap,
+  const mode = options.scale || null;
+  const range = mode
+    ? colourBar(mode, mode === "shared" ? (options.zmax ?? maxOf(z)) : maxOf(z))
+    : null;
+  const scaled = mode === "row" || mode === "log";
+  const main = {
+    type: "heatmap",
+    x: cols,
+    y: rows,
+    z: scaled ? scaledWeights(z, mode) : z,
+    zmin: options.signed ? -extreme : (options.zmin ?? 0),
+    zmax: options.signed ? extreme : (options.zmax ?? Math.max(maxOf(z), 1e-12)),
+    colorscale: options.signed ? SIGNED_COLORSCALE : WEIGHT_COLORSCALE,
+    showscale: options.showscale ?? true,
+    colorbar: {
+      thickness: 10,
+      title: { text: escapeForPlotly(options.colorTitle || valueName), side: "right", font: { size: 11 } },
     },
-  ];
+    customdata,
+    hovertext,
+    hovertemplate: hoverHead + `${valueName} %{z:.4f}<extra></extra>`,
+    texttemplate: annotate ? (options.textFormat || "%{z:.2f}") : "",
+    hoverongaps: false,
+    xgap: gap,
+    ygap: gap,
+  };
+  if (range) Object.assign(main, range);
+  if (scaled) {
+    // The weights themselves, for the hover (customdata [row text, weight]) and the cells.
+    main.customdata = z.map((row, i) => row.map((v) => [customdata[i][0], v]));
+    main.hovertemplate = `${yName} %{customdata[0]}<br>${xName} %{hovertext}<br>` +
+      `${valueName} %{customdata[1]:.4f}<extra></extra>`;
+    if (annotate) {
+      main.text = z.map((row) => row.map((v) => (v === null ? "" : v.toFixed(2))));
+      main.texttemplate = "%{text}";
+    }
+  }
+  const traces = [main];
   if (z.some((row) => row.some((v) => v === null))) {
     traces.push({
       type: "heatmap",
@@ -191,12 +299,12 @@ export function heatmapFigure(options) {
   const layout = {
     title: { text: escapeForPlotly(options.title || ""), font: { size: 13 } },
     margin: { l: 64, r: 8, t: 34, b: 64 },
-    xaxis: { title: { text: xName }, ...ticks(colLabels), tickangle: -45 },
-    yaxis: { title: { text: yName }, ...ticks(rowLabels), autorange: "reversed" },
+    xaxis: { title: { text: xName }, ...ticks(rawCols), tickangle: -45, automargin: true },
+    yaxis: { title: { text: yName }, ...ticks(rawRows), autorange: "reversed", automargin: true },
     plot_bgcolor: "#ffffff",
     paper_bgcolor: "rgba(0,0,0,0)",
   };
-  return { traces, layout };
+  return { traces, layout, cells: { rows: rows.length, cols: cols.length } };
 }
 
 // Colours of the current theme (light or dark, from the CSS variables), and the title
@@ -240,9 +348,33 @@ export function addPlot(container, figure, className = "plot") {
   const div = document.createElement("div");
   div.className = className;
   container.append(div);
+  const traces = readableCells(div, figure);
   div.drawn = plotlyReady.then((plotly) => (
-    plotly.newPlot(div, figure.traces, themed(figure.layout), PLOT_CONFIG)));
+    plotly.newPlot(div, traces, themed(figure.layout), PLOT_CONFIG)));
   return div;
+}
+
+// Cell numbers are drawn at CELL_TEXT_PX; a cell narrower than MIN_CELL_PX (the div's
+// width less the margins, over the columns) cannot hold "0.25" at that size, so its
+// numbers are dropped (the hover still gives them). Plotly would shrink them instead.
+const CELL_TEXT_PX = 11;
+const MIN_CELL_PX = 26;
+
+function readableCells(div, figure) {
+  if (!figure.cells) return figure.traces;
+  const margin = figure.layout.margin || {};
+  // The width less the margins and the colour bar; the height when it is known.
+  const plotWidth = div.clientWidth - (margin.l ?? 80) - (margin.r ?? 80) - 40;
+  const height = figure.layout.height || div.clientHeight;
+  const plotHeight = height > 0 ? height - (margin.t ?? 100) - (margin.b ?? 80) : Infinity;
+  const cellPx = Math.min(plotWidth / figure.cells.cols, plotHeight / figure.cells.rows);
+  const readable = div.clientWidth === 0 || cellPx >= MIN_CELL_PX;
+  return figure.traces.map((trace) => {
+    if (!trace.texttemplate) return trace;
+    return readable
+      ? { ...trace, textfont: { size: CELL_TEXT_PX, ...(trace.textfont || {}) } }
+      : { ...trace, texttemplate: "" };
+  });
 }
 
 export function clearPlots(container) {
@@ -408,6 +540,30 @@ export function thumbnailGrid(container, options) {
   return div;
 }
 
+// A tile's colours under `mode` (tiledGrid): in [0, 1] for the linear modes (weight over
+// `top`, the tile's or the row's maximum), log10 of the weight for "log".
+function tileColours(m, mode, top) {
+  if (mode === "row" || mode === "log") return scaledWeights(m, mode);
+  const scale = mode === "head" ? maxOf(m) : top;
+  const k = scale > 0 ? 1 / scale : 1;
+  return m.map((row) => row.map((v) => (v === null ? null : v * k)));
+}
+
+// tiledGrid's colour bar for tileColours' values, titled as colourBar's; the shared mode's
+// ticks read as weights.
+function tileBar(mode, top) {
+  const range = colourBar(mode, 1);
+  if (mode === "shared") {
+    const ticks = [0, 0.25, 0.5, 0.75, 1];
+    range.colorbar.tickvals = ticks;
+    range.colorbar.ticktext = ticks.map((t) => (t * top).toFixed(2));
+  } else if (mode === "head") {
+    range.colorbar.tickvals = [0, 0.5, 1];
+    range.colorbar.ticktext = ["0", "½ max", "head max"];
+  }
+  return { ...range, showscale: true };
+}
+
 // thumbnailGrid's figure as ONE heatmap trace: the cells are tiles of one matrix, set
 // apart by blank gaps (null, drawn transparent), each on a gray box (a layout shape, so its
 // masked cells show gray) with a faint frame. Plotly's cost is per subplot: 270 subplots
@@ -421,6 +577,11 @@ export function tiledGrid(container, options) {
   const { rows, cols, cell } = options;
   const frame = gridFrame(options);
   const { group } = frame;
+  const mode = options.scale || (options.zmax === "each" ? "head" : "shared");
+  let top = typeof options.zmax === "number" ? options.zmax : 0;
+  if (mode === "shared" && !(top > 0)) {
+    for (let r = 0; r < rows; r += 1) for (let c = 0; c < cols; c += 1) top = Math.max(top, maxOf(cell(r, c)));
+  }
   const first = cell(0, 0);
   const tileHeight = first.length;
   const tileWidth = (first[0] || []).length;
@@ -457,10 +618,7 @@ export function tiledGrid(container, options) {
       }
     }
     const maps = Array.from({ length: cols }, (_, c) => cell(r, c));
-    const scales = maps.map((m) => {
-      const zmax = options.zmax === "each" ? maxOf(m) : options.zmax;
-      return zmax > 0 ? 1 / zmax : 1;
-    });
+    const scaled = maps.map((m) => tileColours(m, mode, top));
     const queries = maps.map((m, c) => axisHover(options.queryHover, r, c, m.length).map(escapeForPlotly));
     const names = maps.map((_, c) => escapeForPlotly(options.hover ? options.hover(r, c) : `${r}, ${c}`));
     // The key labels of this row of tiles, one array for all of its rows.
@@ -475,11 +633,12 @@ export function tiledGrid(container, options) {
       const query = new Array(width).fill(null);
       maps.forEach((m, c) => {
         const row = m[i];
+        const shown = scaled[c][i];
         const text = `${names[c]}<br>Query ${queries[c][i]}`;
         for (let j = 0; j < tileWidth; j += 1) {
           const v = row[j];
           if (v === null || v === undefined) continue;
-          colour[x[c] + j] = v * scales[c];
+          colour[x[c] + j] = shown[j];
           weight[x[c] + j] = v;
           query[x[c] + j] = text;
         }
@@ -545,7 +704,7 @@ export function tiledGrid(container, options) {
     },
   };
   const trace = {
-    type: "heatmap", z, zmin: 0, zmax: 1, colorscale: WEIGHT_COLORSCALE, showscale: false,
+    type: "heatmap", z, colorscale: WEIGHT_COLORSCALE, ...tileBar(mode, top),
     hoverongaps: false, customdata: weights, hovertext: queryText, text: keyText,
     hovertemplate: "%{hovertext}<br>Key %{text}<br>weight %{customdata:.3f}<extra>click to enlarge</extra>",
   };
@@ -555,6 +714,7 @@ export function tiledGrid(container, options) {
   if (group) div.dataset.colGroup = String(group);
   div.cell = (r, c) => cell(r, c);
   div.tiles = { rows, cols, height: tileHeight, width: tileWidth, x, y };
+  div.dataset.scale = mode;
   div.drawn = div.drawn.then(() => {
     if (options.onClick) {
       div.on("plotly_click", (event) => {
@@ -590,18 +750,22 @@ function weightColors() {
 
 // Matrix z (null = masked, gray) as ImageData, one pixel a cell, from 0 to zmax ("each":
 // its own maximum), as thumbnailGrid's heatmaps colour it; null when z is empty.
-function matrixImage(z, zmaxOption) {
+function matrixImage(z, mode) {
   const height = z.length;
   const width = (z[0] || []).length;
   if (!height || !width) return null;
   const image = new ImageData(width, height);
   const pixels = image.data;
-  const top = zmaxOption === "each" ? maxOf(z) : zmaxOption;
-  const scale = 255 / (top > 0 ? top : 1);
+  // tileColours' values: [0, 1], or log10 in [LOG_FLOOR_EXP, 0]. A streamed grid does not
+  // know the shared maximum before its last layer: its stand-in scales "shared" per tile.
+  const colours = tileColours(z, mode === "shared" ? "head" : mode, 1);
+  const offset = mode === "log" ? -LOG_FLOOR_EXP : 0;
+  const scale = mode === "log" ? 255 / -LOG_FLOOR_EXP : 255;
   const levels = weightColors();
   let p = 0;
-  for (const row of z) {
-    for (const v of row) {
+  for (const row of colours) {
+    for (const c of row) {
+      const v = c === null ? null : c + offset;
       if (v === null) {
         pixels[p] = 0xc8; // MASKED_COLOR
         pixels[p + 1] = 0xc8;
@@ -726,7 +890,7 @@ export function thumbnailPreview(container, options) {
     filled: 0,
     fillRow(row, matrices) {
       matrices.forEach((z, col) => {
-        const image = matrixImage(z, options.zmax ?? "each");
+        const image = matrixImage(z, options.scale || "head");
         if (image === null) return;
         scratch.width = image.width;
         scratch.height = image.height;

@@ -1,13 +1,13 @@
 // The lesson views of the tutorials, one renderer each. Every renderer gets
-// ctx = {data, request, sequence, head, fetchJson}: the last /attention response,
-// the request read from the form, the selected sequence and head, and the fetch
-// helper that reports API errors beside the form.
+// ctx = {data, request, sequence, head, fetchJson, scale}: the last /attention response,
+// the request read from the form, the selected sequence and head, the fetch
+// helper that reports API errors beside the form, and the colour-scale choice.
 import {
   COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, paragraph, parseNumber,
 } from "./api.js";
 import {
   addPlot, attentionHover, clearPlots, dimensionHover, escapeForPlotly, heatmapFigure, maxOf,
-  thumbnailGrid, tokenHover, visibleWeights,
+  resolveScale, thumbnailGrid, tokenHover, visibleWeights,
 } from "./heatmap.js";
 
 const ALL_STAGES = ["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"];
@@ -95,6 +95,7 @@ async function renderStepThrough(body, ctx) {
     {
       z: visibleWeights(res.weights[b][h], res.attn_mask[b]), rowLabels: q, colLabels: k,
       title: "4. softmax weights", zmin: 0, zmax: 1, valueName: "weight", maskedNote: "masked: weight 0",
+      scale: resolveScale(ctx.scale, q.length),
     },
     { z: st.head_output[b][h], rowLabels: q, ...features, title: "5. head output = weights · V", signed: true },
   ];
@@ -147,7 +148,10 @@ async function renderDecoding(body, ctx) {
     `Without the mask, max |Δ| = ${res.unmasked_max_abs_diff.toExponential(2)}: earlier ` +
     "tokens see later ones and their outputs change.").dataset.maskedDiff = String(res.masked_max_abs_diff);
   const grid = plotGrid(body);
-  const common = { rowLabels: res.labels, colLabels: res.labels, zmin: 0, zmax: 1, valueName: "weight" };
+  const common = {
+    rowLabels: res.labels, colLabels: res.labels, zmin: 0, zmax: 1, valueName: "weight",
+    scale: resolveScale(ctx.scale, res.labels.length),
+  };
   addPlot(grid, heatmapFigure({ ...common, z: res.step_weights[h], title: "step by step (one pass per prefix)" }), "plot decoding-plot");
   addPlot(grid, heatmapFigure({ ...common, z: res.masked_weights[h], title: "one pass, causal mask: identical" }), "plot decoding-plot");
   addPlot(grid, heatmapFigure({ ...common, z: res.unmasked_weights[h], title: "one pass, no mask: sees the future" }), "plot decoding-plot");
@@ -201,6 +205,7 @@ async function renderSummary(body, ctx) {
     z: visibleWeights(s.mean_weights[b], data.attn_mask[b]), rowLabels: data.query_labels[b],
     colLabels: data.key_labels[b], ...attentionHover(data, b), title: "average of the heads",
     zmin: 0, valueName: "mean weight", maskedNote: "masked: weight 0",
+    scale: resolveScale(ctx.scale, data.full_shape[2]),
   }), "plot summary-plot");
   for (const [values, title, unit, color] of [
     [entropy, "mean row entropy (bits)", "bits", "#4292c6"],
@@ -258,7 +263,10 @@ async function renderDropout(body, ctx) {
     "elsewhere is the eval-mode one.");
   const grid = plotGrid(body);
   const zmax = Math.max(maxOf(after), maxOf(res.weights[b][0]), 1e-12);
-  const common = { rowLabels: res.query_labels[b], colLabels: res.key_labels[b], zmin: 0, zmax, valueName: "weight", maskedNote: "masked: weight 0" };
+  const common = {
+    rowLabels: res.query_labels[b], colLabels: res.key_labels[b], zmin: 0, zmax, valueName: "weight",
+    maskedNote: "masked: weight 0", scale: resolveScale(ctx.scale, res.query_labels[b].length),
+  };
   addPlot(grid, heatmapFigure({ ...common, z: visibleWeights(res.weights[b][0], res.attn_mask[b]), title: `head ${h} before dropout` }), "plot dropout-plot");
   addPlot(grid, heatmapFigure({ ...common, z: visibleWeights(after, res.attn_mask[b]), title: `after dropout (p = ${res.dropout})` }), "plot dropout-plot");
 }

@@ -9,7 +9,8 @@ import {
   selectedIndex, viewFromUrl, writeUrlState,
 } from "./api.js";
 import {
-  addPlot, clearPlots, heatmapFigure, thumbnailGrid, thumbnailPreview, tiledGrid, tokenHover,
+  addPlot, clearPlots, fillColourScales, heatmapFigure, resolveScale, thumbnailGrid,
+  thumbnailPreview, tiledGrid, tokenHover,
 } from "./heatmap.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
@@ -27,6 +28,7 @@ const PROGRESS_DELAY_MS = 300; // waits longer than this show #progress
 
 const form = document.getElementById("model-form");
 const modelSelect = document.getElementById("model");
+const colourScale = document.getElementById("colour-scale");
 const modelDescription = document.getElementById("model-description");
 const textsBox = document.getElementById("texts");
 const textsLabel = document.getElementById("texts-label");
@@ -815,9 +817,22 @@ function addHint(container, text) {
 function weightFigure(z, rowLabels, colLabels, title, showscale = true) {
   return heatmapFigure({
     z, rowLabels: showTokens(rowLabels), colLabels: showTokens(colLabels), title, zmin: 0,
-    showscale, valueName: "weight",
+    showscale, valueName: "weight", scale: colourMode(rowLabels.length),
   });
 }
+
+// The colour-scale choice (#colour-scale) for maps of `rows` queries: per head up to
+// AUTO_ROW_LEN, per row above (heatmap.js colourBar says what each mode means).
+function colourMode(rows) {
+  return resolveScale(colourScale.value, rows, "head");
+}
+
+const SCALE_NOTES = {
+  shared: "coloured on one scale, the largest weight of all heads",
+  head: "each scaled to its own maximum",
+  row: "each query row scaled to its own maximum",
+  log: "coloured on a log scale of the weight",
+};
 
 // The labels of a map pooled by `factor` ("the…mat"), or the tokens themselves.
 function blockLabels(tokens, factor) {
@@ -860,9 +875,10 @@ function modelGrid(res, body, enlarged) {
   const narrow = body.clientWidth < NARROW_GRID;
   const groups = kvGroups(res);
   const H = res.num_heads;
+  const scale = colourMode(queryTokens(res).length);
   let hint = `Rows are layers (L0–L${res.num_layers - 1}), columns heads ` +
-    `(${narrow ? "" : "H"}0–${narrow ? "" : "H"}${H - 1}); each thumbnail is ` +
-    "scaled to its own maximum. Click one to enlarge it below.";
+    `(${narrow ? "" : "H"}0–${narrow ? "" : "H"}${H - 1}); the thumbnails are ` +
+    `${SCALE_NOTES[scale]}. Click one to enlarge it below.`;
   if (groups) {
     hint += ` Grouped-query attention: the ${H} query heads share ${groups.kv} key/value ` +
       `heads, ${groups.per} each (heads 0–${groups.per - 1} read key/value head 0, and so ` +
@@ -876,7 +892,7 @@ function modelGrid(res, body, enlarged) {
     rowName: "L",
     colName: narrow ? "" : "H",
     title: "Layers × heads",
-    zmax: "each",
+    scale,
     hover: (l, h) => headName(res, l, h),
     queryHover: thumbnailHover(res, "query"),
     keyHover: thumbnailHover(res, "key"),
@@ -1481,6 +1497,8 @@ for (const control of [sequenceSelect, hideSpecial]) {
   });
 }
 layerSelect.addEventListener("change", renderView);
+fillColourScales(colourScale);
+colourScale.addEventListener("change", renderView);
 onTabClick((view) => {
   state.view = view;
   if (state.request) writeUrlState(state.request, state.view);
