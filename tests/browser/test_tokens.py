@@ -1,0 +1,201 @@
+"""Token selection and colour scales on the / page, in a real Chromium.
+
+Every expected number is computed here from the API's own response (the page's
+``window.attnviz.lastResponse``): the sums and means of the selected rows, each head's
+maximum, each row's maximum, log10 of the weights.
+"""
+
+import math
+
+import pytest
+
+from tests.browser.test_page import HEADS, wait_for_heads
+from tests.browser.test_page_fixes import CELL_CENTRE
+from tests.browser.test_views import open_view
+
+pytestmark = pytest.mark.browser
+
+SHAPES = f"""() => [...document.querySelectorAll('{HEADS}')].map(
+    (div) => (div.layout.shapes || []).filter((s) => s.name && s.name.startsWith('selected-'))
+        .map((s) => [s.name, s.x0, s.x1, s.y0, s.y1]))"""
+STRIP_WEIGHTS = """(id) => [...document.querySelectorAll('#' + id + ' .token')].map(
+    (t) => t.dataset.weight === undefined ? null : Number(t.dataset.weight))"""
+
+
+def wait_selected(page, text: str) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function(
+        f"document.getElementById('heads').dataset.selected === '{text}'", timeout=10_000
+    )
+
+
+def outlined(rows: int, cols: int, positions: list[int], self: bool = True) -> list[list]:
+    """The outline shapes tokens.js selectionShapes gives, written out."""
+    shapes: list[list] = []
+    for q in positions:
+        shapes.append(["selected-row", -0.5, cols - 0.5, q - 0.5, q + 0.5])
+        if self:
+            shapes.append(["selected-column", q - 0.5, q + 0.5, -0.5, rows - 0.5])
+    return shapes
+
+
+def row_sums(head: list[list[float]], rows: list[int]) -> list[float]:
+    return [sum(head[i][j] for i in rows) for j in range(len(head[0]))]
+
+
+def head_mean(weights: list, rows: list[int]) -> list[float]:
+    """The mean over the heads of the selected rows' sums."""
+    sums = [row_sums(head, rows) for head in weights]
+    return [sum(col) / len(sums) for col in zip(*sums, strict=True)]
+
+
+def test_selecting_tokens_outlines_rows_and_columns_in_every_head_and_shades_the_text(
+    page, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    response = page.evaluate("() => window.attnviz.lastResponse")
+    weights = response["weights"][0]  # sequence 0: (H, 10, 10)
+    assert page.evaluate(SHAPES) == [[], []]
+    assert page.evaluate(STRIP_WEIGHTS, "query-strip") == [None] * 10  # nothing selected
+
+    page.click("#query-strip .token[data-position='3']")
+    wait_selected(page, "3")
+    assert page.evaluate(SHAPES) == [outlined(10, 10, [3])] * 2
+    mean = head_mean(weights, [3])
+    assert page.evaluate(STRIP_WEIGHTS, "query-strip") == pytest.approx(mean, abs=1e-6)
+    assert page.locator("#query-strip .token[aria-selected=true]").all_text_contents() == ["39"]
+
+    # Shift-click adds a token: both are outlined, and the strip sums their rows.
+    page.click("#query-strip .token[data-position='6']", modifiers=["Shift"])
+    wait_selected(page, "3,6")
+    assert page.evaluate(SHAPES) == [outlined(10, 10, [3, 6])] * 2
+    page.select_option("#shade-head", "1")
+    summed = row_sums(weights[1], [3, 6])
+    page.wait_for_function(
+        f"Math.abs(Number(document.querySelector('#query-strip .token').dataset.weight)"
+        f" - {summed[0]}) < 1e-6"
+    )
+    assert page.evaluate(STRIP_WEIGHTS, "query-strip") == pytest.approx(summed, abs=1e-6)
+
+    # The keyboard: the arrows move the selection from the focused token; Esc clears it.
+    page.focus("#query-strip .token[data-position='6']")
+    page.keyboard.press("ArrowRight")
+    wait_selected(page, "7")
+    assert page.evaluate("document.activeElement.dataset.position") == "7"
+    assert page.evaluate(SHAPES) == [outlined(10, 10, [7])] * 2
+    page.keyboard.press("Escape")
+    wait_selected(page, "")
+    assert page.evaluate(SHAPES) == [[], []]
+    assert page.errors == []
+
+
+def test_a_click_on_a_map_row_or_an_axis_label_selects_that_token(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.locator(HEADS).nth(1).scroll_into_view_if_needed()
+    x, y = page.evaluate(CELL_CENTRE, [HEADS, 1, 4, 2, 1])
+    page.mouse.click(x, y)  # query 4, key 2 of head 1: selects query 4
+    wait_selected(page, "4")
+    assert page.evaluate(SHAPES) == [outlined(10, 10, [4])] * 2
+    # The y axis label of row 8 (shift adds it), then the x axis label of key 1.
+    page.locator(HEADS).nth(0).locator(".ytick text").nth(8).click(modifiers=["Shift"])
+    wait_selected(page, "4,8")
+    page.locator(HEADS).nth(0).locator(".xtick text").nth(1).click()
+    wait_selected(page, "1")
+    assert page.errors == []
+
+
+def test_cross_attention_selects_target_queries_and_shades_the_source_keys(
+    page, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.fill("#sequences", "the cat sat on the mat")
+    page.fill("#targets", "le chat")
+    page.uncheck("#mask-causal")  # self-attention only
+    page.click("#compute")
+    page.wait_for_function("window.attnviz.lastResponse.attention === 'cross'")
+    wait_for_heads(page, 2)
+    response = page.evaluate("() => window.attnviz.lastResponse")
+    _, _, rows, cols = response["shape"]
+    assert page.locator("#key-strip").is_visible()
+    page.click("#query-strip .token[data-position='1']")
+    wait_selected(page, "1")
+    # Rows only: a target token has no column among the source keys.
+    assert page.evaluate(SHAPES) == [outlined(rows, cols, [1], self=False)] * 2
+    weights = response["weights"][0]
+    mean = head_mean(weights, [1])
+    assert page.evaluate(STRIP_WEIGHTS, "key-strip") == pytest.approx(mean, abs=1e-6)
+    assert page.evaluate(STRIP_WEIGHTS, "query-strip") == [None] * rows
+    assert page.errors == []
+
+
+def drawn_maps(page):  # type: ignore[no-untyped-def]
+    return page.evaluate(
+        f"""() => [...document.querySelectorAll('{HEADS}')].map((div) => ({{
+            z: div.data[0].z, zmin: div.data[0].zmin, zmax: div.data[0].zmax,
+            title: div.data[0].colorbar.title.text, showscale: div.data[0].showscale}}))"""
+    )
+
+
+def test_colour_scales_change_the_drawn_range_as_documented(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    # 80 tokens, causal: row 0 has one weight 1.0, row 79 weights near 1/80.
+    page.fill("#sequences", " ".join(f"w{i}" for i in range(80)))
+    page.fill("#vocab_size", "1000")
+    page.uncheck("#verify")
+    page.click("#compute")
+    page.wait_for_function("window.attnviz.lastResponse.shape[2] === 80")
+    wait_for_heads(page, 2)
+    weights = page.evaluate("() => window.attnviz.lastResponse.weights[0]")
+
+    def redraw(mode: str):  # type: ignore[no-untyped-def]
+        page.evaluate("document.getElementById('heads').dataset.drawnHeads = '0'")
+        page.select_option("#colour-scale", mode)
+        wait_for_heads(page, 2)
+        return drawn_maps(page)
+
+    # auto above 64 queries = per row: each row divided by its own maximum.
+    for mode in ("auto", "row"):
+        maps = redraw(mode)
+        for h, drawn in enumerate(maps):
+            assert (drawn["zmin"], drawn["zmax"]) == (0, 1)
+            assert "row" in drawn["title"]
+            for i in (0, 40, 79):
+                top = max(weights[h][i][: i + 1])
+                expected = [w / top for w in weights[h][i][: i + 1]]
+                assert drawn["z"][i][: i + 1] == pytest.approx(expected, rel=1e-6)
+                assert drawn["z"][i][i + 1 :] == [None] * (79 - i)  # the future stays masked
+    maps = redraw("log")
+    for h, drawn in enumerate(maps):
+        assert (drawn["zmin"], drawn["zmax"]) == (-4, 0)
+        assert "log" in drawn["title"]
+        row = weights[h][79]
+        assert drawn["z"][79] == pytest.approx([max(-4, math.log10(w)) for w in row], rel=1e-6)
+    maps = redraw("head")
+    for h, drawn in enumerate(maps):
+        assert drawn["z"] == [
+            [w if j <= i else None for j, w in enumerate(row)] for i, row in enumerate(weights[h])
+        ]
+        assert drawn["zmax"] == pytest.approx(max(map(max, weights[h])))
+        assert drawn["showscale"] is True  # each head its own colour bar
+    maps = redraw("shared")
+    top = max(max(map(max, head)) for head in weights)
+    assert [m["zmax"] for m in maps] == pytest.approx([top, top])
+    assert [m["showscale"] for m in maps] == [False, True]  # one colour bar for both
+    assert maps[1]["title"] == "weight"
+    assert page.errors == []
+
+
+def test_cell_numbers_are_drawn_at_a_readable_size_or_not_at_all(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    sizes = """(sel) => [...document.querySelectorAll(sel + ' .heatmaplayer text')]
+        .map((t) => parseFloat(getComputedStyle(t).fontSize))"""
+    heads = page.evaluate(sizes, HEADS)
+    assert heads and min(heads) >= 11  # the Heads view's 10 x 10 maps are large enough
+    open_view(page, "step")
+    step = page.evaluate(sizes, "#view-step .stage-plot")
+    assert all(size >= 11 for size in step)  # small maps: no 5 px numbers
+    assert page.errors == []
