@@ -12,6 +12,10 @@ import {
   addPlot, clearPlots, fillColourScales, heatmapFigure, resolveScale, thumbnailGrid,
   thumbnailPreview, tiledGrid, tokenHover,
 } from "./heatmap.js";
+import {
+  additive, focusToken, meanOf, nextSelection, outline, selectedWeights, selectionShapes,
+  tokenStrip,
+} from "./tokens.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
 // The overview streamed: NDJSON lines, a "start" (every field but the maps), one "layer"
@@ -29,6 +33,11 @@ const PROGRESS_DELAY_MS = 300; // waits longer than this show #progress
 const form = document.getElementById("model-form");
 const modelSelect = document.getElementById("model");
 const colourScale = document.getElementById("colour-scale");
+const tokenBox = document.getElementById("token-box");
+const shadeHead = document.getElementById("shade-head");
+const shadeLayer = document.getElementById("shade-layer");
+const queryStrip = document.getElementById("query-strip");
+const keyStrip = document.getElementById("key-strip");
 const modelDescription = document.getElementById("model-description");
 const textsBox = document.getElementById("texts");
 const textsLabel = document.getElementById("texts-label");
@@ -76,6 +85,8 @@ const state = {
   // (performance.now()), and when the model view drew its first layer and its whole grid.
   stream: null, responseAt: null, firstLayerAt: null, gridAt: null, computes: 0,
   answeredAt: null, // when the latest attention request was answered (viewTimings)
+  selected: new Set(), // the selected query positions among the shown tokens (tokens.js)
+  selectionTokens: null, // the tokens the selection counts in (a new input clears it)
   // The token explorer: the chosen query position, its responses by request, a ticket.
   queryIndex: null, queries: new Map(), queryBase: null, queryTicket: 0,
   pending: null, // the model whose loading a computation waits for
@@ -867,6 +878,12 @@ async function showEnlarged(container, res, l, h) {
   const div = addPlot(container, weightFigure(z, queryTokens(res), keyTokens(res),
     headTitle(res, l, h)), "plot enlarged-plot");
   await div.drawn;
+  bindSelection(div);
+  if (state.selected.size) {
+    await outline(div, selectionShapes(state.selected, {
+      rows: z.length, cols: (z[0] || []).length,
+    }, isSelfAttention(res)));
+  }
 }
 
 // The model view's hint and its grid's thumbnailGrid options (the cells read
@@ -1039,6 +1056,7 @@ async function renderLayerView(section, res, l) {
     const div = addPlot(container, weightFigure(maps.attentions[h], queryTokens(res),
       keyTokens(res), headTitle(res, l, h)), "head-plot");
     div.dataset.head = String(h);
+    div.drawn.then(() => bindSelection(div));
     plots.push(div.drawn);
   }
   await Promise.all(plots);
@@ -1096,6 +1114,7 @@ async function renderAverages(section, res, l) {
   for (const [name, z, rows, cols, title] of figures) {
     const div = addPlot(grid, weightFigure(z, rows, cols, title), "head-plot");
     div.dataset.map = name;
+    if (name === "head-mean") div.drawn.then(() => bindSelection(div));
     plots.push(div.drawn);
   }
   if (res.rollout) {
@@ -1357,6 +1376,130 @@ async function selectQuery(q) {
 }
 
 // ---------------------------------------------------------------------------
+// Token selection (tokens.js) in the model, layer and averages views. Positions count
+// the shown tokens (after "hide special tokens"); pooled maps outline the block.
+
+function isSelfAttention(res) {
+  return !res.key_tokens;
+}
+
+// The selection's outlines on every map of the open view's section.
+function outlineView(section, res) {
+  const self = isSelfAttention(res);
+  const rows = queryTokens(res).length;
+  const cols = keyTokens(res).length;
+  const full = selectionShapes(state.selected, { rows, cols }, self);
+  const done = [];
+  for (const div of section.querySelectorAll(".head-plot, .enlarged-plot")) {
+    if (!div.layout) continue;
+    const map = div.dataset.map;
+    const ad = res.average_downsample;
+    if ((map === "layer-mean" || map === "rollout") && ad) {
+      const box = { rows: div.data[0].z.length, cols: div.data[0].z[0].length };
+      done.push(outline(div, selectionShapes(state.selected, box, self,
+        ad.factor, ad.key_factor ?? ad.factor)));
+    } else {
+      done.push(outline(div, full));
+    }
+  }
+  const grid = section.querySelector("#model-grid");
+  if (grid && grid.tiles && grid.layout) {
+    const { tiles } = grid;
+    const d = res.downsample;
+    const fq = d ? d.factor : 1;
+    const fk = d ? (d.key_factor ?? d.factor) : 1;
+    const shapes = [];
+    for (let r = 0; r < tiles.rows; r += 1) {
+      for (let c = 0; c < tiles.cols; c += 1) {
+        shapes.push(...selectionShapes(state.selected, {
+          x: tiles.x[c], y: tiles.y[r], rows: tiles.height, cols: tiles.width,
+        }, self, fq, fk));
+      }
+    }
+    done.push(outline(grid, shapes));
+  }
+  return Promise.all(done);
+}
+
+// The weight each shown key token gets from the selection in layer l (null: nothing
+// selected): from the head mean or the head #shade-head names. A pooled overview (long
+// inputs) gives each token its block's pooled weight, with no second request.
+function selectionWeights(res, l) {
+  if (!state.selected.size) return null;
+  const d = res.downsample;
+  const fq = d ? d.factor : 1;
+  const fk = d ? (d.key_factor ?? d.factor) : 1;
+  const heads = res.attentions[l][0];
+  const map = shadeHead.value === "mean" ? null : heads[Number(shadeHead.value)];
+  const blocks = map
+    ? selectedWeights(map, state.selected, fq)
+    : meanOf(heads.map((m) => selectedWeights(m, state.selected, fq)));
+  if (fk === 1) return blocks;
+  return keyTokens(res).map((_, j) => blocks[Math.floor(j / fk)] ?? 0);
+}
+
+// The token strip: the shown tokens, shaded by the selection's weights in the layer of
+// the layer selector (selectionWeights).
+function renderTokens(res) {
+  const l = selectedIndex(layerSelect);
+  shadeLayer.textContent = String(l);
+  const heads = res.num_heads;
+  if (shadeHead.options.length !== heads + 1) {
+    const shade = shadeHead.value;
+    shadeHead.replaceChildren(option("mean", "the mean of the heads"),
+      ...Array.from({ length: heads }, (_, h) => option(String(h), `head ${h}`)));
+    if ([...shadeHead.options].some((o) => o.value === shade)) shadeHead.value = shade;
+  }
+  const weights = selectionWeights(res, l);
+  const self = isSelfAttention(res);
+  tokenStrip(queryStrip, showTokens(queryTokens(res)), {
+    selected: state.selected, weights: self ? weights : null,
+    label: self ? "Tokens" : "Queries (decoder tokens)", onSelect: selectToken,
+  });
+  keyStrip.hidden = self;
+  if (!self) {
+    tokenStrip(keyStrip, showTokens(keyTokens(res)), {
+      weights, label: "Keys (encoder tokens), shaded by the selected queries' weights",
+      onSelect: () => {},
+    });
+  }
+  queryStrip.dataset.selected = [...state.selected].sort((x, y) => x - y).join(",");
+}
+
+// The token box and the outlines of the open view, once it is drawn.
+async function showSelection(section, res) {
+  tokenBox.hidden = false;
+  const key = JSON.stringify([queryTokens(res), keyTokens(res)]);
+  if (key !== state.selectionTokens) {
+    state.selected = new Set();
+    state.selectionTokens = key;
+  }
+  renderTokens(res);
+  await outlineView(section, res);
+  section.dataset.selected = queryStrip.dataset.selected;
+}
+
+// Position q was chosen (null: clear) in the strip or on a map; `add`: shift-click.
+async function selectToken(q, add = false, fromKeyboard = false) {
+  const res = state.overview;
+  if (!res || state.view === "generation") return;
+  state.selected = q === null ? new Set() : nextSelection(state.selected, q, add);
+  const section = document.getElementById(`view-${state.view}`);
+  renderTokens(res);
+  if (fromKeyboard && q !== null) focusToken(queryStrip, q);
+  await outlineView(section, res);
+  section.dataset.selected = queryStrip.dataset.selected;
+}
+
+// A click on a full-resolution map's cell selects its query row.
+function bindSelection(div) {
+  div.on("plotly_click", (event) => {
+    const point = event.points && event.points[0];
+    if (point && Number.isInteger(point.y)) selectToken(point.y, additive(event.event));
+  });
+}
+
+// ---------------------------------------------------------------------------
 // Drawing and computing.
 
 async function renderView() {
@@ -1375,7 +1518,10 @@ async function renderView() {
   const generating = state.request.max_new_tokens > 0;
   const label = generating ? "Generating and computing…" : "Computing…";
   const done = await busy(async () => {
-    if (state.view === "generation") return renderGeneration(section, ticket);
+    if (state.view === "generation") {
+      tokenBox.hidden = true;
+      return renderGeneration(section, ticket);
+    }
     try {
       return await renderOverview(section, ticket, watcher);
     } finally {
@@ -1408,6 +1554,7 @@ async function renderOverview(section, ticket, watcher) {
   if (state.view === "model") await renderModelView(section, res, watcher);
   else if (state.view === "layer") await renderLayerView(section, res, l);
   else await renderAverages(section, res, l);
+  if (ticket === state.ticket) await showSelection(section, res);
   return true;
 }
 
@@ -1499,6 +1646,14 @@ for (const control of [sequenceSelect, hideSpecial]) {
 layerSelect.addEventListener("change", renderView);
 fillColourScales(colourScale);
 colourScale.addEventListener("change", renderView);
+shadeHead.addEventListener("change", () => {
+  if (state.overview && state.view !== "generation") renderTokens(state.overview);
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && state.selected.size && state.view !== "generation") {
+    selectToken(null);
+  }
+});
 onTabClick((view) => {
   state.view = view;
   if (state.request) writeUrlState(state.request, state.view);

@@ -199,3 +199,74 @@ def test_cell_numbers_are_drawn_at_a_readable_size_or_not_at_all(page, server_ur
     step = page.evaluate(sizes, "#view-step .stage-plot")
     assert all(size >= 11 for size in step)  # small maps: no 5 px numbers
     assert page.errors == []
+
+
+# The /models page (all-MiniLM-L6-v2): every map of the model, layer and averages views.
+
+MODEL_SHAPES = """(selector) => [...document.querySelectorAll(selector)].map(
+    (div) => (div.layout.shapes || []).filter((s) => s.name && s.name.startsWith('selected-'))
+        .map((s) => [s.name, s.x0, s.x1, s.y0, s.y1]))"""
+
+
+def wait_model_selected(page, view: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function(
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'"
+        f" && document.getElementById('view-{view}').dataset.selected === '{text}'",
+        timeout=20_000,
+    )
+
+
+@pytest.mark.usefixtures("pretrained_extra")
+def test_models_page_selection_outlines_every_thumbnail_and_head_and_shades_the_text(
+    page, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    page.wait_for_function(
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+    )
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    attentions = response["attentions"]  # (N, 1, H, L, L), not pooled at this length
+    length = len(response["tokens"][0])
+    page.click("#query-strip .token[data-position='2']")
+    wait_model_selected(page, "model", "2")
+    # Every tile of the 6 x 12 grid: its row 2 and its column 2, where div.tiles puts it.
+    tiles = page.evaluate("() => document.getElementById('model-grid').tiles")
+    expected = []
+    for r in range(6):
+        for c in range(12):
+            x, y = tiles["x"][c], tiles["y"][r]
+            expected.append(["selected-row", x - 0.5, x + length - 0.5, y + 1.5, y + 2.5])
+            expected.append(["selected-column", x + 1.5, x + 2.5, y - 0.5, y + length - 0.5])
+    assert page.evaluate(MODEL_SHAPES, "#model-grid") == [expected]
+    # The strip: layer 0's head mean of row 2.
+    mean = head_mean(attentions[0][0], [2])
+    assert page.evaluate(STRIP_WEIGHTS, "query-strip") == pytest.approx(mean, abs=1e-6)
+
+    # The layer view of layer 4: every head outlined; shift-click on a map adds a row.
+    page.click("[role=tab][data-view=layer]")
+    wait_model_selected(page, "layer", "2")
+    page.evaluate("document.getElementById('view-layer').dataset.drawn = 'stale'")
+    page.select_option("#layer-index", "4")
+    wait_model_selected(page, "layer", "2")
+    heads = "#view-layer .head-plot"
+    assert page.evaluate(MODEL_SHAPES, heads) == [outlined(length, length, [2])] * 12
+    page.locator(heads).nth(5).scroll_into_view_if_needed()
+    x, y = page.evaluate(CELL_CENTRE, [heads, 5, 6, 0, 1])
+    page.keyboard.down("Shift")
+    page.mouse.click(x, y)
+    page.keyboard.up("Shift")
+    wait_model_selected(page, "layer", "2,6")
+    assert page.evaluate(MODEL_SHAPES, heads) == [outlined(length, length, [2, 6])] * 12
+    page.select_option("#shade-head", "5")
+    summed = row_sums(attentions[4][0][5], [2, 6])
+    page.wait_for_function(
+        f"Math.abs(Number(document.querySelector('#query-strip .token').dataset.weight)"
+        f" - {summed[0]}) < 1e-6"
+    )
+    assert page.evaluate(STRIP_WEIGHTS, "query-strip") == pytest.approx(summed, abs=1e-6)
+    # The averages view keeps the selection: its head-mean map is outlined too.
+    page.click("[role=tab][data-view=averages]")
+    wait_model_selected(page, "averages", "2,6")
+    shapes = page.evaluate(MODEL_SHAPES, "#view-averages [data-map=head-mean]")
+    assert shapes == [outlined(length, length, [2, 6])]
+    assert page.errors == []
