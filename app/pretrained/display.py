@@ -11,6 +11,14 @@ H x L_q x L_k weights at a time, plus what is kept. The display choices, all opt
   renormalised maps; rollout is computed with every token (as Abnar & Zuidema define
   it) and then renormalised the same way. ``special_share`` says how much of each row
   the hidden tokens took.
+* merge word pieces into words (``merge_words``): the pieces of one word, as the
+  tokenizer's pre-tokenizer splits the text (:attr:`.model.TokenizedBatch.word_ids`),
+  become one row and one column. A word's column is the SUM over its key pieces (the
+  attention the word gets) and its row the MEAN over its query pieces (the word's
+  pieces averaged), so rows still sum to 1: M[a, b] = (1 / |A|) sum_{i in A} sum_{j in
+  B} W[i, j]. Special tokens stay words of their own. The merge follows the hiding
+  above; means and rollout are merged the same way. Pieces are joined into the word's
+  label (WordPiece's "##" dropped).
 * one layer only (``layer_index``), and one head of it (``head_index``).
 * block-max pooling of the layers x heads maps to at most ``display_size`` per side,
   for thumbnails of long inputs (:func:`attnviz.attention.summary.block_pool`). The
@@ -135,6 +143,62 @@ def shown_tokens(
     )
 
 
+def word_groups(words: list[int]) -> list[list[int]]:
+    """Positions grouped by word: runs of equal word numbers (:attr:`TokenizedBatch.word_ids`)."""
+    groups: list[list[int]] = []
+    for position, word in enumerate(words):
+        if groups and words[groups[-1][0]] == word:
+            groups[-1].append(position)
+        else:
+            groups.append([position])
+    return groups
+
+
+def merge_matrices(groups: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W, L) float32 averaging the query pieces of each word, and (L, W) summing its keys.
+
+    For (..., L_q, L_k) maps, ``mean_q @ maps @ sum_k`` is the merged map of the module
+    docstring.
+    """
+    length = sum(len(group) for group in groups)
+    mean_q = torch.zeros(len(groups), length)
+    sum_k = torch.zeros(length, len(groups))
+    for word, group in enumerate(groups):
+        mean_q[word, group] = 1.0 / len(group)
+        sum_k[group, word] = 1.0
+    return mean_q, sum_k
+
+
+def joined_piece(piece: str, first: bool) -> str:
+    """A piece as part of its word's label: WordPiece's continuation "##" dropped."""
+    return piece[2:] if not first and piece.startswith("##") and len(piece) > 2 else piece
+
+
+class WordMerge:
+    """The merge of one side's shown tokens into words (``merge_words``)."""
+
+    def __init__(self, batch: TokenizedBatch, keep: torch.Tensor | None) -> None:
+        words = batch.words(0)
+        positions = list(range(len(words))) if keep is None else keep.nonzero().flatten().tolist()
+        self.groups = word_groups([words[i] for i in positions])
+        self.mean_q, self.sum_k = merge_matrices(self.groups)
+
+    def tokens(
+        self, shown: tuple[list[str], list[int], list[int], list[bool]]
+    ) -> tuple[list[str], list[int], list[int], list[bool]]:
+        """Words from the shown tokens, with the ids and segments of their first pieces.
+
+        A word is special when all its pieces are.
+        """
+        tokens, ids, types, special = shown
+        return (
+            ["".join(joined_piece(tokens[i], i == g[0]) for i in g) for g in self.groups],
+            [ids[g[0]] for g in self.groups],
+            [types[g[0]] for g in self.groups],
+            [all(special[i] for i in g) for g in self.groups],
+        )
+
+
 @dataclass(frozen=True)
 class LayerMaps:
     """One layer's maps as shown: what :meth:`LayerWalk.layers` yields.
@@ -173,6 +237,7 @@ class LayerWalk:
         layer_index: int | None = None,
         head_index: int | None = None,
         display_size: int | None = None,
+        merge_words: bool = False,
     ) -> None:
         if result.batch.input_ids.shape[0] != 1:
             raise ValueError("sequence_view takes the result of one input")
@@ -194,6 +259,12 @@ class LayerWalk:
                     "hide_special_tokens", "the input has only special tokens"
                 )
         self.hide_special_tokens = hide_special_tokens
+        self.merge_q: WordMerge | None = None
+        self.merge_k: WordMerge | None = None
+        if merge_words:
+            self.merge_q = WordMerge(self.queries, self.keep_q)
+            self.merge_k = WordMerge(self.keys, self.keep_k)
+        self.merge_words = merge_words
         self.layer_index, self.head_index, self.display_size = (
             layer_index,
             head_index,
@@ -208,8 +279,21 @@ class LayerWalk:
     def shown(
         self, batch: TokenizedBatch, keep: torch.Tensor | None
     ) -> tuple[list[str], list[int], list[int], list[bool]]:
-        """:func:`shown_tokens` (of :attr:`queries` or :attr:`keys`)."""
-        return shown_tokens(batch, keep)
+        """:func:`shown_tokens` of :attr:`queries` or :attr:`keys`.
+
+        Merged into words with ``merge_words``.
+        """
+        tokens = shown_tokens(batch, keep)
+        merge = self.merge_q if batch is self.queries else self.merge_k
+        return tokens if merge is None else merge.tokens(tokens)
+
+    def merged(self, maps: torch.Tensor) -> torch.Tensor:
+        """(..., L_q', L_k') shown maps merged into words (as they are without merge_words)."""
+        if self.merge_q is None or self.merge_k is None:
+            return maps
+        mean_q = self.merge_q.mean_q.to(maps.device, maps.dtype)
+        sum_k = self.merge_k.sum_k.to(maps.device, maps.dtype)
+        return mean_q @ maps @ sum_k
 
     def factors(self, length: int, key_length: int) -> tuple[int, int]:
         """Tokens per pooled row and column for maps of ``length`` x ``key_length``."""
@@ -229,8 +313,8 @@ class LayerWalk:
         return self.block != "cross" and self.queries.input_ids.shape[1] <= MAX_ROLLOUT_TOKENS
 
     @property
-    def _memo_key(self) -> tuple[str, str, bool]:
-        return ("averages", self.block, self.hide_special_tokens)
+    def _memo_key(self) -> tuple[str, str, bool, bool]:
+        return ("averages", self.block, self.hide_special_tokens, self.merge_words)
 
     def layers(self) -> Iterator[LayerMaps]:
         """Compute the layers in order; yield the shown ones (all, or layer_index's).
@@ -271,6 +355,7 @@ class LayerWalk:
                         hidden = raw[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
                         self.share_sum += float(hidden.sum())
                         self.share_count += hidden.numel()
+                weights = self.merged(weights)
                 total = weights.sum(dim=0) if total is None else total + weights.sum(dim=0)
                 if averages is None and self.with_rollout:  # with every token, hidden or not
                     raw_sum = raw.sum(dim=0)
@@ -320,11 +405,11 @@ class LayerWalk:
             rollout = rollout.float()
             if self.keep_q is not None:
                 rollout = renormalised(rollout, self.keep_q)
-            rollout = pooled(rollout, MAX_AVERAGE_SIZE)[0]
-        tokens, ids, types, special = shown_tokens(self.queries, self.keep_q)
+            rollout = pooled(self.merged(rollout), MAX_AVERAGE_SIZE)[0]
+        tokens, ids, types, special = self.shown(self.queries, self.keep_q)
         return SequenceView(
             tokens=tokens,
-            key_tokens=shown_tokens(self.keys, self.keep_k)[0],
+            key_tokens=self.shown(self.keys, self.keep_k)[0],
             input_ids=ids,
             token_type_ids=types,
             special_tokens_mask=special,
@@ -347,6 +432,7 @@ def sequence_view(
     layer_index: int | None = None,
     head_index: int | None = None,
     display_size: int | None = None,
+    merge_words: bool = False,
 ) -> SequenceView:
     """Apply the display choices of the module docstring to a one-input result.
 
@@ -359,6 +445,8 @@ def sequence_view(
         head_index: with ``layer_index``, keep this head's attentions only.
         display_size: pool attentions and head means to at most this many rows and
             columns (block max).
+        merge_words: merge word pieces into words (sum over key pieces, mean over
+            query pieces).
 
     Raises:
         AttentionInputError: as :class:`LayerWalk`.
@@ -371,6 +459,7 @@ def sequence_view(
         layer_index=layer_index,
         head_index=head_index,
         display_size=display_size,
+        merge_words=merge_words,
     ).view()
 
 

@@ -94,6 +94,11 @@ class TokenizedBatch:
         attention_mask: (B, L) bool, True for real tokens, False for padding.
         special_tokens_mask: (B, L) bool, True for the tokenizer's special tokens
             ([CLS], [SEP], <|im_start|>, BOS, ...) and padding, typed ones included.
+        word_ids: B lists of L word numbers (0, 1, ... in order): the pieces of one word
+            as the tokenizer's pre-tokenizer splits the text (fast tokenizers'
+            ``word_ids()``, per sentence of a pair) share one; special tokens, padding,
+            generated tokens and tokens of a tokenizer without word ids have their own.
+            None: every token its own word.
     """
 
     tokens: list[list[str]]
@@ -101,6 +106,14 @@ class TokenizedBatch:
     token_type_ids: torch.Tensor
     attention_mask: torch.Tensor
     special_tokens_mask: torch.Tensor
+    word_ids: list[list[int]] | None = None
+
+    def words(self, index: int) -> list[int]:
+        """Input ``index``'s word numbers (:attr:`word_ids`, or one word per token)."""
+        length = len(self.tokens[index])
+        if self.word_ids is None:
+            return list(range(length))
+        return self.word_ids[index][:length]
 
     @property
     def lengths(self) -> list[int]:
@@ -116,7 +129,27 @@ class TokenizedBatch:
             token_type_ids=self.token_type_ids[index : index + 1, :length],
             attention_mask=self.attention_mask[index : index + 1, :length],
             special_tokens_mask=self.special_tokens_mask[index : index + 1, :length],
+            word_ids=[self.words(index)[:length]],
         )
+
+
+def word_numbers(
+    words: Sequence[tuple[int, int] | None], special: Sequence[bool], length: int
+) -> list[int]:
+    """:attr:`TokenizedBatch.word_ids` of one input, padded to ``length``.
+
+    Consecutive tokens of one (sentence, word) share a number; tokens without a word
+    (None), special tokens and the padding after them get one each.
+    """
+    numbers: list[int] = []
+    previous: tuple[int, int] | None = None
+    for word, is_special in zip(words, special, strict=True):
+        same = bool(numbers) and not is_special and word is not None and word == previous
+        numbers.append(numbers[-1] if same else (numbers[-1] + 1 if numbers else 0))
+        previous = None if is_special else word
+    while len(numbers) < length:
+        numbers.append(numbers[-1] + 1 if numbers else 0)
+    return numbers
 
 
 @dataclass(frozen=True)
@@ -492,30 +525,35 @@ class PretrainedModel:
                 if text is not None and not text.strip():
                     raise AttentionInputError(f"{name}[{i}]", "the text is empty")
         encoded = [self._encode(text, pair, chat) for text, pair in zip(texts, pairs, strict=True)]
-        for i, (ids, _) in enumerate(encoded):
+        for i, (ids, _, _) in enumerate(encoded):
             if self.max_tokens is not None and len(ids) > self.max_tokens:
                 raise AttentionInputError(
                     f"{field_name}[{i}]",
                     f"{len(ids)} tokens; {self.name} takes at most {self.max_tokens} "
                     "(max_position_embeddings)",
                 )
-        length = max(len(ids) for ids, _ in encoded)
+        length = max(len(ids) for ids, _, _ in encoded)
         input_ids = torch.full((len(encoded), length), self.pad_id, dtype=torch.int64)
         token_type_ids = torch.zeros((len(encoded), length), dtype=torch.int64)
         attention_mask = torch.zeros((len(encoded), length), dtype=torch.bool)
-        for b, (ids, types) in enumerate(encoded):
+        for b, (ids, types, _) in enumerate(encoded):
             input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
             token_type_ids[b, : len(types)] = torch.tensor(types, dtype=torch.int64)
             attention_mask[b, : len(ids)] = True
         special = ~attention_mask
         for token_id in self.special_ids:
             special |= input_ids == token_id
+        word_ids = [
+            word_numbers(words, special[b, : len(words)].tolist(), length)
+            for b, (_, _, words) in enumerate(encoded)
+        ]
         return TokenizedBatch(
             tokens=[self.token_strings(row) for row in input_ids.tolist()],
             input_ids=input_ids,
             token_type_ids=token_type_ids,
             attention_mask=attention_mask,
             special_tokens_mask=special,
+            word_ids=word_ids,
         )
 
     def _pairs(
@@ -535,7 +573,10 @@ class PretrainedModel:
             )
         return list(text_pairs)
 
-    def _encode(self, text: str, pair: str | None, chat: bool) -> tuple[list[int], list[int]]:
+    def _encode(
+        self, text: str, pair: str | None, chat: bool
+    ) -> tuple[list[int], list[int], list[tuple[int, int] | None]]:
+        """Ids, segments and each token's (sentence, word) of the pre-tokenizer, or None."""
         if chat:
             rendered = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
@@ -545,7 +586,13 @@ class PretrainedModel:
             encoding = self.tokenizer(text, pair, return_token_type_ids=True)
         ids = list(encoding["input_ids"])
         types = list(encoding.get("token_type_ids") or [0] * len(ids))
-        return ids, types
+        words: list[tuple[int, int] | None] = [None] * len(ids)
+        if getattr(encoding, "is_fast", False):
+            sentences = encoding.sequence_ids()
+            for i, word in enumerate(encoding.word_ids()):
+                if word is not None:
+                    words[i] = (sentences[i] or 0, word)
+        return ids, types, words
 
     def decoder_inputs(self, targets: Sequence[str]) -> TokenizedBatch:
         """An encoder-decoder's decoder input: ``decoder_start_token_id`` + each target's tokens.
@@ -584,6 +631,8 @@ class PretrainedModel:
             token_type_ids=torch.zeros_like(input_ids),
             attention_mask=attention_mask,
             special_tokens_mask=special,
+            # The start token is a word of its own.
+            word_ids=[[0] + [w + 1 for w in batch.words(b)] for b in range(size)],
         )
 
     def extended(self, batch: TokenizedBatch, new_ids: Sequence[int]) -> TokenizedBatch:
@@ -593,12 +642,16 @@ class PretrainedModel:
         special = torch.zeros_like(added, dtype=torch.bool)
         for token_id in self.special_ids:
             special |= added == token_id
+        words = batch.words(0)
+        after = (max(words) + 1) if words else 0
         return TokenizedBatch(
             tokens=[batch.tokens[0] + self.token_strings(new_ids)],
             input_ids=input_ids,
             token_type_ids=torch.zeros_like(input_ids),
             attention_mask=torch.ones_like(input_ids, dtype=torch.bool),
             special_tokens_mask=torch.cat([batch.special_tokens_mask, special], dim=1),
+            # Each generated token is a word of its own.
+            word_ids=[words + list(range(after, after + len(new_ids)))],
         )
 
     def attention(

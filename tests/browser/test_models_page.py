@@ -336,7 +336,13 @@ def test_smollm2_chat_prompt_draws_the_30_by_9_grid_and_its_generation(page, ser
     # One figure of 30 x 9 thumbnails, the heads in 3 key/value groups.
     grid = page.evaluate(f"() => ({{shape: ({GRID_SHAPE})(), dataset: {{...{GRID}.dataset}}}})")
     assert grid["shape"] == {"traces": 1, "rows": 30, "cols": 9}
-    assert grid["dataset"] == {"rows": "30", "cols": "9", "colGroup": "3", "kvHeads": "3"}
+    assert grid["dataset"] == {
+        "rows": "30",
+        "cols": "9",
+        "colGroup": "3",
+        "kvHeads": "3",
+        "scale": "head",  # auto, up to 64 tokens: each thumbnail to its own maximum
+    }
     assert page.evaluate(f"() => {GRID}.cell(4, 5)") == response["attentions"][4][0][5]
     row, col = grid_point(page, 4, 5, 3, 0)
     hover = page.evaluate(f"([r, c]) => {GRID}.data[0].hovertext[r][c]", [row, col])

@@ -254,3 +254,61 @@ def test_model_dirs_setting_registers_local_directories(minilm, tmp_path, monkey
     finally:
         get_settings.cache_clear()
         MODELS.clear()
+
+
+def merged_reference(maps: torch.Tensor, words: list[int]) -> torch.Tensor:
+    """The documented merge, written out: M[a, b] = mean over a's query pieces of the
+    sum over b's key pieces (words: the word number of each token, runs = words)."""
+    groups: list[list[int]] = []
+    for i, word in enumerate(words):
+        if groups and words[groups[-1][0]] == word:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    out = torch.zeros(*maps.shape[:-2], len(groups), len(groups))
+    for a, rows in enumerate(groups):
+        for b, cols in enumerate(groups):
+            out[..., a, b] = maps[..., rows, :][..., cols].sum(dim=-1).mean(dim=-1)
+    return out
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_merged_words_are_the_documented_sums_of_the_token_maps(
+    client: TestClient, minilm, hide: bool
+) -> None:  # type: ignore[no-untyped-def]
+    text = "Unbelievably, transformers' attention heads weren't interpretable."
+    body = {"texts": [text], "sequence_index": 0, "hide_special_tokens": hide}
+    pieces = client.post(URL, json=body).json()
+    words = client.post(URL, json={**body, "merge_words": True}).json()
+    assert words["merged_words"] is True
+    # The word numbers from the tokenizer itself (transformers' word_ids), special
+    # tokens each on their own.
+    encoding = minilm.tokenizer(text)
+    numbered: list[int] = []
+    for i, word in enumerate(encoding.word_ids()):
+        numbered.append(i if word is None else 1000 + word)
+    if hide:
+        numbered = numbered[1:-1]  # [CLS] and [SEP] are hidden
+    assert len(numbered) == len(pieces["tokens"][0])
+    expected = merged_reference(torch.tensor(pieces["attentions"])[:, 0], numbered)
+    drawn = torch.tensor(words["attentions"])[:, 0]
+    assert drawn.shape == expected.shape and expected.shape[-1] < len(numbered)
+    assert torch.allclose(drawn, expected, atol=1e-6)
+    assert torch.allclose(drawn.sum(-1), torch.ones(()), atol=1e-5)  # rows still sum to 1
+    for name in ("head_mean", "layer_mean", "rollout"):
+        reference = merged_reference(torch.tensor(pieces[name]), numbered)
+        assert torch.allclose(torch.tensor(words[name]), reference, atol=1e-5), name
+    assert "unbelievably" in words["tokens"][0] and "interpretable" in words["tokens"][0]
+    assert len(words["tokens"][0]) == expected.shape[-1]
+
+
+@pytest.mark.parametrize("extra", [{"query_index": 1}])
+def test_merge_words_refuses_options_that_count_tokens(
+    client: TestClient, extra: dict[str, Any]
+) -> None:
+    body = {"texts": ["Just one."], "sequence_index": 0, "merge_words": True, **extra}
+    response = client.post(URL, json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["body", *extra]
+    alone = client.post(URL, json={"texts": ["Just one."], "merge_words": True})
+    assert alone.json()["detail"][0]["loc"] == ["body", "merge_words"]

@@ -40,6 +40,7 @@ RETRY_AFTER_S = 2
 """What a 503 for a model still loading tells the client to wait, in seconds."""
 ONE_INPUT_OPTIONS = (
     "hide_special_tokens",
+    "merge_words",
     "layer_index",
     "head_index",
     "display_size",
@@ -335,6 +336,14 @@ def prepare_sequence(
             "head_index",
             f"{request.head_index} is not below {model.num_heads}",
         )
+    if request.merge_words:
+        for field in ("query_index", "top_k"):
+            if getattr(request, field) not in (None, 0):
+                raise field_error(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    field,
+                    "counts tokens: not with merge_words (send it without merge_words)",
+                )
     if request.top_k and model.family != "decoder":
         raise field_error(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
@@ -364,6 +373,7 @@ def prepare_sequence(
             layer_index=request.layer_index,
             head_index=request.head_index,
             display_size=request.display_size,
+            merge_words=request.merge_words,
         )
         query_rows = None
         if request.query_index is not None:
@@ -469,6 +479,7 @@ def sequence_fields(
         "layer_index": request.layer_index,
         "head_index": request.head_index,
         "hidden_special_tokens": request.hide_special_tokens,
+        "merged_words": request.merge_words,
         "downsample": downsample(Pooling(factor, key_factor), len(tokens), len(key_tokens)),
         "query_index": request.query_index,
         "query_attentions": (

@@ -154,6 +154,15 @@ class PretrainedAttentionRequest(StrictRequest):
         description="With sequence_index: remove [CLS] and [SEP] from rows and columns and "
         "renormalise every row to sum to 1 (means are then of the renormalised maps).",
     )
+    merge_words: bool = Field(
+        False,
+        description="With sequence_index: merge word pieces (WordPiece ##, BPE, "
+        "SentencePiece) into words as the tokenizer's pre-tokenizer splits the text. A "
+        "word's column is the SUM over its key pieces, its row the MEAN over its query "
+        "pieces, so rows still sum to 1: M[a, b] = (1/|A|) sum_{i in A} sum_{j in B} W[i, j]. "
+        "Special tokens stay words of their own; applied after hide_special_tokens, and to "
+        "the means and rollout too. Not with query_index or top_k (they count tokens).",
+    )
     layer_index: int | None = Field(
         None,
         ge=0,
@@ -316,6 +325,9 @@ class PretrainedAttentionResponse(BaseModel):
     sequence_index: int | None = Field(None, description="The input returned, when selected.")
     layer_index: int | None = Field(None, description="The layer returned, when selected.")
     hidden_special_tokens: bool = Field(False, description="Whether [CLS] / [SEP] were removed.")
+    merged_words: bool = Field(
+        False, description="Whether word pieces were merged into words (merge_words)."
+    )
     special_share: float | None = Field(
         None,
         description="With hidden special tokens: the mean share of a shown row that went to "
