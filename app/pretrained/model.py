@@ -36,7 +36,7 @@ from torch import nn
 
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
-from .recorder import AttentionRecording, record_attention
+from .recorder import AttentionRecording, Neuron, neuron, record_attention
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -302,6 +302,22 @@ class PretrainedAttentions:
             raise AttentionInputError("query_index", f"{query} is not below {length}")
         rows = [self.recording.layer_weights(i, query=query) for i in self._calls(block)]
         return torch.stack(rows)[:, :, :, 0]
+
+    def neuron(self, block: Block, layer: int, head: int, query: int) -> Neuron:
+        """Query position ``query``'s q, k, scores and weights in one head (input 0).
+
+        Raises:
+            AttentionInputError: (field ``layer_index`` / ``head_index`` / ``query_index``)
+                no such layer, head or position.
+        """
+        call = self._call(block, layer)
+        heads = self.num_heads(block, layer)
+        if not 0 <= head < heads:
+            raise AttentionInputError("head_index", f"{head} is not below {heads}")
+        length = int(self.queries(block).input_ids.shape[1])
+        if not 0 <= query < length:
+            raise AttentionInputError("query_index", f"{query} is not below {length}")
+        return neuron(self.recording, call, head, query)
 
     def _calls(self, block: Block) -> list[int]:
         if block not in self.block_calls:

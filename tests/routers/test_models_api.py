@@ -1,6 +1,7 @@
 """GET /api/v1/models and POST /api/v1/models/attention."""
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -312,3 +313,84 @@ def test_merge_words_refuses_options_that_count_tokens(
     assert response.json()["detail"][0]["loc"] == ["body", *extra]
     alone = client.post(URL, json={"texts": ["Just one."], "merge_words": True})
     assert alone.json()["detail"][0]["loc"] == ["body", "merge_words"]
+
+
+def test_neuron_view_is_q_dot_k_over_sqrt_d_k_from_bert_own_projections(
+    client: TestClient, minilm, reference_bert
+) -> None:  # type: ignore[no-untyped-def]
+    text = "The cat sat on the mat because it was tired."
+    layer, head, query = 2, 5, 3
+    body = {"texts": [text], "sequence_index": 0, "layer_index": layer, "head_index": head}
+    response = client.post(URL, json={**body, "query_index": query, "neuron": True})
+    assert response.status_code == 200, response.text
+    step = response.json()["neuron"]
+    d_k = 384 // 12
+    assert (step["d_k"], step["key_value_head"]) == (d_k, head)
+    assert step["scaling"] == pytest.approx(d_k**-0.5)
+    # The reference: BertModel's own query and key projections of the layer's input
+    # (a forward hook), the head's slice, q.k / sqrt(d_k), and its output_attentions.
+    inputs = {k: torch.tensor([v]) for k, v in minilm.tokenizer(text).items()}
+    seen: dict[str, torch.Tensor] = {}
+    attention = reference_bert.encoder.layer[layer].attention.self
+    hooks = [
+        attention.query.register_forward_hook(lambda m, a, out: seen.__setitem__("q", out)),
+        attention.key.register_forward_hook(lambda m, a, out: seen.__setitem__("k", out)),
+    ]
+    try:
+        with torch.no_grad():
+            out = reference_bert(**inputs, output_attentions=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    part = slice(head * d_k, (head + 1) * d_k)
+    q = seen["q"][0, query, part]
+    k = seen["k"][0, :, part]
+    assert torch.allclose(torch.tensor(step["query"]), q, atol=1e-5)
+    assert torch.allclose(torch.tensor(step["keys"]), k, atol=1e-5)
+    assert torch.allclose(torch.tensor(step["scores"]), k @ q, atol=1e-4)
+    assert torch.allclose(torch.tensor(step["scaled_scores"]), k @ q / d_k**0.5, atol=1e-4)
+    weights = out.attentions[layer][0, head, query]
+    assert torch.allclose(torch.tensor(step["weights"]), weights, atol=1e-5)
+    assert step["masked"] == [False] * len(weights)
+
+
+def test_neuron_view_of_a_causal_decoder_with_rotary_embeddings(client: TestClient) -> None:
+    body = {
+        "model": "SmolLM2-135M-Instruct",
+        "texts": ["Attention is all you need, they said."],
+        "sequence_index": 0,
+        "layer_index": 7,
+        "head_index": 4,
+        "query_index": 5,
+    }
+    step = client.post(URL, json={**body, "neuron": True}).json()["neuron"]
+    rows = client.post(URL, json=body).json()["attentions"][0][0][0]
+    assert step["key_value_head"] == 4 // 3  # 9 query heads share 3 key/value heads
+    scores = torch.tensor(step["keys"]) @ torch.tensor(step["query"])
+    assert torch.allclose(torch.tensor(step["scores"]), scores, atol=1e-4)
+    scaled = torch.tensor(step["scaled_scores"])
+    assert torch.allclose(scaled, scores * step["scaling"], atol=1e-4)
+    # Causal: the keys after the query are masked; softmax over the rest is the weights,
+    # which are the row the attention request gives.
+    assert step["masked"] == [j > 5 for j in range(len(step["masked"]))]
+    expected = torch.softmax(scaled.masked_fill(torch.tensor(step["masked"]), -math.inf), -1)
+    assert torch.allclose(torch.tensor(step["weights"]), expected, atol=1e-5)
+    assert torch.allclose(torch.tensor(step["weights"]), torch.tensor(rows[5]), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("extra", "loc"),
+    [
+        ({"layer_index": 0, "head_index": 0}, "neuron"),  # no query_index
+        ({"layer_index": 0, "head_index": 0, "query_index": 0, "merge_words": True}, "merge_words"),
+        ({"layer_index": 0, "head_index": 12, "query_index": 0}, "head_index"),
+        ({"layer_index": 0, "head_index": 0, "query_index": 99}, "query_index"),
+    ],
+)
+def test_bad_neuron_requests_get_422_naming_the_field(
+    client: TestClient, extra: dict[str, Any], loc: str
+) -> None:
+    body = {"texts": ["Just one."], "sequence_index": 0, "neuron": True, **extra}
+    response = client.post(URL, json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["body", loc]

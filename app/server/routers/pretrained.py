@@ -17,6 +17,7 @@ from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, To
 from ...pretrained.display import MAX_AVERAGE_SIZE, LayerWalk, Pooling, SequenceView, batch_maps
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.model import Block, Generation, PretrainedAttentions
+from ...pretrained.recorder import Neuron
 from ...pretrained.recordings import RECORDINGS
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc
@@ -41,6 +42,7 @@ RETRY_AFTER_S = 2
 ONE_INPUT_OPTIONS = (
     "hide_special_tokens",
     "merge_words",
+    "neuron",
     "layer_index",
     "head_index",
     "display_size",
@@ -297,12 +299,14 @@ class PreparedSequence:
         walk: the display choices, to run layer by layer.
         generation: what a decoder generated first, else None.
         query_rows: (N, H, L_k) the rows of query_index, else None.
+        neuron: with ``neuron``, the step through the head, else None.
     """
 
     result: PretrainedAttentions
     walk: LayerWalk
     generation: Generation | None
     query_rows: torch.Tensor | None
+    neuron: Neuron | None = None
 
 
 def prepare_sequence(
@@ -344,6 +348,19 @@ def prepare_sequence(
                     field,
                     "counts tokens: not with merge_words (send it without merge_words)",
                 )
+    if request.neuron:
+        for field in ("layer_index", "head_index", "query_index"):
+            if getattr(request, field) is None:
+                raise field_error(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT, "neuron", f"set {field} too"
+                )
+        for field in ("hide_special_tokens", "merge_words"):
+            if getattr(request, field):
+                raise field_error(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    field,
+                    "not with neuron (its positions count every token)",
+                )
     if request.top_k and model.family != "decoder":
         raise field_error(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
@@ -378,7 +395,14 @@ def prepare_sequence(
         query_rows = None
         if request.query_index is not None:
             query_rows = result.query_rows(block, request.query_index)
-    return PreparedSequence(result, walk, generation, query_rows)
+        step = None
+        if request.neuron:
+            assert request.layer_index is not None and request.head_index is not None
+            assert request.query_index is not None
+            step = result.neuron(
+                block, request.layer_index, request.head_index, request.query_index
+            )
+    return PreparedSequence(result, walk, generation, query_rows, step)
 
 
 def check_lengths(batch: TokenizedBatch, field: str, settings: Settings) -> None:
@@ -480,6 +504,7 @@ def sequence_fields(
         "head_index": request.head_index,
         "hidden_special_tokens": request.hide_special_tokens,
         "merged_words": request.merge_words,
+        "neuron": neuron_fields(request, prepared.neuron),
         "downsample": downsample(Pooling(factor, key_factor), len(tokens), len(key_tokens)),
         "query_index": request.query_index,
         "query_attentions": (
@@ -489,6 +514,29 @@ def sequence_fields(
             None if prepared.generation is None else generation_fields(request, prepared.generation)
         ),
         "next_tokens": next_tokens(model, prepared.result, request.top_k, walk.keep_q),
+    }
+
+
+def neuron_fields(
+    request: PretrainedAttentionRequest, step: Neuron | None
+) -> dict[str, Any] | None:
+    """The ``neuron`` object of the response (request.encoding for its arrays)."""
+    if step is None:
+        return None
+    enc = request.encoding
+    return {
+        "layer_index": request.layer_index,
+        "head_index": request.head_index,
+        "query_index": request.query_index,
+        "key_value_head": step.key_value_head,
+        "d_k": int(step.query.shape[0]),
+        "scaling": step.scaling,
+        "query": encode_floats(step.query, enc),
+        "keys": encode_floats(step.keys, enc),
+        "scores": encode_floats(step.scores, enc),
+        "scaled_scores": encode_floats(step.scaled_scores, enc),
+        "masked": step.masked.tolist(),
+        "weights": encode_floats(step.weights, enc),
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -153,6 +153,15 @@ class PretrainedAttentionRequest(StrictRequest):
         False,
         description="With sequence_index: remove [CLS] and [SEP] from rows and columns and "
         "renormalise every row to sum to 1 (means are then of the renormalised maps).",
+    )
+    neuron: bool = Field(
+        False,
+        description="With layer_index, head_index and query_index: that query's step through "
+        "the head (BertViz's neuron view), in the response's `neuron`: the query vector q, "
+        "every key vector k (after rotary embeddings, where the model has them), q.k, the "
+        "model's scaling (usually 1/sqrt(d_k)), q.k * scaling, the masked keys and the "
+        "softmax weights of the model's own eager attention. Positions count every token "
+        "(not with hide_special_tokens or merge_words).",
     )
     merge_words: bool = Field(
         False,
@@ -325,6 +334,12 @@ class PretrainedAttentionResponse(BaseModel):
     sequence_index: int | None = Field(None, description="The input returned, when selected.")
     layer_index: int | None = Field(None, description="The layer returned, when selected.")
     hidden_special_tokens: bool = Field(False, description="Whether [CLS] / [SEP] were removed.")
+    neuron: dict[str, Any] | None = Field(
+        None,
+        description="With neuron: {layer_index, head_index, query_index, key_value_head, "
+        "d_k, scaling, query (d_k), keys (L_k x d_k), scores (q.k), scaled_scores, masked, "
+        "weights}; see the request's `neuron`.",
+    )
     merged_words: bool = Field(
         False, description="Whether word pieces were merged into words (merge_words)."
     )
