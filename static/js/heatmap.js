@@ -8,9 +8,22 @@ const ANNOTATE_MAX_LEN = 16; // print the value in each cell up to this size
 const DETAIL_MAX_LEN = 64;
 const MAX_TICKS = 32;
 
-// Tick labels longer than this are cut with "…" (the hover gives them whole); the axes
-// make room for the rest (automargin), so no label is clipped by the figure's edge.
-const MAX_TICK_CHARS = 12;
+// Tick labels longer than this are cut with "…" (the hover gives them whole); the
+// margins are made wide enough for the longest label left (tickMargins), so none is
+// clipped by the figure's edge. (Plotly's automargin would do it too, but by redrawing
+// after the first draw, which moved the cells under a hover computed from the first.)
+const MAX_TICK_CHARS = 20;
+const TICK_CHAR_PX = 7; // the width of a character of the 12 px tick font, generously
+
+// Left and bottom margins (px) that hold the longest y tick label and the longest x one
+// (drawn at -45°, so its height is its length / √2), with the axis titles.
+function tickMargins(rowTicks, colTicks) {
+  const longest = (labels) => Math.max(0, ...labels.map((t) => [...t].length));
+  return {
+    l: Math.max(64, 30 + TICK_CHAR_PX * longest(rowTicks)),
+    b: Math.max(64, 34 + Math.ceil((TICK_CHAR_PX * longest(colTicks)) / Math.SQRT2)),
+  };
+}
 
 function tickLabel(label) {
   const chars = [...label];
@@ -296,11 +309,15 @@ export function heatmapFigure(options) {
       ygap: gap,
     });
   }
+  const xTicks = ticks(rawCols);
+  const yTicks = ticks(rawRows);
+  // The cut labels as the user reads them (the entities of & < > count one character).
+  const plain = (labels) => labels.map((t) => t.replace(/&(amp|lt|gt);/g, "&"));
   const layout = {
     title: { text: escapeForPlotly(options.title || ""), font: { size: 13 } },
-    margin: { l: 64, r: 8, t: 34, b: 64 },
-    xaxis: { title: { text: xName }, ...ticks(rawCols), tickangle: -45, automargin: true },
-    yaxis: { title: { text: yName }, ...ticks(rawRows), autorange: "reversed", automargin: true },
+    margin: { r: 8, t: 34, ...tickMargins(plain(yTicks.ticktext), plain(xTicks.ticktext)) },
+    xaxis: { title: { text: xName }, ...xTicks, tickangle: -45 },
+    yaxis: { title: { text: yName }, ...yTicks, autorange: "reversed" },
     plot_bgcolor: "#ffffff",
     paper_bgcolor: "rgba(0,0,0,0)",
   };

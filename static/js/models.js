@@ -1466,8 +1466,9 @@ function renderTokens(res) {
   queryStrip.dataset.selected = [...state.selected].sort((x, y) => x - y).join(",");
 }
 
-// The token box and the outlines of the open view, once it is drawn.
-async function showSelection(section, res) {
+// The token box of the overview `res` (a new input clears the selection), shown before
+// the view is drawn.
+function showTokenBox(res) {
   tokenBox.hidden = false;
   const key = JSON.stringify([queryTokens(res), keyTokens(res)]);
   if (key !== state.selectionTokens) {
@@ -1475,6 +1476,10 @@ async function showSelection(section, res) {
     state.selectionTokens = key;
   }
   renderTokens(res);
+}
+
+// The selection's outlines on the open view, once it is drawn.
+async function showSelection(section, res) {
   await outlineView(section, res);
   section.dataset.selected = queryStrip.dataset.selected;
 }
@@ -1551,6 +1556,8 @@ async function renderOverview(section, ticket, watcher) {
   summary.textContent = describe(res);
   displayNote.textContent = noteFor(res);
   const l = selectedIndex(layerSelect);
+  // The token strip first: shown after the drawing, it would move the page under it.
+  showTokenBox(res);
   if (state.view === "model") await renderModelView(section, res, watcher);
   else if (state.view === "layer") await renderLayerView(section, res, l);
   else await renderAverages(section, res, l);

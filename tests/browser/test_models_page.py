@@ -654,7 +654,13 @@ def test_smollm2_grid_streams_in_layer_by_layer_with_its_progress(page, server_u
     grid = page.evaluate(f"() => ({{shape: ({GRID_SHAPE})(), dataset: {{...{GRID}.dataset}}}})")
     assert grid == {
         "shape": {"traces": 1, "rows": 30, "cols": 9},
-        "dataset": {"rows": "30", "cols": "9", "colGroup": "3", "kvHeads": "3"},
+        "dataset": {
+            "rows": "30",
+            "cols": "9",
+            "colGroup": "3",
+            "kvHeads": "3",
+            "scale": "row",  # auto, above 64 tokens: each query row to its own maximum
+        },
     }
     assert page.locator("#view-model .grid-preview").count() == 0
 

@@ -44,7 +44,10 @@ CELL_CENTRE = """([selector, index, row, col, subplot]) => {
     const xa = div._fullLayout["xaxis" + suffix];
     const ya = div._fullLayout["yaxis" + suffix];
     const box = div.querySelector(".main-svg").getBoundingClientRect();
-    return [box.left + xa._offset + xa.l2p(col), box.top + ya._offset + ya.l2p(row)];
+    // Whole pixels: the mouse events Chromium sends carry integer coordinates, and on a
+    // map of cells under 2 px a fractional centre could be read in the next cell.
+    return [Math.round(box.left + xa._offset + xa.l2p(col)),
+            Math.round(box.top + ya._offset + ya.l2p(row))];
 }"""
 
 
