@@ -541,6 +541,11 @@ async function renderView() {
     await view.render(container.querySelector(".view-body"), {
       data, request: state.request, sequence: b, head: h, fetchJson: timedFetch,
       scale: colourScale.value,
+      selected: state.selected,
+      select: async (q, add) => {
+        await selectToken(q, add);
+        renderView();
+      },
     });
   }
   const drawn = performance.now();

@@ -1,7 +1,8 @@
 // The lesson views of the tutorials, one renderer each. Every renderer gets
-// ctx = {data, request, sequence, head, fetchJson, scale}: the last /attention response,
-// the request read from the form, the selected sequence and head, the fetch
-// helper that reports API errors beside the form, and the colour-scale choice.
+// ctx = {data, request, sequence, head, fetchJson, scale, selected, select}: the last
+// /attention response, the request read from the form, the selected sequence and head,
+// the fetch helper that reports API errors beside the form, the colour-scale choice,
+// the selected query positions (a Set) and select(q, add) to change them (tokens.js).
 import {
   COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, paragraph, parseNumber,
 } from "./api.js";
@@ -9,6 +10,8 @@ import {
   addPlot, attentionHover, clearPlots, dimensionHover, escapeForPlotly, heatmapFigure, maxOf,
   resolveScale, thumbnailGrid, tokenHover, visibleWeights,
 } from "./heatmap.js";
+import { tokenStrip } from "./tokens.js";
+import { lineView, neuronView } from "./tokenviews.js";
 
 const ALL_STAGES = ["q", "k", "v", "scores", "scaled_scores", "masked_scores", "head_output"];
 
@@ -352,7 +355,70 @@ async function renderLayers(body, ctx) {
   showEnlarged(enlarged, blocks[0], 0, 0, blockMask(source, source, false));
 }
 
+// Lines: BertViz's head view of the drawn maps (tokenviews.js lineView). The heads shown
+// are kept across redraws (all of them at first).
+const linesHeads = { count: 0, visible: new Set() };
+
+async function renderLines(body, ctx) {
+  const { data } = ctx;
+  const b = ctx.sequence;
+  const count = data.shape[1];
+  if (linesHeads.count !== count) {
+    linesHeads.count = count;
+    linesHeads.visible = new Set(Array.from({ length: count }, (_, h) => h));
+  }
+  const box = document.createElement("div");
+  box.className = "line-box";
+  body.replaceChildren(box);
+  lineView(box, {
+    queries: data.query_labels[b],
+    keys: data.key_labels[b],
+    maps: data.weights[b].map((map) => visibleWeights(map, data.attn_mask[b])),
+    selected: ctx.selected,
+    visible: linesHeads.visible,
+    onSelect: (q, add) => ctx.select(q, add),
+  });
+}
+
+// Neuron: one query (the first selected, else 0) through the selected head, from the
+// head's Q and K stages (tutorial 001: softmax(q · k / √d_k)).
+async function renderNeuron(body, ctx) {
+  const res = await ctx.fetchJson("/api/v1/attention", {
+    ...ctx.request, include: ["q", "k"], ...oneHead(ctx),
+  });
+  body.replaceChildren();
+  if (!res) return;
+  const queries = res.query_labels[0];
+  const keys = res.key_labels[0];
+  const chosen = [...ctx.selected].filter((q) => q < queries.length);
+  const q = chosen.length ? Math.min(...chosen) : 0;
+  const strip = document.createElement("div");
+  strip.className = "strip-box";
+  body.append(strip);
+  tokenStrip(strip, queries, {
+    selected: new Set([q]), label: "Query token", onSelect: (p) => ctx.select(p, false),
+  });
+  const box = document.createElement("div");
+  body.append(box);
+  const scaling = res.scale ? 1 / Math.sqrt(res.d_k) : 1;
+  neuronView(box, {
+    title: `Head ${ctx.head} of sequence ${ctx.sequence}, query ${q} (${queries[q]}): d_k = ` +
+      `${res.d_k}, scaled by ${res.scale ? `1/√${res.d_k}` : "1 (the scale is off)"}; ` +
+      "masked keys get weight 0.",
+    queryLabel: queries[q],
+    keyLabels: keys,
+    query: res.stages.q[0][0][q],
+    keys: res.stages.k[0][0],
+    scaling,
+    masked: res.attn_mask[0][q].map((attend) => !attend),
+    weights: res.weights[0][0][q],
+  });
+  box.dataset.query = String(q);
+}
+
 export const VIEWS = {
+  lines: { usesHead: false, render: renderLines },
+  neuron: { usesHead: true, render: renderNeuron },
   step: { usesHead: true, render: renderStepThrough },
   scaling: { usesHead: false, render: renderScaling },
   decoding: { usesHead: true, render: renderDecoding },

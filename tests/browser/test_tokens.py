@@ -270,3 +270,65 @@ def test_models_page_selection_outlines_every_thumbnail_and_head_and_shades_the_
     shapes = page.evaluate(MODEL_SHAPES, "#view-averages [data-map=head-mean]")
     assert shapes == [outlined(length, length, [2, 6])]
     assert page.errors == []
+
+
+def test_line_view_draws_the_selected_query_lines_with_the_api_weights(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    weights = page.evaluate("() => window.attnviz.lastResponse.weights[0]")
+    page.click("#query-strip .token[data-position='4']")
+    wait_selected(page, "4")
+    open_view(page, "lines")
+    lines = """() => [...document.querySelectorAll('#view-lines line')].map((l) => [
+        Number(l.dataset.head), Number(l.dataset.query), Number(l.dataset.key),
+        Number(l.dataset.weight)])"""
+    drawn = page.evaluate(lines)
+    # Query 4 (causal: keys 0-4), every head: one line per key with a weight.
+    expected = [[h, 4, k, weights[h][4][k]] for h in range(2) for k in range(10)]
+    assert drawn == [line for line in expected if line[3] > 0]
+    assert {k for _, _, k, _ in drawn} == {0, 1, 2, 3, 4}
+    # Switching head 1 off leaves head 0's lines.
+    page.uncheck("#view-lines .head-toggle input[data-head='1']")
+    assert {h for h, _, _, _ in page.evaluate(lines)} == {0}
+    # A click on a query on the left selects it (shift adds it).
+    page.click("#view-lines .line-tokens.queries text[data-position='7']", modifiers=["Shift"])
+    page.wait_for_function(
+        "new Set([...document.querySelectorAll('#view-lines line')].map(l => l.dataset.query))"
+        ".size === 2"
+    )
+    assert {q for _, q, _, _ in page.evaluate(lines)} == {4, 7}
+    assert page.errors == []
+
+
+def test_neuron_view_score_is_q_dot_k_over_sqrt_d_k(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.click("#query-strip .token[data-position='5']")
+    wait_selected(page, "5")
+    open_view(page, "neuron")
+    page.evaluate("document.getElementById('view-neuron').dataset.drawn = 'stale'")
+    page.select_option("#head-index", "1")  # shown on the views of one head
+    page.wait_for_function("document.getElementById('view-neuron').dataset.drawn === 'true'")
+    rows = page.evaluate(
+        """() => [...document.querySelectorAll('#view-neuron tr[data-vector]')].map((r) => ({
+            vector: JSON.parse(r.dataset.vector), score: Number(r.dataset.score),
+            scaled: Number(r.dataset.scaled), weight: Number(r.dataset.weight),
+            masked: r.classList.contains('masked')}))"""
+    )
+    query, keys = rows[0]["vector"], rows[1:]
+    d_k = len(query)
+    response = page.evaluate("() => window.attnviz.lastResponse")
+    assert d_k == response["d_k"] == 4 and len(keys) == 10
+    for j, key in enumerate(keys):
+        dot = sum(a * b for a, b in zip(query, key["vector"], strict=True))
+        assert key["score"] == pytest.approx(dot, abs=1e-6)
+        assert key["scaled"] == pytest.approx(dot / math.sqrt(d_k), abs=1e-6)
+        assert key["masked"] == (j > 5 or j >= 8)  # causal, and sequence 0's two <pad>
+        assert key["weight"] == pytest.approx(response["weights"][0][1][5][j], abs=1e-6)
+    # The softmax of the unmasked scaled scores is the weights (tutorial 001).
+    kept = [key["scaled"] for key in keys if not key["masked"]]
+    total = sum(math.exp(s) for s in kept)
+    assert [key["weight"] for key in keys if not key["masked"]] == pytest.approx(
+        [math.exp(s) / total for s in kept], abs=1e-6
+    )
+    assert page.errors == []
