@@ -16,6 +16,7 @@ import {
   additive, focusToken, meanOf, nextSelection, outline, selectedWeights, selectionShapes,
   tokenStrip,
 } from "./tokens.js";
+import { lineView, neuronView } from "./tokenviews.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
 // The overview streamed: NDJSON lines, a "start" (every field but the maps), one "layer"
@@ -34,6 +35,8 @@ const form = document.getElementById("model-form");
 const modelSelect = document.getElementById("model");
 const colourScale = document.getElementById("colour-scale");
 const tokenBox = document.getElementById("token-box");
+const mergeWords = document.getElementById("merge-words");
+const neuronHead = document.getElementById("neuron-head");
 const shadeHead = document.getElementById("shade-head");
 const shadeLayer = document.getElementById("shade-layer");
 const queryStrip = document.getElementById("query-strip");
@@ -467,6 +470,7 @@ function viewRequest(extra) {
     ...COMPACT,
     sequence_index: selectedIndex(sequenceSelect),
     hide_special_tokens: hideSpecial.checked,
+    merge_words: mergeWords.checked,
     ...extra,
   };
 }
@@ -1030,6 +1034,81 @@ async function renderModelView(section, res, watcher = null) {
   await showEnlarged(enlarged, res, 0, 0);
 }
 
+// The line view of layer l (tokenviews.js lineView) at full resolution; the heads shown
+// are kept across redraws.
+const lineHeads = { count: 0, visible: new Set() };
+
+async function renderLineView(section, res, l) {
+  const body = section.querySelector(".view-body");
+  const maps = await layerMaps(res, l);
+  if (maps === null) return;
+  if (lineHeads.count !== res.num_heads) {
+    lineHeads.count = res.num_heads;
+    lineHeads.visible = new Set(Array.from({ length: res.num_heads }, (_, h) => h));
+  }
+  lineView(body, {
+    queries: showTokens(queryTokens(res)),
+    keys: showTokens(keyTokens(res)),
+    maps: maps.attentions,
+    selected: state.selected,
+    visible: lineHeads.visible,
+    onSelect: async (q, add) => {
+      await selectToken(q, add);
+      renderView();
+    },
+  });
+}
+
+// The neuron view of one head (#neuron-head) of layer l, for the first selected query
+// (else 0): the API's `neuron` (every token counted, special ones included).
+async function renderNeuronView(section, res, l) {
+  const body = section.querySelector(".view-body");
+  if (neuronHead.options.length !== res.num_heads) {
+    fillIndexSelect(neuronHead, Array.from({ length: res.num_heads }, (_, h) => `Head ${h}`));
+  }
+  const h = selectedIndex(neuronHead);
+  const plain = !hideSpecial.checked && !mergeWords.checked;
+  const chosen = plain ? [...state.selected] : [];
+  const q = chosen.length ? Math.min(...chosen) : 0;
+  const res2 = await requestAttention(viewRequest({
+    hide_special_tokens: false, merge_words: false, layer_index: l, head_index: h,
+    query_index: q, neuron: true, display_size: 8,
+  }));
+  if (res2 === null) return;
+  const step = res2.neuron;
+  const tokens = showTokens(queryTokens(res2));
+  body.replaceChildren();
+  const strip = document.createElement("div");
+  strip.className = "strip-box";
+  body.append(strip);
+  tokenStrip(strip, tokens, {
+    selected: new Set([q]), label: "Query token",
+    onSelect: async (p) => {
+      if (hideSpecial.checked || mergeWords.checked) return; // other positions there
+      await selectToken(p, false);
+      renderView();
+    },
+  });
+  const box = document.createElement("div");
+  body.append(box);
+  const kv = res2.num_key_value_heads < res2.num_heads
+    ? `, key/value head ${step.key_value_head} (grouped-query attention)` : "";
+  neuronView(box, {
+    title: `Layer ${l}, head ${h}${kv}, query ${q} (${tokens[q]}): d_k = ${step.d_k}, ` +
+      `scaling ${step.scaling.toPrecision(4)} (1/√${step.d_k} = ` +
+      `${(1 / Math.sqrt(step.d_k)).toPrecision(4)}).`,
+    queryLabel: tokens[q],
+    keyLabels: showTokens(keyTokens(res2)),
+    query: step.query,
+    keys: step.keys,
+    scaling: step.scaling,
+    masked: step.masked,
+    weights: step.weights,
+  });
+  box.dataset.query = String(q);
+  box.dataset.head = String(h);
+}
+
 // Every head of one layer, with token labels, at full resolution; with grouped-query
 // attention, in one box per key/value head.
 async function renderLayerView(section, res, l) {
@@ -1139,7 +1218,7 @@ async function renderAverages(section, res, l) {
 function queryRequest(q) {
   const decoder = family(modelInfo(state.request.model)) === "decoder";
   return viewRequest({
-    hide_special_tokens: false, query_index: q, layer_index: 0, head_index: 0,
+    hide_special_tokens: false, merge_words: false, query_index: q, layer_index: 0, head_index: 0,
     display_size: 8, top_k: decoder ? TOP_K : 0,
   });
 }
@@ -1527,6 +1606,7 @@ async function renderView() {
       tokenBox.hidden = true;
       return renderGeneration(section, ticket);
     }
+    if (state.view === "neuron") tokenBox.hidden = true; // its own strip, every token
     try {
       return await renderOverview(section, ticket, watcher);
     } finally {
@@ -1557,9 +1637,11 @@ async function renderOverview(section, ticket, watcher) {
   displayNote.textContent = noteFor(res);
   const l = selectedIndex(layerSelect);
   // The token strip first: shown after the drawing, it would move the page under it.
-  showTokenBox(res);
+  if (state.view !== "neuron") showTokenBox(res);
   if (state.view === "model") await renderModelView(section, res, watcher);
   else if (state.view === "layer") await renderLayerView(section, res, l);
+  else if (state.view === "lines") await renderLineView(section, res, l);
+  else if (state.view === "neuron") await renderNeuronView(section, res, l);
   else await renderAverages(section, res, l);
   if (ticket === state.ticket) await showSelection(section, res);
   return true;
@@ -1644,7 +1726,8 @@ modelSelect.addEventListener("change", () => {
 blockSelect.addEventListener("change", () => {
   if (state.request) compute();
 });
-for (const control of [sequenceSelect, hideSpecial]) {
+neuronHead.addEventListener("change", renderView);
+for (const control of [sequenceSelect, hideSpecial, mergeWords]) {
   control.addEventListener("change", () => {
     state.queryIndex = null;
     renderView();

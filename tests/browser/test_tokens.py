@@ -7,6 +7,7 @@ maximum, each row's maximum, log10 of the weights.
 
 import math
 
+import httpx2 as httpx
 import pytest
 
 from tests.browser.test_page import HEADS, wait_for_heads
@@ -331,4 +332,85 @@ def test_neuron_view_score_is_q_dot_k_over_sqrt_d_k(page, server_url) -> None:  
     assert [key["weight"] for key in keys if not key["masked"]] == pytest.approx(
         [math.exp(s) / total for s in kept], abs=1e-6
     )
+    assert page.errors == []
+
+
+def merged(maps: list, words: list[int]) -> list:
+    """The documented merge written out: mean over a word's query pieces of the sum over
+    its key pieces (words: each token's word number; a run of one number is a word)."""
+    groups: list[list[int]] = []
+    for i, word in enumerate(words):
+        if groups and words[groups[-1][0]] == word:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [
+        [
+            [sum(sum(head[i][j] for j in cols) for i in rows) / len(rows) for cols in groups]
+            for rows in groups
+        ]
+        for head in maps
+    ]
+
+
+@pytest.mark.usefixtures("pretrained_extra")
+def test_models_page_merges_pieces_into_words_as_documented_and_steps_through_a_neuron(
+    page, server_url, minilm
+) -> None:  # type: ignore[no-untyped-def]
+    text = "Unbelievably, transformers tokenize words."
+    page.goto(server_url + "/models")
+    page.wait_for_function(
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+    )
+    page.fill("#texts", text)
+    page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+    page.click("#compute")
+    page.wait_for_function("document.getElementById('view-model').dataset.drawn === 'true'")
+    page.click("[role=tab][data-view=layer]")
+    page.wait_for_function("document.getElementById('view-layer').dataset.drawn === 'true'")
+    page.evaluate("document.getElementById('view-layer').dataset.drawn = 'stale'")
+    page.check("#merge-words")
+    page.wait_for_function("document.getElementById('view-layer').dataset.drawn === 'true'")
+    drawn = page.evaluate(
+        "() => [...document.querySelectorAll('#view-layer .head-plot')].map(d => d.data[0].z)"
+    )
+    words = page.evaluate("() => window.attnvizModels.lastResponse.tokens[0]")
+    assert "unbelievably" in words and "tokenize" in words
+    # The token maps of layer 0 from the API, merged here with the tokenizer's own words.
+    pieces = httpx.post(
+        server_url + "/api/v1/models/attention",
+        json={"texts": [text], "sequence_index": 0, "layer_index": 0},
+        timeout=60,
+    ).json()
+    numbers = [
+        i if w is None else 1000 + w for i, w in enumerate(minilm.tokenizer(text).word_ids())
+    ]
+    expected = merged(pieces["attentions"][0][0], numbers)
+    assert len(drawn) == 12 and len(drawn[0]) == len(words) < len(numbers)
+    for head, reference in zip(drawn, expected, strict=True):
+        for row, ref in zip(head, reference, strict=True):
+            assert row == pytest.approx(ref, abs=1e-5)
+
+    # The neuron view of layer 0, head 3, query 2: the score is q . k times 1/sqrt(32).
+    page.uncheck("#merge-words")
+    page.click("#query-strip .token[data-position='2']")
+    page.evaluate("document.getElementById('view-neuron').dataset.drawn = 'stale'")
+    page.click("[role=tab][data-view=neuron]")
+    page.wait_for_function("document.getElementById('view-neuron').dataset.drawn === 'true'")
+    page.evaluate("document.getElementById('view-neuron').dataset.drawn = 'stale'")
+    page.select_option("#neuron-head", "3")
+    page.wait_for_function("document.getElementById('view-neuron').dataset.drawn === 'true'")
+    rows = page.evaluate(
+        """() => [...document.querySelectorAll('#view-neuron tr[data-vector]')].map((r) => ({
+            vector: JSON.parse(r.dataset.vector), score: Number(r.dataset.score),
+            scaled: Number(r.dataset.scaled), weight: Number(r.dataset.weight)}))"""
+    )
+    query, keys = rows[0]["vector"], rows[1:]
+    assert len(query) == 32 and len(keys) == len(numbers)
+    for key in keys:
+        dot = sum(a * b for a, b in zip(query, key["vector"], strict=True))
+        assert key["score"] == pytest.approx(dot, abs=1e-4)
+        assert key["scaled"] == pytest.approx(dot / math.sqrt(32), abs=1e-4)
+    weights = pieces["attentions"][0][0][3][2]
+    assert [key["weight"] for key in keys] == pytest.approx(weights, abs=1e-5)
     assert page.errors == []
