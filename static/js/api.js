@@ -135,22 +135,39 @@ export function errorBox(element) {
   };
 }
 
-// How long a computation runs before #progress ("Computing…") shows.
-const PROGRESS_DELAY_MS = 300;
+// How long a wait runs before #progress shows ("Computing…", or the waiter's label).
+export const PROGRESS_DELAY_MS = 300;
 
-// Run `task` (async) with `button` (Compute) disabled, and #progress shown once it has
-// taken PROGRESS_DELAY_MS; both are undone however it ends. Resolves to its result.
-export async function whileBusy(button, task) {
-  button.disabled = true;
+// Progress: #progress shows while any wait has lasted PROGRESS_DELAY_MS (a count, so
+// that overlapping waits, a Compute and a click that fetches, share it).
+let busyCount = 0;
+let busyTimer = null;
+
+// Run `task` (async) with `button` (Compute, or null) disabled and #progress reading
+// `label` once it has taken PROGRESS_DELAY_MS; both are undone however it ends.
+// Resolves to the task's result. Every wait of both pages goes through here: Compute,
+// tab switches, clicks that fetch, and the drawing of large views.
+export async function busy(task, label = "Computing…", button = null) {
   const progress = document.getElementById("progress");
-  const showProgress = setTimeout(() => { progress.hidden = false; }, PROGRESS_DELAY_MS);
+  busyCount += 1;
+  if (button) button.disabled = true;
+  progress.textContent = label;
+  if (busyCount === 1) busyTimer = setTimeout(() => { progress.hidden = false; }, PROGRESS_DELAY_MS);
   try {
     return await task();
   } finally {
-    clearTimeout(showProgress);
-    progress.hidden = true;
-    button.disabled = false;
+    busyCount -= 1;
+    if (button) button.disabled = false;
+    if (busyCount === 0) {
+      clearTimeout(busyTimer);
+      progress.hidden = true;
+    }
   }
+}
+
+// busy() for a Compute button.
+export async function whileBusy(button, task) {
+  return busy(task, "Computing…", button);
 }
 
 // The lines of a textarea, trimmed, without the empty ones.

@@ -5,8 +5,8 @@ import {
   visibleWeights,
 } from "./heatmap.js";
 import {
-  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, bindDownloads, errorBox,
-  fillIndexSelect, jsonFetcher, nonEmptyLines, onTabClick, openTab, option, parseNumber,
+  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, bindDownloads, busy,
+  errorBox, fillIndexSelect, jsonFetcher, nonEmptyLines, onTabClick, openTab, option, parseNumber,
   readUrlRequest, selectedIndex, viewFromUrl, whileBusy, writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
@@ -483,9 +483,9 @@ async function renderHeads(data, b) {
 
 // One head of one sequence at full resolution (up to ZOOM_SIZE per side).
 async function zoomHead(b, h) {
-  const res = await fetchJson("/api/v1/attention", {
+  const res = await busy(() => fetchJson("/api/v1/attention", {
     ...state.request, ...COMPACT, sequence_index: b, head_index: h, display_size: ZOOM_SIZE,
-  });
+  }), "Computing this head at full resolution…");
   if (!res) return;
   clearPlots(zoomContainer);
   const [, , Lq, Lk] = res.shape;
@@ -535,10 +535,10 @@ async function renderView() {
     return body;
   };
   if (state.view === "heads") {
-    await renderHeads(data, b);
+    await busy(() => renderHeads(data, b), "Drawing…");
   } else {
     clearError();
-    await view.render(container.querySelector(".view-body"), {
+    await busy(() => view.render(container.querySelector(".view-body"), {
       data, request: state.request, sequence: b, head: h, fetchJson: timedFetch,
       scale: colourScale.value,
       selected: state.selected,
@@ -546,7 +546,7 @@ async function renderView() {
         await selectToken(q, add);
         renderView();
       },
-    });
+    }), "Computing this view…");
   }
   const drawn = performance.now();
   // Milliseconds: the view's own requests, and its drawing after the last one arrived.

@@ -416,8 +416,57 @@ async function renderNeuron(body, ctx) {
   box.dataset.query = String(q);
 }
 
+// Compare: one head's map for sequence A (the selected one) and B (#compare-sequence),
+// and A − B. Masked cells are masked in the difference when either side masks them.
+async function renderCompare(body, ctx) {
+  const { data } = ctx;
+  const select = document.getElementById("compare-sequence");
+  const count = data.weights.length;
+  if (select.options.length !== count) {
+    const previous = select.value;
+    select.replaceChildren(...data.key_labels.map((labels, b) => {
+      const choice = document.createElement("option");
+      choice.value = String(b);
+      choice.textContent = `${b}: ${labels.slice(0, 6).join(" ")}`;
+      return choice;
+    }));
+    select.value = previous && Number(previous) < count ? previous : String(count > 1 ? 1 : 0);
+  }
+  const a = ctx.sequence;
+  const b = Number(select.value);
+  const h = ctx.head;
+  const mapA = visibleWeights(data.weights[a][h], data.attn_mask[a]);
+  const mapB = visibleWeights(data.weights[b][h], data.attn_mask[b]);
+  const diff = mapA.map((row, i) => row.map((v, j) => (
+    v === null || mapB[i][j] === null ? null : v - mapB[i][j])));
+  clearPlots(body);
+  const grid = plotGrid(body);
+  const zmax = Math.max(maxOf(mapA), maxOf(mapB), 1e-12);
+  const common = {
+    zmin: 0, zmax, valueName: "weight", maskedNote: "masked: weight 0", scale: "shared",
+  };
+  const plots = [
+    addPlot(grid, heatmapFigure({
+      ...common, z: mapA, rowLabels: data.query_labels[a], colLabels: data.key_labels[a],
+      ...attentionHover(data, a), title: `A: sequence ${a}, head ${h}`,
+    }), "plot compare-plot"),
+    addPlot(grid, heatmapFigure({
+      ...common, z: mapB, rowLabels: data.query_labels[b], colLabels: data.key_labels[b],
+      ...attentionHover(data, b), title: `B: sequence ${b}, head ${h}`,
+    }), "plot compare-plot"),
+    addPlot(grid, heatmapFigure({
+      z: diff, rowLabels: range(diff.length).map(String), colLabels: range((diff[0] || []).length).map(String),
+      signed: true, valueName: "A − B", colorTitle: "weight A − B", title: "A − B",
+      maskedNote: "masked in A or B", yTitle: "Query position", xTitle: "Key position",
+    }), "plot compare-plot"),
+  ];
+  plots[2].dataset.map = "difference";
+  await Promise.all(plots.map((div) => div.drawn));
+}
+
 export const VIEWS = {
   lines: { usesHead: false, render: renderLines },
+  compare: { usesHead: true, render: renderCompare },
   neuron: { usesHead: true, render: renderNeuron },
   step: { usesHead: true, render: renderStepThrough },
   scaling: { usesHead: false, render: renderScaling },

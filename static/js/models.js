@@ -4,8 +4,8 @@
 // attention rollout, and a token explorer: one token's row in every layer and head, and
 // for decoders the generated tokens and the next-token candidates.
 import {
-  COMPACT, MODELS_LINK_FIELDS, bindDownloads, decodeArrays, errorBox, fillIndexSelect, jsonFetcher,
-  nonEmptyLines, onTabClick, openTab, option, paragraph, parseNumber, readUrlRequest,
+  COMPACT, MODELS_LINK_FIELDS, PROGRESS_DELAY_MS, bindDownloads, busy, decodeArrays, errorBox,
+  fillIndexSelect, jsonFetcher, nonEmptyLines, onTabClick, openTab, option, paragraph, parseNumber, readUrlRequest,
   selectedIndex, viewFromUrl, writeUrlState,
 } from "./api.js";
 import {
@@ -29,7 +29,6 @@ const DEFAULT_TARGET = "Le chat était assis sur le tapis.";
 const DEFAULT_NEW_TOKENS = 8;
 const TOP_K = 5; // next-token candidates shown per position
 const POLL_MS = 1500; // how often the model list is asked again while a model loads
-const PROGRESS_DELAY_MS = 300; // waits longer than this show #progress
 
 const form = document.getElementById("model-form");
 const modelSelect = document.getElementById("model");
@@ -37,6 +36,8 @@ const colourScale = document.getElementById("colour-scale");
 const tokenBox = document.getElementById("token-box");
 const mergeWords = document.getElementById("merge-words");
 const neuronHead = document.getElementById("neuron-head");
+const compareSentence = document.getElementById("compare-sentence");
+const compareHead = document.getElementById("compare-head");
 const shadeHead = document.getElementById("shade-head");
 const shadeLayer = document.getElementById("shade-layer");
 const queryStrip = document.getElementById("query-strip");
@@ -69,7 +70,6 @@ const hideSpecialControl = document.getElementById("hide-special-control");
 const specialExamples = document.getElementById("special-examples");
 const computeButton = document.getElementById("compute");
 const controls = document.querySelector(".results .controls");
-const progress = document.getElementById("progress");
 const layerProgressBox = document.getElementById("layer-progress");
 const layerProgressLabel = document.getElementById("layer-progress-label");
 const layerProgressBar = document.getElementById("layer-progress-bar");
@@ -101,30 +101,6 @@ const state = {
 const errors = errorBox(document.getElementById("error"));
 const showError = errors.show;
 const clearError = errors.clear;
-
-// ---------------------------------------------------------------------------
-// Progress: #progress shows while any wait has lasted PROGRESS_DELAY_MS (a count, so
-// that overlapping waits, a Compute and a token click, share it).
-
-let busyCount = 0;
-let busyTimer = null;
-
-async function busy(task, label = "Computing…", button = null) {
-  busyCount += 1;
-  if (button) button.disabled = true;
-  progress.textContent = label;
-  if (busyCount === 1) busyTimer = setTimeout(() => { progress.hidden = false; }, PROGRESS_DELAY_MS);
-  try {
-    return await task();
-  } finally {
-    busyCount -= 1;
-    if (button) button.disabled = false;
-    if (busyCount === 0) {
-      clearTimeout(busyTimer);
-      progress.hidden = true;
-    }
-  }
-}
 
 // The progress of a streamed overview (#layer-progress, in #progress's place): "Running
 // the model…" until its first layer, then "Layer k of N…", then "Drawing the grid…" while
@@ -1034,6 +1010,54 @@ async function renderModelView(section, res, watcher = null) {
   await showEnlarged(enlarged, res, 0, 0);
 }
 
+// Compare: layer l's head mean (or one head, #compare-head) of the selected sentence (A)
+// and of another (#compare-sentence, B, fetched alone with the same display options), and
+// A − B when the two have as many tokens.
+async function renderCompare(section, res, l) {
+  const body = section.querySelector(".view-body");
+  const texts = state.request.texts;
+  if (compareSentence.options.length !== texts.length) {
+    fillIndexSelect(compareSentence, texts.map((text, b) => `${b}: ${text.slice(0, 40)}`));
+    if (texts.length > 1) compareSentence.value = "1";
+  }
+  if (compareHead.options.length !== res.num_heads + 1) {
+    compareHead.replaceChildren(option("mean", "mean of the heads"),
+      ...Array.from({ length: res.num_heads }, (_, h) => option(String(h), `head ${h}`)));
+  }
+  const a = selectedIndex(sequenceSelect);
+  const b = selectedIndex(compareSentence);
+  const mapsA = await layerMaps(res, l);
+  const other = await requestAttention(viewRequest({ sequence_index: b, layer_index: l }));
+  if (mapsA === null || other === null) return;
+  const pick = (maps, headMean) => (
+    compareHead.value === "mean" ? headMean : maps[Number(compareHead.value)]);
+  const zA = pick(mapsA.attentions, mapsA.headMean);
+  const zB = pick(other.attentions[0][0], other.head_mean[0][0]);
+  const what = compareHead.value === "mean" ? "mean of the heads" : `head ${compareHead.value}`;
+  clearPlots(body);
+  const plots = [
+    addPlot(body, weightFigure(zA, queryTokens(res), keyTokens(res),
+      `A: sentence ${a}, layer ${l}, ${what}`), "head-plot"),
+    addPlot(body, weightFigure(zB, queryTokens(other), keyTokens(other),
+      `B: sentence ${b}, layer ${l}, ${what}`), "head-plot"),
+  ];
+  if (zA.length === zB.length && zA[0].length === zB[0].length) {
+    const diff = zA.map((row, i) => row.map((v, j) => v - zB[i][j]));
+    const positions = (n) => Array.from({ length: n }, (_, i) => String(i));
+    const div = addPlot(body, heatmapFigure({
+      z: diff, rowLabels: positions(diff.length), colLabels: positions(diff[0].length),
+      signed: true, valueName: "A − B", colorTitle: "weight A − B", title: "A − B",
+      yTitle: "Query position", xTitle: "Key position",
+    }), "head-plot");
+    div.dataset.map = "difference";
+    plots.push(div);
+  } else {
+    paragraph(body, "hint compare-note", `No difference map: sentence ${a} has ` +
+      `${zA.length} tokens and sentence ${b} ${zB.length}; positions would not match.`);
+  }
+  await Promise.all(plots.map((div) => div.drawn));
+}
+
 // The line view of layer l (tokenviews.js lineView) at full resolution; the heads shown
 // are kept across redraws.
 const lineHeads = { count: 0, visible: new Set() };
@@ -1557,9 +1581,10 @@ function showTokenBox(res) {
   renderTokens(res);
 }
 
-// The selection's outlines on the open view, once it is drawn.
+// The selection's outlines on the open view, once it is drawn (the maps of the
+// selected input: the model, layer and averages views).
 async function showSelection(section, res) {
-  await outlineView(section, res);
+  if (["model", "layer", "averages"].includes(state.view)) await outlineView(section, res);
   section.dataset.selected = queryStrip.dataset.selected;
 }
 
@@ -1606,7 +1631,8 @@ async function renderView() {
       tokenBox.hidden = true;
       return renderGeneration(section, ticket);
     }
-    if (state.view === "neuron") tokenBox.hidden = true; // its own strip, every token
+    // The neuron view has its own strip (every token); compare shows two inputs.
+    if (state.view === "neuron" || state.view === "compare") tokenBox.hidden = true;
     try {
       return await renderOverview(section, ticket, watcher);
     } finally {
@@ -1637,10 +1663,11 @@ async function renderOverview(section, ticket, watcher) {
   displayNote.textContent = noteFor(res);
   const l = selectedIndex(layerSelect);
   // The token strip first: shown after the drawing, it would move the page under it.
-  if (state.view !== "neuron") showTokenBox(res);
+  if (state.view !== "neuron" && state.view !== "compare") showTokenBox(res);
   if (state.view === "model") await renderModelView(section, res, watcher);
   else if (state.view === "layer") await renderLayerView(section, res, l);
   else if (state.view === "lines") await renderLineView(section, res, l);
+  else if (state.view === "compare") await renderCompare(section, res, l);
   else if (state.view === "neuron") await renderNeuronView(section, res, l);
   else await renderAverages(section, res, l);
   if (ticket === state.ticket) await showSelection(section, res);
@@ -1726,7 +1753,9 @@ modelSelect.addEventListener("change", () => {
 blockSelect.addEventListener("change", () => {
   if (state.request) compute();
 });
-neuronHead.addEventListener("change", renderView);
+for (const control of [neuronHead, compareSentence, compareHead]) {
+  control.addEventListener("change", renderView);
+}
 for (const control of [sequenceSelect, hideSpecial, mergeWords]) {
   control.addEventListener("change", () => {
     state.queryIndex = null;

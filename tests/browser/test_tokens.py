@@ -414,3 +414,55 @@ def test_models_page_merges_pieces_into_words_as_documented_and_steps_through_a_
     weights = pieces["attentions"][0][0][3][2]
     assert [key["weight"] for key in keys] == pytest.approx(weights, abs=1e-5)
     assert page.errors == []
+
+
+def test_compare_draws_two_sequences_and_their_difference(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    response = page.evaluate("() => window.attnviz.lastResponse")
+    open_view(page, "compare")
+    page.evaluate("document.getElementById('view-compare').dataset.drawn = 'stale'")
+    page.select_option("#compare-sequence", "2")
+    page.wait_for_function("document.getElementById('view-compare').dataset.drawn === 'true'")
+    drawn = page.evaluate(
+        "() => [...document.querySelectorAll('#view-compare .compare-plot')].map(d => d.data[0].z)"
+    )
+    a, b = response["weights"][0][0], response["weights"][2][0]  # head 0 of sequences 0 and 2
+    mask_a, mask_b = response["attn_mask"][0], response["attn_mask"][2]
+    for i in range(10):
+        for j in range(10):
+            both = mask_a[i][j] and mask_b[i][j]
+            expected = a[i][j] - b[i][j] if both else None
+            assert drawn[2][i][j] == (pytest.approx(expected, abs=1e-7) if both else None)
+    assert page.errors == []
+
+
+@pytest.mark.usefixtures("pretrained_extra")
+def test_models_compare_draws_the_difference_of_two_sentences(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    page.wait_for_function(
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+    )
+    texts = ["The cat sat on the mat.", "The dog sat on the rug."]
+    page.fill("#texts", "\n".join(texts))
+    page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+    page.click("#compute")
+    page.wait_for_function("document.getElementById('view-model').dataset.drawn === 'true'")
+    page.click("[role=tab][data-view=compare]")
+    page.wait_for_function("document.getElementById('view-compare').dataset.drawn === 'true'")
+    diff = page.evaluate(
+        "() => document.querySelector('#view-compare [data-map=difference]').data[0].z"
+    )
+    means = [
+        httpx.post(
+            server_url + "/api/v1/models/attention",
+            json={"texts": texts, "sequence_index": b, "layer_index": 0},
+            timeout=60,
+        ).json()["head_mean"][0][0]
+        for b in (0, 1)
+    ]
+    expected = [[x - y for x, y in zip(*rows, strict=True)] for rows in zip(*means, strict=True)]
+    assert len(diff) == len(expected) == 9
+    for row, ref in zip(diff, expected, strict=True):
+        assert row == pytest.approx(ref, abs=1e-6)
+    assert page.errors == []
