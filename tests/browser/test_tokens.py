@@ -9,10 +9,12 @@ import math
 
 import httpx2 as httpx
 import pytest
+import torch
 
 from tests.browser.test_page import HEADS, wait_for_heads
 from tests.browser.test_page_fixes import CELL_CENTRE
 from tests.browser.test_views import open_view
+from tests.routers.test_models_api import merged_reference
 
 pytestmark = pytest.mark.browser
 
@@ -335,24 +337,6 @@ def test_neuron_view_score_is_q_dot_k_over_sqrt_d_k(page, server_url) -> None:  
     assert page.errors == []
 
 
-def merged(maps: list, words: list[int]) -> list:
-    """The documented merge written out: mean over a word's query pieces of the sum over
-    its key pieces (words: each token's word number; a run of one number is a word)."""
-    groups: list[list[int]] = []
-    for i, word in enumerate(words):
-        if groups and words[groups[-1][0]] == word:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return [
-        [
-            [sum(sum(head[i][j] for j in cols) for i in rows) / len(rows) for cols in groups]
-            for rows in groups
-        ]
-        for head in maps
-    ]
-
-
 @pytest.mark.usefixtures("pretrained_extra")
 def test_models_page_merges_pieces_into_words_as_documented_and_steps_through_a_neuron(
     page, server_url, minilm
@@ -385,7 +369,7 @@ def test_models_page_merges_pieces_into_words_as_documented_and_steps_through_a_
     numbers = [
         i if w is None else 1000 + w for i, w in enumerate(minilm.tokenizer(text).word_ids())
     ]
-    expected = merged(pieces["attentions"][0][0], numbers)
+    expected = merged_reference(torch.tensor(pieces["attentions"][0][0]), numbers).tolist()
     assert len(drawn) == 12 and len(drawn[0]) == len(words) < len(numbers)
     for head, reference in zip(drawn, expected, strict=True):
         for row, ref in zip(head, reference, strict=True):
