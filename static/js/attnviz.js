@@ -11,8 +11,8 @@ import {
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
 import {
-  additive, focusToken, meanOf, nextSelection, outline, selectedWeights, selectionShapes,
-  tokenStrip,
+  additive, fillHeadChoice, focusToken, nextSelection, outline, selectionShapes,
+  shadedWeights, tokenStrip,
 } from "./tokens.js";
 
 const SCRIPT_START = performance.now();
@@ -312,8 +312,7 @@ function selfAttention(data) {
 // or the mean of the heads; null when nothing is selected.
 function selectionWeights(data, b) {
   if (state.selected.size === 0) return null;
-  const per = data.weights[b].map((map) => selectedWeights(map, state.selected));
-  return shadeHead.value === "mean" ? meanOf(per) : per[Number(shadeHead.value)];
+  return shadedWeights(data.weights[b], state.selected, shadeHead.value);
 }
 
 function renderTokens(data, b) {
@@ -381,10 +380,7 @@ function populateSelectors(data) {
     return `${b}: ${preview}${labels.length > 6 ? " …" : ""}`;
   }));
   fillIndexSelect(headSelect, Array.from({ length: data.shape[1] }, (_, h) => `Head ${h}`));
-  const shade = shadeHead.value;
-  shadeHead.replaceChildren(option("mean", "the mean of the heads"),
-    ...Array.from({ length: data.shape[1] }, (_, h) => option(String(h), `head ${h}`)));
-  if ([...shadeHead.options].some((o) => o.value === shade)) shadeHead.value = shade;
+  fillHeadChoice(shadeHead, data.shape[1]);
   // A selection outlives a new input when its rows are still there.
   if ([...state.selected].some((q) => q >= data.shape[2])) state.selected = new Set();
 }

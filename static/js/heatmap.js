@@ -1,3 +1,5 @@
+import { option } from "./api.js";
+
 // Plotly helpers shared by every view. Token labels are user text: they reach
 // Plotly only with & < > escaped as entities, so Plotly shows them literally and
 // never as markup.
@@ -166,12 +168,7 @@ const LOG_FLOOR_EXP = -4; // log mode: weights below 10^-4 get the lightest colo
 
 // Fill a <select> with the COLOUR_SCALES choices (auto first, selected).
 export function fillColourScales(select) {
-  select.replaceChildren(...Object.entries(COLOUR_SCALES).map(([value, text]) => {
-    const choice = document.createElement("option");
-    choice.value = value;
-    choice.textContent = text;
-    return choice;
-  }));
+  select.replaceChildren(...Object.entries(COLOUR_SCALES).map(([value, text]) => option(value, text)));
 }
 
 // The mode `scale` (a COLOUR_SCALES key) means for a map of `rows` query rows, in a view

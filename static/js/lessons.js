@@ -4,7 +4,7 @@
 // the fetch helper that reports API errors beside the form, the colour-scale choice,
 // the selected query positions (a Set) and select(q, add) to change them (tokens.js).
 import {
-  COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, paragraph, parseNumber,
+  COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, option, paragraph, parseNumber,
 } from "./api.js";
 import {
   addPlot, attentionHover, clearPlots, dimensionHover, escapeForPlotly, heatmapFigure, maxOf,
@@ -424,12 +424,8 @@ async function renderCompare(body, ctx) {
   const count = data.weights.length;
   if (select.options.length !== count) {
     const previous = select.value;
-    select.replaceChildren(...data.key_labels.map((labels, b) => {
-      const choice = document.createElement("option");
-      choice.value = String(b);
-      choice.textContent = `${b}: ${labels.slice(0, 6).join(" ")}`;
-      return choice;
-    }));
+    select.replaceChildren(...data.key_labels.map((labels, b) => (
+      option(String(b), `${b}: ${labels.slice(0, 6).join(" ")}`))));
     select.value = previous && Number(previous) < count ? previous : String(count > 1 ? 1 : 0);
   }
   const a = ctx.sequence;

@@ -5,16 +5,16 @@
 // for decoders the generated tokens and the next-token candidates.
 import {
   COMPACT, MODELS_LINK_FIELDS, PROGRESS_DELAY_MS, bindDownloads, busy, decodeArrays, errorBox,
-  fillIndexSelect, jsonFetcher, nonEmptyLines, onTabClick, openTab, option, paragraph, parseNumber, readUrlRequest,
-  selectedIndex, viewFromUrl, writeUrlState,
+  fillIndexSelect, jsonFetcher, nonEmptyLines, onTabClick, openTab, option, paragraph,
+  parseNumber, readUrlRequest, selectedIndex, viewFromUrl, writeUrlState,
 } from "./api.js";
 import {
   addPlot, clearPlots, fillColourScales, heatmapFigure, resolveScale, thumbnailGrid,
   thumbnailPreview, tiledGrid, tokenHover,
 } from "./heatmap.js";
 import {
-  additive, focusToken, meanOf, nextSelection, outline, selectedWeights, selectionShapes,
-  tokenStrip,
+  additive, fillHeadChoice, focusToken, nextSelection, outline, selectionShapes,
+  shadedWeights, tokenStrip,
 } from "./tokens.js";
 import { lineView, neuronView } from "./tokenviews.js";
 
@@ -1021,8 +1021,7 @@ async function renderCompare(section, res, l) {
     if (texts.length > 1) compareSentence.value = "1";
   }
   if (compareHead.options.length !== res.num_heads + 1) {
-    compareHead.replaceChildren(option("mean", "mean of the heads"),
-      ...Array.from({ length: res.num_heads }, (_, h) => option(String(h), `head ${h}`)));
+    fillHeadChoice(compareHead, res.num_heads, "mean of the heads");
   }
   const a = selectedIndex(sequenceSelect);
   const b = selectedIndex(compareSentence);
@@ -1094,13 +1093,13 @@ async function renderNeuronView(section, res, l) {
   const plain = !hideSpecial.checked && !mergeWords.checked;
   const chosen = plain ? [...state.selected] : [];
   const q = chosen.length ? Math.min(...chosen) : 0;
-  const res2 = await requestAttention(viewRequest({
+  const answer = await requestAttention(viewRequest({
     hide_special_tokens: false, merge_words: false, layer_index: l, head_index: h,
     query_index: q, neuron: true, display_size: 8,
   }));
-  if (res2 === null) return;
-  const step = res2.neuron;
-  const tokens = showTokens(queryTokens(res2));
+  if (answer === null) return;
+  const step = answer.neuron;
+  const tokens = showTokens(queryTokens(answer));
   body.replaceChildren();
   const strip = document.createElement("div");
   strip.className = "strip-box";
@@ -1115,14 +1114,14 @@ async function renderNeuronView(section, res, l) {
   });
   const box = document.createElement("div");
   body.append(box);
-  const kv = res2.num_key_value_heads < res2.num_heads
+  const kv = answer.num_key_value_heads < answer.num_heads
     ? `, key/value head ${step.key_value_head} (grouped-query attention)` : "";
   neuronView(box, {
     title: `Layer ${l}, head ${h}${kv}, query ${q} (${tokens[q]}): d_k = ${step.d_k}, ` +
       `scaling ${step.scaling.toPrecision(4)} (1/√${step.d_k} = ` +
       `${(1 / Math.sqrt(step.d_k)).toPrecision(4)}).`,
     queryLabel: tokens[q],
-    keyLabels: showTokens(keyTokens(res2)),
+    keyLabels: showTokens(keyTokens(answer)),
     query: step.query,
     keys: step.keys,
     scaling: step.scaling,
@@ -1532,11 +1531,7 @@ function selectionWeights(res, l) {
   const d = res.downsample;
   const fq = d ? d.factor : 1;
   const fk = d ? (d.key_factor ?? d.factor) : 1;
-  const heads = res.attentions[l][0];
-  const map = shadeHead.value === "mean" ? null : heads[Number(shadeHead.value)];
-  const blocks = map
-    ? selectedWeights(map, state.selected, fq)
-    : meanOf(heads.map((m) => selectedWeights(m, state.selected, fq)));
+  const blocks = shadedWeights(res.attentions[l][0], state.selected, shadeHead.value, fq);
   if (fk === 1) return blocks;
   return keyTokens(res).map((_, j) => blocks[Math.floor(j / fk)] ?? 0);
 }
@@ -1546,13 +1541,7 @@ function selectionWeights(res, l) {
 function renderTokens(res) {
   const l = selectedIndex(layerSelect);
   shadeLayer.textContent = String(l);
-  const heads = res.num_heads;
-  if (shadeHead.options.length !== heads + 1) {
-    const shade = shadeHead.value;
-    shadeHead.replaceChildren(option("mean", "the mean of the heads"),
-      ...Array.from({ length: heads }, (_, h) => option(String(h), `head ${h}`)));
-    if ([...shadeHead.options].some((o) => o.value === shade)) shadeHead.value = shade;
-  }
+  if (shadeHead.options.length !== res.num_heads + 1) fillHeadChoice(shadeHead, res.num_heads);
   const weights = selectionWeights(res, l);
   const self = isSelfAttention(res);
   tokenStrip(queryStrip, showTokens(queryTokens(res)), {

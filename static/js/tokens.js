@@ -5,6 +5,7 @@
 // weight the selection gives it. Click a token (in the strip, on a map's row or on an
 // axis label) to select it; shift-click adds it to the selection (the weights are then
 // summed over the selected rows); Escape clears it; the arrow keys in the strip move it.
+import { option } from "./api.js";
 import { plotlyReady } from "./heatmap.js";
 
 export const ROW_COLOR = "#d94801"; // the selected query's row: solid
@@ -83,6 +84,22 @@ export function meanOf(arrays) {
   const mean = new Array((arrays[0] || []).length).fill(0);
   for (const values of arrays) values.forEach((v, j) => { mean[j] += v / n; });
   return mean;
+}
+
+// The weight each key gets from the selected rows of the heads' `maps` (H x rows x keys):
+// from head `shade` (a head index as text) or, with "mean", the mean over the heads.
+export function shadedWeights(maps, positions, shade, rowFactor = 1) {
+  if (shade !== "mean") return selectedWeights(maps[Number(shade)], positions, rowFactor);
+  return meanOf(maps.map((map) => selectedWeights(map, positions, rowFactor)));
+}
+
+// Fill a <select> with "mean" (reading `meanText`) and heads 0 .. count - 1, keeping its
+// choice when the new list has it.
+export function fillHeadChoice(select, count, meanText = "the mean of the heads") {
+  const previous = select.value;
+  select.replaceChildren(option("mean", meanText),
+    ...Array.from({ length: count }, (_, h) => option(String(h), `head ${h}`)));
+  if ([...select.options].some((o) => o.value === previous)) select.value = previous;
 }
 
 // The token strip: `tokens` (plain text) as buttons, in a container with

@@ -8,6 +8,8 @@
 //               softmax weight (Vaswani et al. 2017, eq. 1; the seeds' tutorial 001).
 // Every line and row carries its numbers in data-* attributes (tests read them).
 
+import { additive } from "./tokens.js";
+
 const SVG = "http://www.w3.org/2000/svg";
 // D3's category10, as Plotly's default trace colours: head h gets HEAD_COLORS[h % 10].
 export const HEAD_COLORS = [
@@ -102,11 +104,11 @@ export function lineView(container, options) {
       if (side === "queries") {
         text.setAttribute("tabindex", "0");
         text.setAttribute("role", "button");
-        text.addEventListener("click", (event) => onSelect(i, event.shiftKey || event.metaKey || event.ctrlKey));
+        text.addEventListener("click", (event) => onSelect(i, additive(event)));
         text.addEventListener("keydown", (event) => {
           if (event.key === "Enter" || event.key === " ") {
             event.preventDefault();
-            onSelect(i, event.shiftKey);
+            onSelect(i, additive(event));
           }
         });
       }
