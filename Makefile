@@ -56,8 +56,9 @@ bench-models: install browser
 load: install
 	$(BIN)/python -m benchmarks.load
 
-# Refresh static/vendor/plotly-cartesian.min.js (and its licence) from npm at the
-# plotly.js version of the installed plotly package (needs npm; the file is committed).
+# Rebuild static/vendor/plotly-attnviz.min.js (Plotly.js's core, heatmap and bar) and its
+# licence from npm at the plotly.js version of the installed plotly package (needs node and
+# npm; the file is committed).
 vendor-plotly: install
 	scripts/vendor_plotly.sh $(BIN)/python
 

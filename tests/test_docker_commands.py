@@ -239,7 +239,7 @@ def start_and_check(image: Image, models: list[str], log: Path) -> None:
         for path in (
             "static/js/attnviz.js",
             "static/css/attnviz.css",
-            "static/vendor/plotly-cartesian.min.js",
+            "static/vendor/plotly-attnviz.min.js",
         ):
             assert get(f"{base}/{path}") == (REPO_ROOT / path).read_bytes(), path
         listed = json.loads(get(base + "/api/v1/models"))

@@ -218,15 +218,16 @@ def test_page_embeds_presets_and_serves_plotly_offline(client: TestClient) -> No
     assert page.status_code == 200
     assert "tutorial-padding-causal" in page.text
     version = get_plotlyjs_version()
-    url = f"/static/vendor/plotly-cartesian.min.js?v={version}"
+    url = f"/static/vendor/plotly-attnviz.min.js?v={version}"
     # Deferred, after the page's module: the module's first request goes out first.
     tag = f'<script id="plotly-js" defer src="{url}"></script>'
     assert tag in page.text
     assert page.text.index('<script type="module"') < page.text.index(tag)
     assert client.get("/models").text.count(tag) == 1
-    vendored = (STATIC_DIR / "vendor" / "plotly-cartesian.min.js").read_bytes()
-    assert vendored.startswith(f"/**\n* plotly.js (cartesian - minified) v{version}\n".encode())
-    licence = (STATIC_DIR / "vendor" / "plotly-cartesian.LICENSE").read_text()
+    vendored = (STATIC_DIR / "vendor" / "plotly-attnviz.min.js").read_bytes()
+    header = f"/**\n* plotly.js (attnviz: core, heatmap, bar - minified) v{version}\n"
+    assert vendored.startswith(header.encode())
+    licence = (STATIC_DIR / "vendor" / "plotly-attnviz.LICENSE").read_text()
     assert "MIT" in licence or "Permission is hereby granted" in licence
 
     plain = client.get(url, headers={"Accept-Encoding": "identity"})
