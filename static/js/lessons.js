@@ -1,14 +1,16 @@
 // The lesson views of the tutorials, one renderer each. Every renderer gets
-// ctx = {data, request, sequence, head, fetchJson, scale, selected, select}: the last
-// /attention response, the request read from the form, the selected sequence and head,
+// ctx = {data, request, sequence, head, fetchJson, scale, shown, selected, select}: the
+// last /attention response, the request read from the form, the selected sequence and head,
 // the fetch helper that reports API errors beside the form, the colour-scale choice,
-// the selected query positions (a Set) and select(q, add) to change them (tokens.js).
+// shown(ms) for a view that draws its maps on screen first (the time they were drawn), the
+// selected query positions (a Set) and select(q, add) to change them (tokens.js).
 import {
   COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, option, paragraph, parseNumber,
 } from "./api.js";
 import {
-  addPlot, attentionHover, clearPlots, dimensionHover, escapeForPlotly, heatmapFigure, maxOf,
-  resolveScale, thumbnailGrid, tokenHover, visibleWeights,
+  addLazyPlot, addPlot, attentionHover, clearPlots, dimensionHover, drawOnScreenFirst,
+  escapeForPlotly, heatmapFigure, maxOf, resolveScale, thumbnailGrid, tokenHover,
+  visibleWeights,
 } from "./heatmap.js";
 import { tokenStrip } from "./tokens.js";
 import { lineView, neuronView } from "./tokenviews.js";
@@ -102,7 +104,9 @@ async function renderStepThrough(body, ctx) {
     },
     { z: st.head_output[b][h], rowLabels: q, ...features, title: "5. head output = weights · V", signed: true },
   ];
-  for (const options of figures) addPlot(grid, heatmapFigure(options), "plot stage-plot");
+  // Eight maps take about 0.35 s to draw: the ones on screen are drawn first.
+  const plots = figures.map((options) => addLazyPlot(grid, heatmapFigure(options), "plot stage-plot"));
+  ctx.shown(await drawOnScreenFirst(plots));
 }
 
 // 2. The scale (tutorial 001 section 7).

@@ -217,6 +217,32 @@ def test_layer_view_and_averages_and_rollout(page, server_url) -> None:  # type:
     redraw(page, "layer", lambda: page.select_option("#layer-index", "4"))
     titles = page.locator("#view-layer .gtitle").all_text_contents()
     assert titles == [f"Layer 4, head {h}" for h in range(12)]
+    # The heads on screen are drawn first, the others after them (heatmap.js
+    # drawOnScreenFirst); "drawn" waits for all twelve, each the API's matrix.
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    drawn = page.evaluate(
+        "() => [...document.querySelectorAll('#view-layer .head-plot')].map((d) => d.data[0].z)"
+    )
+    assert drawn == response["attentions"][4][0]
+    below = page.evaluate(
+        """() => [...document.querySelectorAll('#view-layer .head-plot')]
+            .filter((d) => d.getBoundingClientRect().top >= window.innerHeight).length"""
+    )
+    assert below > 0  # so the two figures below differ by their drawing
+    timings = page.evaluate("() => window.attnvizModels.viewTimings")
+    assert timings["view"] == "layer"
+    assert 0 <= timings["drawMs"] < timings["allDrawnMs"]
+    # Leaving the view while its off-screen heads are still to be drawn skips them, and
+    # neither view is left waiting: the model view draws, the layer view draws again.
+    page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+    page.select_option("#layer-index", "2")
+    page.click(".tabs button[data-view=model]")
+    wait_drawn(page, "model")
+    redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
+    titles = page.locator("#view-layer .gtitle").all_text_contents()
+    assert titles == [f"Layer 2, head {h}" for h in range(12)]
+    page.wait_for_selector("#progress", state="hidden")
+    redraw(page, "layer", lambda: page.select_option("#layer-index", "4"))
 
     redraw(page, "averages", lambda: page.click(".tabs button[data-view=averages]"))
     response = page.evaluate("() => window.attnvizModels.lastResponse")
