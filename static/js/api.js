@@ -242,7 +242,7 @@ export function onTabClick(onSelect) {
 // once, before the browser scrolls to the element of that id.
 export function viewFromUrl(fallback) {
   const { hash } = window.location;
-  const name = hash.replace(/^#(view=)?/, "");
+  const name = fragmentParams().get("view") ?? "";
   const view = tabButtons().some((tab) => tab.dataset.view === name) ? name : fallback;
   if (hash === `#${view}`) {
     const url = new URL(window.location.href);
@@ -250,6 +250,76 @@ export function viewFromUrl(fallback) {
     window.history.replaceState(null, "", url);
   }
   return view;
+}
+
+// The fragment's parameters: "#view=layer&scale=row" or an old link's bare "#layer".
+function fragmentParams() {
+  const hash = window.location.hash.slice(1);
+  return new URLSearchParams(hash.includes("=") ? hash : `view=${hash}`);
+}
+
+// ---------------------------------------------------------------------------
+// The open view's settings travel in the fragment after the tab, those that differ from
+// the page's defaults only:
+//
+//   #view=<name>&scale=<colour scale>&tokens=<selected positions, q,q,…>&sequence=<b>
+//     &layer=<l>&head=<h>
+//
+// A setting that is malformed, or names an option the page does not have, is ignored.
+const LINK_SETTINGS = {
+  scale: /^[a-z]{1,16}$/,
+  tokens: /^\d{1,6}(,\d{1,6}){0,255}$/,
+  sequence: /^\d{1,4}$/,
+  layer: /^\d{1,4}$/,
+  head: /^\d{1,4}$/,
+};
+let linkSettings = () => ({});
+
+// The well-formed settings of the URL's fragment: {name: string}.
+export function settingsFromUrl() {
+  const params = fragmentParams();
+  const settings = {};
+  for (const [name, pattern] of Object.entries(LINK_SETTINGS)) {
+    const value = params.get(name);
+    if (value !== null && pattern.test(value)) settings[name] = value;
+  }
+  return settings;
+}
+
+// The selected positions of a link's `tokens` setting ("2,5"): a Set of integers.
+export function linkedTokens(value) {
+  return new Set(value ? value.split(",").map(Number) : []);
+}
+
+// Select `value` (a link's setting) in `select` when it is one of its options; true if so.
+export function selectLinked(select, value) {
+  if (value === undefined || ![...select.options].some((o) => o.value === value)) return false;
+  select.value = value;
+  return true;
+}
+
+// The page's settings for the link: read() returns {name: value}; a null, undefined or
+// empty value (the page's default) is left out.
+export function bindLinkSettings(read) {
+  linkSettings = read;
+}
+
+function fragmentFor(view) {
+  const params = new URLSearchParams({ view });
+  for (const [name, value] of Object.entries(linkSettings())) {
+    if (value !== null && value !== undefined && value !== "") params.set(name, String(value));
+  }
+  return params.toString().replaceAll("%2C", ",");
+}
+
+// Write the open tab and the view's settings into the URL's fragment (the request, in
+// the query string, stays as it is).
+export function writeLinkSettings(view) {
+  const url = new URL(window.location.href);
+  const hash = fragmentFor(view);
+  if (url.hash === `#${hash}`) return;
+  url.hash = hash;
+  window.history.replaceState(null, "", url);
 }
 
 // ---------------------------------------------------------------------------
@@ -442,8 +512,8 @@ export const MODELS_LINK_FIELDS = {
 let linkWrites = 0; // the latest write wins when compressions overlap
 let unreadableShown = false;
 
-// Write `request` and the open tab `view` (as #view=<view>) into the URL
-// (history.replaceState), or, when the link would be longer than MAX_LINK_CHARS, drop
+// Write `request`, the open tab `view` (as #view=<view>) and the view's settings into the
+// URL (history.replaceState), or, when the link would be longer than MAX_LINK_CHARS, drop
 // the request from the URL and say so in #link-note. Resolves when done.
 export async function writeUrlState(request, view) {
   const ticket = (linkWrites += 1);
@@ -452,7 +522,7 @@ export async function writeUrlState(request, view) {
   if (ticket !== linkWrites) return;
   const url = new URL(window.location.href);
   url.searchParams.set("request", encoded);
-  url.hash = `view=${view}`;
+  url.hash = fragmentFor(view);
   // The message about an unreadable link stays up for the page's first computation.
   if (unreadableShown) unreadableShown = false;
   else linkNote(null, "unreadable");

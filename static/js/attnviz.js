@@ -5,9 +5,10 @@ import {
   visibleWeights,
 } from "./heatmap.js";
 import {
-  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, bindDownloads, busy,
-  errorBox, fillIndexSelect, jsonFetcher, nonEmptyLines, onTabClick, openTab, option, parseNumber,
-  readUrlRequest, selectedIndex, viewFromUrl, whileBusy, writeUrlState,
+  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, bindDownloads,
+  bindLinkSettings, busy, errorBox, fillIndexSelect, jsonFetcher, linkedTokens, nonEmptyLines,
+  onTabClick, openTab, option, parseNumber, readUrlRequest, selectLinked, selectedIndex,
+  settingsFromUrl, viewFromUrl, whileBusy, writeLinkSettings, writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
 import {
@@ -50,6 +51,7 @@ const state = {
   selected: new Set(), // the selected query positions (tokens.js)
   response: null, request: null, view: "heads", requestKey: null, preset: null, presetKey: null,
   link: null,
+  linked: {}, // the link's sequence and head, applied to the first response (api.js)
 };
 
 function sequenceToLine(seq) {
@@ -356,6 +358,7 @@ async function selectToken(q, add = false, fromKeyboard = false) {
   if (fromKeyboard && q !== null) focusToken(queryStrip, q);
   await outlineHeads(data);
   headsContainer.dataset.selected = queryStrip.dataset.selected;
+  writeLinkSettings(state.view);
 }
 
 // Clicks on a drawn head: on a cell (its query row) and on the axes' tick labels.
@@ -380,6 +383,9 @@ function populateSelectors(data) {
     return `${b}: ${preview}${labels.length > 6 ? " …" : ""}`;
   }));
   fillIndexSelect(headSelect, Array.from({ length: data.shape[1] }, (_, h) => `Head ${h}`));
+  selectLinked(sequenceSelect, state.linked.sequence);
+  selectLinked(headSelect, state.linked.head);
+  state.linked = {};
   fillHeadChoice(shadeHead, data.shape[1]);
   // A selection outlives a new input when its rows are still there.
   if ([...state.selected].some((q) => q >= data.shape[2])) state.selected = new Set();
@@ -513,6 +519,7 @@ function syncMaskControls() {
 async function renderView() {
   syncMaskControls();
   openTab(state.view);
+  writeLinkSettings(state.view);
   const view = VIEWS[state.view];
   headControl.hidden = !(view && view.usesHead);
   const data = state.response;
@@ -618,7 +625,18 @@ for (const container of document.querySelectorAll(".view-controls")) {
 }
 
 window.attnviz = { lastResponse: null, compute: compute, viewTimings: null, selectToken };
+// The view's settings in the link (api.js): the defaults are left out.
+bindLinkSettings(() => ({
+  scale: colourScale.value === "auto" ? null : colourScale.value,
+  tokens: [...state.selected].sort((x, y) => x - y).join(","),
+  sequence: sequenceSelect.value === "0" ? null : sequenceSelect.value,
+  head: headSelect.value === "0" ? null : headSelect.value,
+}));
 state.view = viewFromUrl(state.view);
+const settings = settingsFromUrl();
+selectLinked(colourScale, settings.scale);
+state.selected = linkedTokens(settings.tokens); // dropped if the input has fewer rows
+state.linked = settings;
 const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
 if (shared && Array.isArray(shared.sequences)) {
   selectPreset(defaultPreset);

@@ -4,9 +4,10 @@
 // attention rollout, and a token explorer: one token's row in every layer and head, and
 // for decoders the generated tokens and the next-token candidates.
 import {
-  COMPACT, MODELS_LINK_FIELDS, PROGRESS_DELAY_MS, bindDownloads, busy, decodeArrays, errorBox,
-  fillIndexSelect, jsonFetcher, nonEmptyLines, onTabClick, openTab, option, paragraph,
-  parseNumber, readUrlRequest, selectedIndex, viewFromUrl, writeUrlState,
+  COMPACT, MODELS_LINK_FIELDS, PROGRESS_DELAY_MS, bindDownloads, bindLinkSettings, busy,
+  decodeArrays, errorBox, fillIndexSelect, jsonFetcher, linkedTokens, nonEmptyLines, onTabClick,
+  openTab, option, paragraph, parseNumber, readUrlRequest, selectLinked, selectedIndex,
+  settingsFromUrl, viewFromUrl, writeLinkSettings, writeUrlState,
 } from "./api.js";
 import {
   addLazyPlot, addPlot, clearPlots, drawOnScreenFirst, fillColourScales, heatmapFigure,
@@ -97,6 +98,7 @@ const state = {
   pollTimer: null, specials: new Map(),
   // The shared link's request, and the model whose family's defaults the form has.
   link: null, adaptedFor: null,
+  linked: {}, // the link's view settings (api.js), applied to the first response
 };
 
 const errors = errorBox(document.getElementById("error"));
@@ -798,6 +800,10 @@ function populateSelectors(request, numLayers) {
     (text, b) => `${b}: ${text.length > 40 ? `${text.slice(0, 40)}…` : text}`,
   ));
   fillIndexSelect(layerSelect, Array.from({ length: numLayers }, (_, l) => `Layer ${l}`));
+  selectLinked(sequenceSelect, state.linked.sequence);
+  selectLinked(layerSelect, state.linked.layer);
+  delete state.linked.sequence;
+  delete state.linked.layer;
 }
 
 // A hint above a figure, as HTML: it wraps on a phone, where a long figure title would
@@ -1568,7 +1574,11 @@ function showTokenBox(res) {
   tokenBox.hidden = false;
   const key = JSON.stringify([queryTokens(res), keyTokens(res)]);
   if (key !== state.selectionTokens) {
-    state.selected = new Set();
+    // A link's selection applies to its first input, where it has those rows.
+    const linked = [...linkedTokens(state.linked.tokens)];
+    const rows = queryTokens(res).length;
+    state.selected = new Set(linked.every((q) => q < rows) ? linked : []);
+    delete state.linked.tokens;
     state.selectionTokens = key;
   }
   renderTokens(res);
@@ -1591,6 +1601,7 @@ async function selectToken(q, add = false, fromKeyboard = false) {
   if (fromKeyboard && q !== null) focusToken(queryStrip, q);
   await outlineView(section, res);
   section.dataset.selected = queryStrip.dataset.selected;
+  writeLinkSettings(state.view);
 }
 
 // A click on a full-resolution map's cell selects its query row.
@@ -1616,6 +1627,7 @@ async function renderView() {
   const watcher = state.view === "model" ? modelWatcher(section, ticket) : null;
   if (watcher) section.dataset.firstLayer = "false";
   openTab(state.view);
+  writeLinkSettings(state.view);
   layerControl.hidden = state.view === "model" || state.view === "generation";
   hideSpecialControl.hidden = state.view === "generation";
   const generating = state.request.max_new_tokens > 0;
@@ -1635,10 +1647,10 @@ async function renderView() {
     }
   }, label);
   if (!done || ticket !== state.ticket) return;
+  writeLinkSettings(state.view); // a link's selection is applied once its tokens are shown
   // Milliseconds: the view's drawing after its last answer arrived (from the switch when
-  // it needed none).
-  // drawMs counts the maps on screen (the layer view draws the others after them),
-  // allDrawnMs every map.
+  // it needed none): drawMs of the maps on screen (the layer view draws the others after
+  // them), allDrawnMs of every map.
   const drawn = performance.now();
   const received = Math.max(started, state.answeredAt ?? started);
   const shown = Math.min(state.shownAt ?? drawn, drawn);
@@ -1791,6 +1803,15 @@ bindDownloads("attnviz-model", () => state.view, () => {
 window.attnvizModels = {
   lastResponse: null, lastQuery: null, timings: null, viewTimings: null, compute, selectQuery,
 };
+// The view's settings in the link (api.js): the defaults are left out.
+bindLinkSettings(() => ({
+  scale: colourScale.value === "auto" ? null : colourScale.value,
+  tokens: [...state.selected].sort((x, y) => x - y).join(","),
+  sequence: sequenceSelect.value === "0" ? null : sequenceSelect.value,
+  layer: layerSelect.value === "0" ? null : layerSelect.value,
+}));
 state.view = viewFromUrl(state.view);
+state.linked = settingsFromUrl();
+selectLinked(colourScale, state.linked.scale);
 openTab(state.view);
 start();

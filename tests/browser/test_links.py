@@ -46,7 +46,8 @@ def wait_for_link(page, accept, timeout_s: float = 30.0, view: str | None = None
         value = parse_qs(urlsplit(url).query).get("request", [""])[0]
         try:
             request = json.loads(value) if value.startswith("{") else decode(url)
-            if accept(request) and (view is None or urlsplit(url).fragment == f"view={view}"):
+            fragment = parse_qs(urlsplit(url).fragment)
+            if accept(request) and (view is None or fragment.get("view") == [view]):
                 return url
         except (ValueError, zlib.error, KeyError):
             pass
@@ -121,6 +122,85 @@ def test_the_models_page_link_round_trips(page, server_url) -> None:  # type: ig
     other.wait_for_selector("html[data-link='written']")
     assert decode(other.url) == request  # the reopened page asks for the same thing
     other.close()
+
+
+def test_the_views_settings_travel_in_the_link(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    """The colour scale, the selected tokens, the sequence, the head and (on /models) the
+    layer are written into the fragment and opened again; defaults are left out."""
+    request = {"sequences": ["the cat sat on the mat", "a dog ran"], "num_heads": 4, "d_model": 8}
+    page.goto(f"{server_url}/?request={encode(request)}#view=heads")
+    wait_heads(page, 4)
+    assert urlsplit(page.url).fragment == "view=heads"
+    page.select_option("#colour-scale", "row")
+    wait_heads(page, 4)
+    page.evaluate("() => window.attnviz.selectToken(1)")
+    page.evaluate("() => window.attnviz.selectToken(4, true)")
+    page.click(".tabs button[data-view=step]")
+    page.wait_for_selector("#view-step[data-drawn='true']")
+    page.select_option("#head-index", "2")
+    page.wait_for_function("window.location.hash.includes('head=2')")
+    fragment = parse_qs(urlsplit(page.url).fragment)
+    assert fragment == {"view": ["step"], "scale": ["row"], "tokens": ["1,4"], "head": ["2"]}
+
+    other = page.context.new_page()
+    other.bring_to_front()
+    other.goto(page.url)
+    other.wait_for_selector("#view-step[data-drawn='true']")
+    assert other.input_value("#colour-scale") == "row"
+    assert other.input_value("#head-index") == "2"
+    assert "Head 2 of sequence 0" in other.locator("#view-step .view-note").text_content()
+    other.click(".tabs button[data-view=heads]")
+    wait_heads(other, 4)
+    assert other.get_attribute("#heads", "data-selected") == "1,4"
+    # Every head draws the selected rows' outlines, and its colours per row.
+    shapes = other.evaluate(
+        "() => [...document.querySelectorAll('#heads .head-plot')]"
+        ".map((d) => (d.layout.shapes || []).filter((s) => s.name === 'selected-row').length)"
+    )
+    assert shapes == [2, 2, 2, 2]
+    # Per row: each drawn row of each head peaks at 1 (heatmap.js scaledWeights).
+    peaks = other.evaluate(
+        """() => [...document.querySelectorAll('#heads .head-plot')].flatMap((d) =>
+            d.data[0].z.map((row) => Math.max(...row.filter((v) => v !== null))))"""
+    )
+    assert peaks and all(abs(peak - 1) < 1e-9 for peak in peaks if peak > 0)
+    other.close()
+
+    # Malformed or unknown settings are ignored: the page opens with its defaults.
+    page.goto(f"{server_url}/?request={encode(request)}#view=heads&scale=nope&tokens=x&head=99")
+    wait_heads(page, 4)
+    assert page.input_value("#colour-scale") == "auto"
+    assert page.input_value("#head-index") == "0"
+    assert page.get_attribute("#heads", "data-selected") in (None, "")
+    # A selection beyond the input's rows is dropped.
+    page.goto(f"{server_url}/?request={encode(request)}#view=heads&tokens=2,50")
+    wait_heads(page, 4)
+    assert page.get_attribute("#heads", "data-selected") in (None, "")
+    assert page.errors == []
+
+
+def test_the_models_pages_view_settings_travel_in_the_link(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    request = {"texts": ["Links carry the view as well as the sentence."]}
+    page.goto(
+        f"{server_url}/models?request={encode(request)}#view=layer&layer=3&tokens=2&scale=log"
+    )
+    page.wait_for_selector("#view-layer[data-drawn='true']", timeout=30_000)
+    assert page.input_value("#layer-index") == "3"
+    assert page.input_value("#colour-scale") == "log"
+    titles = page.locator("#view-layer .gtitle").all_text_contents()
+    assert titles == [f"Layer 3, head {h}" for h in range(12)]
+    assert page.get_attribute("#view-layer", "data-selected") == "2"
+    page.wait_for_selector("html[data-link='written']")
+    assert parse_qs(urlsplit(page.url).fragment) == {
+        "view": ["layer"],
+        "scale": ["log"],
+        "tokens": ["2"],
+        "layer": ["3"],
+    }
+    # Clearing the selection takes it out of the link.
+    page.keyboard.press("Escape")
+    page.wait_for_function("!window.location.hash.includes('tokens')")
+    assert page.errors == []
 
 
 def test_old_json_links_still_open(page, server_url) -> None:  # type: ignore[no-untyped-def]
