@@ -487,7 +487,10 @@ function plotlyGridDomains(count, gap, topFirst = false) {
 //   rows, cols, cell(r, c) -> matrix (null = masked, drawn gray),
 //   rowName / colName (axis titles "L0", "H0": an empty rowName gives no row titles, an
 //   empty colName bare numbers), title, zmax (a number shared by every cell, or "each" to
-//   scale each cell to its own maximum), hover(r, c) (the
+//   scale each cell to its own maximum), scale (a colour scale, resolveScale's: "shared"
+//   one range for every cell, the given zmax or their largest weight; "head" each cell
+//   its own; "row" each query row its own; "log" log10 of the weight; undefined: zmax
+//   says), hover(r, c) (the
 //   cell's name), queryHover / keyHover (hover text of each row / column of the cells,
 //   an array shared by every cell or a function (r, c) -> array: tokenHover of the
 //   labels, with the pooling factor when pooled), onClick(r, c),
@@ -502,6 +505,13 @@ export function thumbnailGrid(container, options) {
   const frame = gridFrame(options);
   const { group, xDomains, yDomains } = frame;
   const traces = [];
+  const mode = options.scale || (options.zmax === "each" ? "head" : "shared");
+  let top = typeof options.zmax === "number" ? options.zmax : 0;
+  if (mode === "shared" && !(top > 0)) {
+    for (let n = 0; n < (options.count ?? rows * cols); n += 1) {
+      top = Math.max(top, maxOf(cell(Math.floor(n / cols), n % cols)));
+    }
+  }
   const layout = {
     margin: frame.margin,
     title: { text: escapeForPlotly(options.title || ""), font: { size: 13 } },
@@ -539,25 +549,32 @@ export function thumbnailGrid(container, options) {
       const n = r * cols + c + 1;
       if (options.count !== undefined && n > options.count) break;
       const z = cell(r, c);
-      const zmax = options.zmax === "each" ? maxOf(z) : options.zmax;
+      // Row and log colour the scaled values; the hover gives the weight itself (text).
+      const scaled = mode === "row" || mode === "log";
+      const range = colourBar(mode, mode === "head" ? maxOf(z) : top);
       const { customdata, hovertext } = hoverData(
         axisHover(options.queryHover, r, c, z.length),
         axisHover(options.keyHover, r, c, (z[0] || []).length),
       );
       traces.push({
         type: "heatmap",
-        z,
-        zmin: 0,
-        zmax: zmax > 0 ? zmax : 1,
+        z: scaled ? scaledWeights(z, mode) : z,
+        text: scaled ? z.map((row) => row.map((v) => (v === null ? "" : v.toFixed(3)))) : undefined,
+        zmin: range.zmin,
+        zmax: range.zmax,
         colorscale: WEIGHT_COLORSCALE,
-        showscale: false,
+        // One titled colour bar, the first cell's; per cell ("head") it reads as fractions
+        // of each cell's own maximum.
+        showscale: traces.length === 0,
+        colorbar: traces.length === 0 ? gridBar(mode, range) : undefined,
         xaxis: `x${n}`,
         yaxis: `y${n}`,
         meta: [r, c],
         customdata,
         hovertext,
         hovertemplate: `${escapeForPlotly(options.hover ? options.hover(r, c) : `${r}, ${c}`)}<br>` +
-          "Query %{customdata}<br>Key %{hovertext}<br>weight %{z:.3f}<extra>click to enlarge</extra>",
+          `Query %{customdata}<br>Key %{hovertext}<br>weight ${scaled ? "%{text}" : "%{z:.3f}"}` +
+          "<extra>click to enlarge</extra>",
       });
       // fixedrange: no zoom, so no axis drag handles either; these reached into the
       // thumbnail on the left and took its hover away.
@@ -590,6 +607,18 @@ export function thumbnailGrid(container, options) {
     }
   });
   return div;
+}
+
+// thumbnailGrid's colour bar, beside the grid: `range` is the first cell's (colourBar's);
+// per cell ("head") its ticks read as fractions of each cell's own maximum.
+function gridBar(mode, range) {
+  const bar = { ...range.colorbar, len: 0.9, x: 1.02 };
+  if (mode === "head") {
+    bar.title = { ...bar.title, text: "weight (each map's range)" };
+    bar.tickvals = [0, range.zmax / 2, range.zmax];
+    bar.ticktext = ["0", "½ max", "its max"];
+  }
+  return bar;
 }
 
 // A tile's colours under `mode` (tiledGrid): in [0, 1] for the linear modes (weight over

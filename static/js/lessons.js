@@ -283,11 +283,13 @@ function blockMask(queryLabels, keyLabels, causal) {
 }
 
 // One figure of N x H thumbnails; clicking one enlarges it into `enlarged`.
+// The colour scale (ctx.scale, resolveScale's) colours the thumbnails and the enlarged map.
 function drawGrid(container, enlarged, block) {
   const { weights, b, queryLabels, keyLabels, causal, name } = block;
   const mask = blockMask(queryLabels, keyLabels, causal);
   let zmax = 0;
   for (const layer of weights) for (const head of layer[b]) zmax = Math.max(zmax, maxOf(head));
+  block.top = zmax;
   const div = thumbnailGrid(container, {
     rows: weights.length,
     cols: weights[0][b].length,
@@ -296,6 +298,7 @@ function drawGrid(container, enlarged, block) {
     colName: "H",
     title: name,
     zmax,
+    scale: block.scale,
     hover: (l, h) => `layer ${l}, head ${h}`,
     queryHover: tokenHover(queryLabels),
     keyHover: tokenHover(keyLabels),
@@ -313,7 +316,8 @@ function showEnlarged(enlarged, block, l, h, mask) {
     z: visibleWeights(block.weights[l][block.b][h], mask),
     rowLabels: block.queryLabels, colLabels: block.keyLabels,
     title: `${block.name}: layer ${l}, head ${h}`, zmin: 0, valueName: "weight",
-    maskedNote: "masked: weight 0",
+    maskedNote: "masked: weight 0", scale: block.scale,
+    zmax: block.scale === "shared" ? block.top : undefined,
   }), "plot enlarged-plot");
 }
 
@@ -355,7 +359,10 @@ async function renderLayers(body, ctx) {
     blocks.push({ name: "decoder masked self-attention", weights: res.decoder_self_weights, b, queryLabels: target, keyLabels: target, causal: true });
     blocks.push({ name: "decoder cross attention", weights: res.cross_weights, b, queryLabels: target, keyLabels: source, causal: false });
   }
-  for (const block of blocks) drawGrid(grids, enlarged, block);
+  for (const block of blocks) {
+    block.scale = resolveScale(ctx.scale, block.queryLabels.length);
+    drawGrid(grids, enlarged, block);
+  }
   showEnlarged(enlarged, blocks[0], 0, 0, blockMask(source, source, false));
 }
 

@@ -39,6 +39,7 @@ const mergeWords = document.getElementById("merge-words");
 const neuronHead = document.getElementById("neuron-head");
 const compareSentence = document.getElementById("compare-sentence");
 const compareHead = document.getElementById("compare-head");
+const compareModel = document.getElementById("compare-model");
 const shadeHead = document.getElementById("shade-head");
 const shadeLayer = document.getElementById("shade-layer");
 const queryStrip = document.getElementById("query-strip");
@@ -1027,41 +1028,74 @@ async function renderCompare(section, res, l) {
     fillIndexSelect(compareSentence, texts.map((text, b) => `${b}: ${text.slice(0, 40)}`));
     if (texts.length > 1) compareSentence.value = "1";
   }
-  if (compareHead.options.length !== res.num_heads + 1) {
-    fillHeadChoice(compareHead, res.num_heads, "mean of the heads");
+  const other = fillCompareModels(res);
+  compareSentence.disabled = other !== null;
+  // With another model, the heads both have.
+  const heads = other ? Math.min(res.num_heads, other.num_heads) : res.num_heads;
+  if (compareHead.options.length !== heads + 1) {
+    fillHeadChoice(compareHead, heads, "mean of the heads");
   }
   const a = selectedIndex(sequenceSelect);
-  const b = selectedIndex(compareSentence);
+  const b = other ? a : selectedIndex(compareSentence);
+  // Another model's layer l, or its last layer when it has fewer.
+  const lB = other ? Math.min(l, other.num_layers - 1) : l;
   const mapsA = await layerMaps(res, l);
-  const other = await requestAttention(viewRequest({ sequence_index: b, layer_index: l }));
-  if (mapsA === null || other === null) return;
+  const answerB = await requestAttention(viewRequest({
+    sequence_index: b, layer_index: lB, ...(other ? { model: other.name } : {}),
+  }));
+  if (mapsA === null || answerB === null) return;
   const pick = (maps, headMean) => (
     compareHead.value === "mean" ? headMean : maps[Number(compareHead.value)]);
   const zA = pick(mapsA.attentions, mapsA.headMean);
-  const zB = pick(other.attentions[0][0], other.head_mean[0][0]);
+  const zB = pick(answerB.attentions[0][0], answerB.head_mean[0][0]);
   const what = compareHead.value === "mean" ? "mean of the heads" : `head ${compareHead.value}`;
+  const nameA = other ? res.model : `sentence ${a}`;
+  const nameB = other ? other.name : `sentence ${b}`;
   clearPlots(body);
   const plots = [
     addPlot(body, weightFigure(zA, queryTokens(res), keyTokens(res),
-      `A: sentence ${a}, layer ${l}, ${what}`), "head-plot"),
-    addPlot(body, weightFigure(zB, queryTokens(other), keyTokens(other),
-      `B: sentence ${b}, layer ${l}, ${what}`), "head-plot"),
+      `A: ${nameA}, layer ${l}, ${what}`), "head-plot"),
+    addPlot(body, weightFigure(zB, queryTokens(answerB), keyTokens(answerB),
+      `B: ${nameB}, layer ${lB}, ${what}`), "head-plot"),
   ];
-  if (zA.length === zB.length && zA[0].length === zB[0].length) {
+  const same = JSON.stringify([queryTokens(res), keyTokens(res)]) ===
+    JSON.stringify([queryTokens(answerB), keyTokens(answerB)]);
+  if (zA.length === zB.length && zA[0].length === zB[0].length && (same || !other)) {
     const diff = zA.map((row, i) => row.map((v, j) => v - zB[i][j]));
     const positions = (n) => Array.from({ length: n }, (_, i) => String(i));
     const div = addPlot(body, heatmapFigure({
-      z: diff, rowLabels: positions(diff.length), colLabels: positions(diff[0].length),
+      z: diff,
+      rowLabels: same ? queryTokens(res) : positions(diff.length),
+      colLabels: same ? keyTokens(res) : positions(diff[0].length),
       signed: true, valueName: "A − B", colorTitle: "weight A − B", title: "A − B",
-      yTitle: "Query position", xTitle: "Key position",
+      yTitle: same ? "Query" : "Query position", xTitle: same ? "Key" : "Key position",
     }), "head-plot");
     div.dataset.map = "difference";
     plots.push(div);
+  } else if (other) {
+    paragraph(body, "hint compare-note", `No difference map: ${res.model} and ${other.name} ` +
+      `split this sentence into different tokens (${zA.length} and ${zB.length}).`);
   } else {
     paragraph(body, "hint compare-note", `No difference map: sentence ${a} has ` +
       `${zA.length} tokens and sentence ${b} ${zB.length}; positions would not match.`);
   }
+  if (other && lB !== l) {
+    paragraph(body, "hint compare-note", `${other.name} has ${other.num_layers} layers: ` +
+      `B is its last.`);
+  }
   await Promise.all(plots.map((div) => div.drawn));
+}
+
+// #compare-model: "this model" and every other loaded model of the same family (their
+// requests take the same fields); returns the chosen other model's listing, or null.
+function fillCompareModels(res) {
+  const others = state.models.filter((m) => (
+    m.name !== res.model && m.family === res.family && m.state === "ready"));
+  const previous = compareModel.value;
+  compareModel.replaceChildren(option("", "this model, another sentence"),
+    ...others.map((m) => option(m.name, `${m.name}, the same sentence`)));
+  compareModel.value = others.some((m) => m.name === previous) ? previous : "";
+  return modelInfo(compareModel.value);
 }
 
 // The line view of layer l (tokenviews.js lineView) at full resolution; the heads shown
@@ -1198,6 +1232,7 @@ async function renderAverages(section, res, l) {
     cellTitle: (r, c) => `L${layerAt(r, c)}`,
     title: "Head average of each layer",
     zmax: "each",
+    scale: colourMode(queryTokens(res).length),
     hover: (r, c) => `layer ${layerAt(r, c)}, mean of ${res.num_heads} heads`,
     queryHover: thumbnailHover(res, "query"),
     keyHover: thumbnailHover(res, "key"),
@@ -1765,7 +1800,7 @@ modelSelect.addEventListener("change", () => {
 blockSelect.addEventListener("change", () => {
   if (state.request) compute();
 });
-for (const control of [neuronHead, compareSentence, compareHead]) {
+for (const control of [neuronHead, compareSentence, compareHead, compareModel]) {
   control.addEventListener("change", renderView);
 }
 for (const control of [sequenceSelect, hideSpecial, mergeWords]) {

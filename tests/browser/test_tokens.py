@@ -191,6 +191,61 @@ def test_colour_scales_change_the_drawn_range_as_documented(page, server_url) ->
     assert page.errors == []
 
 
+def test_colour_scales_colour_the_layer_thumbnails_and_the_layer_strip(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    open_view(page, "layers")
+    grid = "document.querySelector('#view-layers .grid-plot')"
+    raw = page.evaluate(f"() => {grid}.data.map((t) => t.z)")
+    top = max(v for z in raw for row in z for v in row if v is not None)
+    traces = page.evaluate(f"() => {grid}.data.map((t) => [t.zmin, t.zmax])")
+    assert traces == [[0, pytest.approx(top)]] * len(raw)  # auto, short input: shared
+    title = page.evaluate(f"() => {grid}.data[0].colorbar.title.text")
+    assert title == "weight"
+
+    def redraw(mode: str):  # type: ignore[no-untyped-def]
+        page.evaluate("document.getElementById('view-layers').dataset.drawn = 'stale'")
+        page.select_option("#colour-scale", mode)
+        page.wait_for_function("document.getElementById('view-layers').dataset.drawn === 'true'")
+        return page.evaluate(f"() => {grid}.data.map((t) => [t.z, t.zmin, t.zmax, t.text])")
+
+    for z, zmin, zmax, _ in redraw("head"):
+        assert z in raw and zmin == 0
+        assert zmax == pytest.approx(max(v for row in z for v in row if v is not None))
+    for (z, zmin, zmax, text), weights in zip(redraw("row"), raw, strict=True):
+        assert (zmin, zmax) == (0, 1)
+        for row, scaled, labels in zip(weights, z, text, strict=True):
+            peak = max((v for v in row if v is not None), default=0)
+            expected = [None if v is None else v / peak for v in row] if peak > 0 else row
+            assert scaled == pytest.approx(expected)
+            # The hover gives the weight itself.
+            assert labels == ["" if v is None else f"{v:.3f}" for v in row]
+    for (z, zmin, zmax, _), weights in zip(redraw("log"), raw, strict=True):
+        assert (zmin, zmax) == (-4, 0)
+        assert z[0][0] == pytest.approx(max(-4, math.log10(weights[0][0])))
+    assert page.errors == []
+
+
+@pytest.mark.usefixtures("pretrained_extra")
+def test_colour_scale_colours_the_models_layer_strip(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    page.wait_for_function(
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+    )
+    page.evaluate("document.getElementById('view-averages').dataset.drawn = 'stale'")
+    page.click(".tabs button[data-view=averages]")
+    page.wait_for_function("document.getElementById('view-averages').dataset.drawn === 'true'")
+    means = page.evaluate("() => window.attnvizModels.lastResponse.head_mean")
+    strip = "document.getElementById('layer-strip')"
+    page.evaluate("document.getElementById('view-averages').dataset.drawn = 'stale'")
+    page.select_option("#colour-scale", "shared")
+    page.wait_for_function("document.getElementById('view-averages').dataset.drawn === 'true'")
+    top = max(v for layer in means for row in layer[0] for v in row)
+    assert page.evaluate(f"() => {strip}.data.map((t) => t.zmax)") == pytest.approx([top] * 6)
+    assert page.evaluate(f"() => {strip}.data.map((t) => t.z)") == [m[0] for m in means]
+    assert page.errors == []
+
+
 def test_cell_numbers_are_drawn_at_a_readable_size_or_not_at_all(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
