@@ -309,8 +309,16 @@ class LayerWalk:
 
     @property
     def with_rollout(self) -> bool:
-        """Rollout is of square blocks, up to :data:`.model.MAX_ROLLOUT_TOKENS` tokens."""
-        return self.block != "cross" and self.queries.input_ids.shape[1] <= MAX_ROLLOUT_TOKENS
+        """Whether rollout is computed.
+
+        It is of the weights (not another method's maps), of square blocks, up to
+        :data:`.model.MAX_ROLLOUT_TOKENS` tokens.
+        """
+        return (
+            self.result.method == "attention"
+            and self.block != "cross"
+            and self.queries.input_ids.shape[1] <= MAX_ROLLOUT_TOKENS
+        )
 
     @property
     def _memo_key(self) -> tuple[str, str, bool, bool]:
@@ -473,7 +481,7 @@ class BatchMaps:
         head_mean: (N, B, L_q, L_k) the mean over heads.
         layer_mean: (B, L_q, L_k) the mean over every layer and head.
         rollout: (B, L, L) attention rollout (:func:`.model.attention_rollout`), or None
-            for cross attention.
+            for cross attention and for a method other than the weights.
     """
 
     attentions: torch.Tensor
@@ -494,7 +502,7 @@ def batch_maps(result: PretrainedAttentions, block: Block | None = None) -> Batc
     )
     head_mean = layers.mean(dim=2)
     rollout = None
-    if block != "cross":
+    if block != "cross" and result.method == "attention":
         folded = None
         for mean in head_mean:
             folded = rollout_step(folded, mean)

@@ -209,6 +209,8 @@ class PretrainedAttentions:
         device: where it ran, "cpu" or "cuda".
         memo: maps derived from the whole recording (a view's averages), kept for the
             next view of the same pass (:class:`.display.LayerWalk`).
+        method: what the maps hold: "attention" (the softmax weights) or another method
+            of :mod:`.methods` (:func:`.methods.with_method`).
     """
 
     batch: TokenizedBatch
@@ -219,6 +221,7 @@ class PretrainedAttentions:
     compute_ms: float
     device: str
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    method: str = "attention"
 
     @property
     def next_tokens(self) -> NextTokens | None:

@@ -4,9 +4,9 @@
 numbers (30 layers x 9 heads x 4096**2 float32 is 18 GB for SmolLM2 at 4096 tokens).
 Instead, AttnViz registers its own function with transformers' ``AttentionInterface``
 (https://huggingface.co/docs/transformers/attention_interface). Each attention call
-keeps what it was given, the query and key states (after rotary embeddings), the mask
-the model built, the scaling and the other keyword arguments (a sliding window, a
-softcap), and computes the layer's output with PyTorch's scaled_dot_product_attention,
+keeps what it was given, the query and key states (after rotary embeddings), the value
+states, the mask the model built, the scaling and the other keyword arguments (a sliding
+window, a softcap), and computes the layer's output with PyTorch's scaled_dot_product_attention,
 as the "sdpa" implementation does. The weights of one head are computed afterwards, on
 demand, by the model's *own* eager attention function on that head's slice, so what is
 drawn is what the model's eager path computes. Memory grows as N * L * d, not N * H * L**2.
@@ -45,6 +45,8 @@ class AttentionCall:
         module: the model's attention module (its class says which eager function to use).
         query: (B, H, L_q, d_k) query states, after rotary embeddings where the model has them.
         key: (B, H_kv, L_k, d_k) key states (H_kv = H without grouped-query attention).
+        value: (B, H_kv, L_k, d_v) value states, the value projection's bias included
+            (d_v = d_k in every model here); the norm-based method reads them.
         attention_mask: the mask the model built, as given: (B, 1, L_q, L_k) additive
             float (0 to attend, the dtype's lowest to mask), or None.
         scaling: the factor the scores are multiplied by (usually d_k**-0.5), or None for
@@ -55,6 +57,7 @@ class AttentionCall:
     module: nn.Module
     query: torch.Tensor
     key: torch.Tensor
+    value: torch.Tensor
     attention_mask: torch.Tensor | None
     scaling: float | None
     kwargs: dict[str, Any]
@@ -314,6 +317,7 @@ def recording_attention(
                 module=module,
                 query=query.detach(),
                 key=key.detach(),
+                value=value.detach(),
                 attention_mask=None if attention_mask is None else attention_mask.detach(),
                 scaling=scaling,
                 kwargs=dict(kwargs),

@@ -36,15 +36,22 @@ MAX_GENERATIONS: Final = 64
 
 
 def recording_bytes(result: PretrainedAttentions) -> int:
-    """Bytes the tensors of a recording hold, each shared tensor (a layer-wide mask) once."""
+    """Bytes the tensors of a recording hold.
+
+    Each storage counts once: a layer-wide mask, or GPT-2's query, key and value, which are
+    views of one projection's output.
+    """
     seen: set[int] = set()
     total = 0
     for call in result.recording.calls:
-        tensors = [call.query, call.key, call.attention_mask, *call.kwargs.values()]
+        tensors = [call.query, call.key, call.value, call.attention_mask, *call.kwargs.values()]
         for tensor in tensors:
-            if isinstance(tensor, torch.Tensor) and tensor.data_ptr() not in seen:
-                seen.add(tensor.data_ptr())
-                total += tensor.untyped_storage().nbytes()
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
     if result.decoder_head is not None:
         total += result.decoder_head.hidden.untyped_storage().nbytes()
     return total

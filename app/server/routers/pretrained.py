@@ -14,8 +14,16 @@ from fastapi.responses import Response, StreamingResponse
 
 from ...attention.errors import AttentionInputError
 from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, TokenizedBatch
-from ...pretrained.display import MAX_AVERAGE_SIZE, LayerWalk, Pooling, SequenceView, batch_maps
+from ...pretrained.display import (
+    MAX_AVERAGE_SIZE,
+    LayerWalk,
+    Pooling,
+    SequenceView,
+    batch_maps,
+    pooled,
+)
 from ...pretrained.loading import PRETRAINED_EXTRA
+from ...pretrained.methods import MAX_SUMMED_NORM_TOKENS, NormRecording, with_method
 from ...pretrained.model import Block, Generation, PretrainedAttentions
 from ...pretrained.recorder import Neuron
 from ...pretrained.recordings import RECORDINGS
@@ -154,6 +162,7 @@ def model_response(
         )
         with engine_errors(request.device):
             result = model.run(batch, targets, device=request.device)
+            result = with_method(result, model.on(torch.device(result.device)), request.method)
         return respond(batch_payload(model, request, result, block))
     prepared = prepare_sequence(model, request, batch, targets, block, settings)
     with engine_errors(request.device):
@@ -300,6 +309,8 @@ class PreparedSequence:
         generation: what a decoder generated first, else None.
         query_rows: (N, H, L_k) the rows of query_index, else None.
         neuron: with ``neuron``, the step through the head, else None.
+        summed_norm: with method "norm" and layer_index, (1, P_q, P_k) the layer's
+            ‖Σ_h α f(x)‖ pooled as the head means, else None.
     """
 
     result: PretrainedAttentions
@@ -307,6 +318,7 @@ class PreparedSequence:
     generation: Generation | None
     query_rows: torch.Tensor | None
     neuron: Neuron | None = None
+    summed_norm: torch.Tensor | None = None
 
 
 def prepare_sequence(
@@ -361,6 +373,14 @@ def prepare_sequence(
                     field,
                     "not with neuron (its positions count every token)",
                 )
+    if request.method != "attention":
+        for field in ("neuron", "hide_special_tokens", "merge_words"):
+            if getattr(request, field):
+                raise field_error(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    field,
+                    f"not with method {request.method!r} (it works on the softmax weights)",
+                )
     if request.top_k and model.family != "decoder":
         raise field_error(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
@@ -383,6 +403,7 @@ def prepare_sequence(
             alone = model.extended(alone, generation.new_ids)
         check_view_cells(model, request, alone, alone_targets, block, settings)
         result = RECORDINGS.run(model, alone, alone_targets, device=request.device)
+        result = with_method(result, model.on(torch.device(result.device)), request.method)
         walk = LayerWalk(
             result,
             block=block,
@@ -402,7 +423,34 @@ def prepare_sequence(
             step = result.neuron(
                 block, request.layer_index, request.head_index, request.query_index
             )
-    return PreparedSequence(result, walk, generation, query_rows, step)
+        summed = None
+        if isinstance(result.recording, NormRecording) and request.layer_index is not None:
+            summed = layer_summed_norm(result, block, request)
+    return PreparedSequence(result, walk, generation, query_rows, step, summed)
+
+
+def layer_summed_norm(
+    result: PretrainedAttentions, block: Block, request: PretrainedAttentionRequest
+) -> torch.Tensor:
+    """Layer layer_index's ‖Σ_h α_ij^h f^h(x_j)‖ (method "norm"), pooled as the head means.
+
+    Raises:
+        AttentionInputError: (field ``texts``) an input over MAX_SUMMED_NORM_TOKENS, or
+            (``layer_index``) no such layer.
+    """
+    assert isinstance(result.recording, NormRecording) and request.layer_index is not None
+    length = int(result.queries(block).input_ids.shape[1])
+    if length > MAX_SUMMED_NORM_TOKENS:
+        raise AttentionInputError(
+            "texts",
+            f"summed_norm is computed up to {MAX_SUMMED_NORM_TOKENS} tokens and this input has "
+            f"{length}: send method 'norm' without layer_index, or a shorter text",
+        )
+    layers = result.num_layers(block)
+    if request.layer_index >= layers:
+        raise AttentionInputError("layer_index", f"{request.layer_index} is not below {layers}")
+    call = result.block_calls[block][request.layer_index]
+    return pooled(result.recording.summed_norm(call), request.display_size)[0]
 
 
 def check_lengths(batch: TokenizedBatch, field: str, settings: Settings) -> None:
@@ -475,6 +523,7 @@ def batch_payload(
         "attention_mask": queries.attention_mask.tolist(),
         "special_tokens_mask": queries.special_tokens_mask.tolist(),
         "lengths": queries.lengths,
+        "method": request.method,
         "attentions": encode_large(maps.attentions, enc),
         "head_mean": encode_large(maps.head_mean, enc),
         "layer_mean": encode_large(maps.layer_mean, enc),
@@ -504,6 +553,10 @@ def sequence_fields(
         "head_index": request.head_index,
         "hidden_special_tokens": request.hide_special_tokens,
         "merged_words": request.merge_words,
+        "method": request.method,
+        "summed_norm": (
+            None if prepared.summed_norm is None else encode_large(prepared.summed_norm, enc)
+        ),
         "neuron": neuron_fields(request, prepared.neuron),
         "downsample": downsample(Pooling(factor, key_factor), len(tokens), len(key_tokens)),
         "query_index": request.query_index,

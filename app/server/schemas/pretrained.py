@@ -11,6 +11,7 @@ from pydantic import (
 )
 
 from ...attention.engine import DeviceName
+from ...pretrained.methods import Method
 from ...pretrained.model import TOP_K, Block
 from ..limits import (
     MAX_BATCH,
@@ -216,6 +217,16 @@ class PretrainedAttentionRequest(StrictRequest):
         "from softmax(logits / temperature).",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Generation: the sampling's RNG seed.")
+    method: Method = Field(
+        "attention",
+        description="What the maps hold. 'attention': the softmax weights (rows sum to 1). "
+        "'norm': norm-based attention (Kobayashi et al., EMNLP 2020, 'Attention is Not Only "
+        "a Weight'): ||alpha_ij^h f^h(x_j)|| with f^h(x) = (x W_V^h + b_V^h) W_O^h, the "
+        "value vector carried through head h's slice of the output projection; same shapes "
+        "and options, rows no longer summing to 1, no rollout. With layer_index it adds "
+        "`summed_norm`, the layer's ||sum_h alpha_ij^h f^h(x_j)|| (inputs up to 1024 "
+        "tokens). Not with neuron, hide_special_tokens or merge_words (they assume weights).",
+    )
     top_k: int = Field(
         0,
         ge=0,
@@ -318,7 +329,8 @@ class PretrainedAttentionResponse(BaseModel):
     lengths: list[int] = Field(description="(B,) real tokens of each input, [CLS] and [SEP] in.")
     attentions: list[Tensor4] | EncodedArray = Field(
         description="(N, B, H, L, L) softmax weights of every layer and head, as "
-        "transformers' output_attentions; [PAD] keys get 0."
+        "transformers' output_attentions ([PAD] keys get 0); with method 'norm', "
+        "||alpha f(x)|| in their place."
     )
     head_mean: Tensor4 | EncodedArray = Field(description="(N, B, L, L) mean over heads.")
     layer_mean: list[list[list[float]]] | EncodedArray = Field(
@@ -342,6 +354,12 @@ class PretrainedAttentionResponse(BaseModel):
     )
     merged_words: bool = Field(
         False, description="Whether word pieces were merged into words (merge_words)."
+    )
+    method: Method = Field("attention", description="What the maps hold (the request's).")
+    summed_norm: list[list[list[float]]] | EncodedArray | None = Field(
+        None,
+        description="With method 'norm' and layer_index: (1, L_q, L_k) that layer's "
+        "||sum_h alpha_ij^h f^h(x_j)|| (Kobayashi et al. 2020), pooled as head_mean.",
     )
     special_share: float | None = Field(
         None,

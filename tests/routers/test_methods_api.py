@@ -1,0 +1,194 @@
+"""POST /api/v1/models/attention with ``method``: each method against an independent computation.
+
+Norm-based attention (Kobayashi et al., EMNLP 2020) is checked against a brute force
+written here from transformers' own modules: the model runs with eager attention and
+``output_attentions``, a forward hook takes its value projection's output, the output
+projection's weight is read from the module, and every vector α_ij^h f^h(x_j) is formed
+and measured (no α·‖f‖ shortcut, no Gram matrix), per head and summed over heads.
+"""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from attnviz.pretrained import MODELS
+from attnviz.server.main import create_app
+from attnviz.server.settings import get_settings
+from fastapi.testclient import TestClient
+
+from tests.pretrained.tiny import BUILDERS, TARGETS, TEXTS, save_tiny
+from tests.routers.support import decode
+
+pytestmark = pytest.mark.usefixtures("pretrained_extra")
+
+URL = "/api/v1/models/attention"
+TOLERANCE = 1e-5
+"""float32 sums over d_model = 32 and 4 heads, computed in two orders."""
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """A server offering a tiny model of every family tests/pretrained/tiny.py builds."""
+    root = tmp_path_factory.mktemp("methods")
+    folders = [save_tiny(kind, root / f"tiny-{kind}") for kind in BUILDERS]
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(f) for f in folders]))
+    mp.setenv("ATTNVIZ_PACKAGED_MODELS", "false")
+    get_settings.cache_clear()
+    try:
+        with TestClient(create_app()) as client:
+            assert MODELS.wait(120)
+            yield client
+    finally:
+        mp.undo()
+        get_settings.cache_clear()
+        MODELS.clear()
+
+
+def ask(client: TestClient, kind: str, **fields: Any) -> dict[str, Any]:
+    body = {"model": f"tiny-{kind}", "texts": TEXTS[:1], "sequence_index": 0, **fields}
+    if kind in ("t5", "bart"):
+        body["targets"] = TARGETS[:1]
+    response = client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def attention_parts(kind: str, model: Any, layer: int, block: str) -> tuple[Any, Any, Any]:
+    """(the attention's value projection, W_O as (in, out), the weights' output field)."""
+    if kind == "bert":
+        attention = model.encoder.layer[layer].attention
+        return attention.self.value, attention.output.dense.weight.T, "attentions"
+    if kind == "gpt2":
+        attention = model.transformer.h[layer].attn
+        return attention.c_attn, attention.c_proj.weight, "attentions"  # Conv1D: (in, out)
+    if kind == "llama":
+        attention = model.model.layers[layer].self_attn
+        return attention.v_proj, attention.o_proj.weight.T, "attentions"
+    assert kind == "t5"
+    if block == "encoder":
+        attention = model.encoder.block[layer].layer[0].SelfAttention
+        return attention.v, attention.o.weight.T, "encoder_attentions"
+    attention = model.decoder.block[layer].layer[1].EncDecAttention
+    return attention.v, attention.o.weight.T, "cross_attentions"
+
+
+def brute_force(
+    kind: str, folder: Path, layer: int, block: str, source: list[int], target: list[int] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H, L_q, L_k) ‖α_ij^h f^h(x_j)‖ and (L_q, L_k) ‖Σ_h α_ij^h f^h(x_j)‖, from the vectors."""
+    import transformers
+
+    auto = {
+        "bert": transformers.AutoModel,
+        "gpt2": transformers.AutoModelForCausalLM,
+        "llama": transformers.AutoModelForCausalLM,
+        "t5": transformers.AutoModelForSeq2SeqLM,
+    }[kind]
+    model = auto.from_pretrained(folder, attn_implementation="eager", local_files_only=True)
+    model.eval()
+    projection, w_out, field = attention_parts(kind, model, layer, block)
+    values: list[torch.Tensor] = []
+    hook = projection.register_forward_hook(lambda _m, _i, output: values.append(output))
+    inputs = {"input_ids": torch.tensor([source])}
+    if target is not None:
+        inputs["decoder_input_ids"] = torch.tensor([target])
+    try:
+        with torch.no_grad():
+            out = model(**inputs, output_attentions=True)
+    finally:
+        hook.remove()
+    weights = getattr(out, field)[layer][0]  # (H, L_q, L_k)
+    heads = weights.shape[0]
+    value = values[0][0]  # (L_k, H_kv * d) of this layer's only call
+    if kind == "gpt2":  # c_attn gives query, key and value side by side
+        value = value[:, 2 * value.shape[1] // 3 :]
+    d = w_out.shape[0] // heads
+    kv_heads = value.shape[1] // d
+    value = value.view(-1, kv_heads, d).transpose(0, 1).repeat_interleave(heads // kv_heads, 0)
+    f = torch.stack([value[h] @ w_out[h * d : (h + 1) * d] for h in range(heads)])
+    vectors = weights[:, :, :, None] * f[:, None, :, :]  # (H, L_q, L_k, d_model)
+    return vectors.norm(dim=-1).detach(), vectors.sum(dim=0).norm(dim=-1).detach()
+
+
+@pytest.mark.parametrize(
+    ("kind", "block", "layer"),
+    [("bert", "encoder", 1), ("gpt2", "decoder", 0), ("llama", "decoder", 1),
+     ("t5", "encoder", 1), ("t5", "cross", 2)],
+)  # fmt: skip
+def test_norm_equals_the_vectors_measured_from_transformers_modules(
+    tiny_models: TestClient, kind: str, block: str, layer: int
+) -> None:
+    data = ask(tiny_models, kind, method="norm", layer_index=layer, block=block)
+    assert data["method"] == "norm"
+    source = data["input_ids"][0]
+    target = None
+    if kind == "t5":
+        target = ask(tiny_models, kind, block="decoder")["input_ids"][0]
+        source = ask(tiny_models, kind, block="encoder")["input_ids"][0]
+    norms, summed = brute_force(
+        kind, Path(MODELS.get(f"tiny-{kind}").path), layer, block, source, target
+    )
+    got = torch.tensor(data["attentions"][0][0])  # (H, L_q, L_k)
+    assert got.shape == norms.shape
+    assert (got - norms).abs().max().item() <= TOLERANCE
+    assert (torch.tensor(data["summed_norm"][0]) - summed).abs().max().item() <= TOLERANCE
+    assert (torch.tensor(data["head_mean"][0][0]) - norms.mean(dim=0)).abs().max() <= TOLERANCE
+    # Not the weights: a norm map's rows do not sum to 1, and no rollout is made of them.
+    weights = torch.tensor(
+        ask(tiny_models, kind, layer_index=layer, block=block)["attentions"][0][0]
+    )
+    assert (got - weights).abs().max().item() > 1e-3
+    assert data["rollout"] is None
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_every_family_gives_weights_times_the_value_norm_of_each_key(
+    tiny_models: TestClient, kind: str
+) -> None:
+    """‖α_ij f(x_j)‖ = α_ij ‖f(x_j)‖: per head and key, norm / weight is one number down
+    every query row (where the weight is not 0), for every family and both encodings."""
+    norms = ask(tiny_models, kind, method="norm", encoding="base64_float32")
+    weights = ask(tiny_models, kind, encoding="base64_float32")
+    a = decode(norms["attentions"], expect="f4")[:, 0].astype(np.float64)  # (N, H, L_q, L_k)
+    w = decode(weights["attentions"], expect="f4")[:, 0].astype(np.float64)
+    assert a.shape == w.shape and (a >= 0).all()
+    visible = w > 1e-6
+    ratio = np.where(visible, a / np.where(visible, w, 1), np.nan)
+    spread = np.nanmax(ratio, axis=2) - np.nanmin(ratio, axis=2)  # over the queries
+    assert np.nanmax(spread / np.nanmax(ratio, axis=2)) < 1e-4
+    assert norms["rollout"] is None
+
+
+@pytest.mark.parametrize("field", ["neuron", "hide_special_tokens", "merge_words"])
+def test_norm_refuses_the_options_that_assume_weights(tiny_models: TestClient, field: str) -> None:
+    body: dict[str, Any] = {
+        "model": "tiny-bert",
+        "texts": TEXTS[:1],
+        "sequence_index": 0,
+        "method": "norm",
+        field: True,
+    }
+    if field == "neuron":
+        body.update(layer_index=0, head_index=0, query_index=0)
+    response = tiny_models.post(URL, json=body)
+    assert response.status_code == 422
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", field] and "norm" in detail["msg"]
+
+
+def test_norm_for_the_whole_batch_and_an_unknown_method(tiny_models: TestClient) -> None:
+    body = {"model": "tiny-llama", "texts": TEXTS, "method": "norm"}
+    data = tiny_models.post(URL, json=body).json()
+    assert data["method"] == "norm" and data["rollout"] is None
+    single = ask(tiny_models, "llama", method="norm")
+    length = len(single["tokens"][0])
+    batch_first = np.array(data["attentions"])[:, 0, :, :length, :length]
+    assert np.abs(batch_first - np.array(single["attentions"])[:, 0]).max() <= TOLERANCE
+    response = tiny_models.post(URL, json={**body, "method": "flow-ish"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "method"]
