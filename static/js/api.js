@@ -263,7 +263,7 @@ function fragmentParams() {
 // the page's defaults only:
 //
 //   #view=<name>&scale=<colour scale>&tokens=<selected positions, q,q,…>&sequence=<b>
-//     &layer=<l>&head=<h>
+//     &layer=<l>&head=<h>&method=<the /models method>
 //
 // A setting that is malformed, or names an option the page does not have, is ignored.
 const LINK_SETTINGS = {
@@ -272,6 +272,7 @@ const LINK_SETTINGS = {
   sequence: /^\d{1,4}$/,
   layer: /^\d{1,4}$/,
   head: /^\d{1,4}$/,
+  method: /^[a-z_]{1,20}$/,
 };
 let linkSettings = () => ({});
 

@@ -193,8 +193,8 @@ export function scaledWeights(z, mode) {
 }
 
 // The titled colour bar of `mode`, with its value range: {zmin, zmax, colorbar}. `top`:
-// the largest weight the linear modes colour darkest.
-export function colourBar(mode, top) {
+// the largest weight the linear modes colour darkest; `name`: what the maps hold.
+export function colourBar(mode, top, name = "weight") {
   const bar = (text, extra = {}) => ({
     thickness: 10, title: { text, side: "right", font: { size: 11 } }, ...extra,
   });
@@ -203,7 +203,7 @@ export function colourBar(mode, top) {
     for (let e = LOG_FLOOR_EXP; e <= 0; e += 1) exps.push(e);
     return {
       zmin: LOG_FLOOR_EXP, zmax: 0,
-      colorbar: bar("weight (log scale)", {
+      colorbar: bar(`${name} (log scale)`, {
         tickvals: exps, ticktext: exps.map((e) => (e === LOG_FLOOR_EXP ? `≤${10 ** e}` : String(10 ** e))),
       }),
     };
@@ -211,10 +211,10 @@ export function colourBar(mode, top) {
   if (mode === "row") {
     return {
       zmin: 0, zmax: 1,
-      colorbar: bar("weight ÷ its row's max", { tickvals: [0, 0.5, 1], ticktext: ["0", "½ max", "row max"] }),
+      colorbar: bar(`${name} ÷ its row's max`, { tickvals: [0, 0.5, 1], ticktext: ["0", "½ max", "row max"] }),
     };
   }
-  const title = mode === "head" ? "weight (this head's range)" : "weight";
+  const title = mode === "head" ? `${name} (this head's range)` : name;
   return { zmin: 0, zmax: top > 0 ? top : 1, colorbar: bar(title) };
 }
 
@@ -251,7 +251,7 @@ export function heatmapFigure(options) {
   const extreme = options.signed ? Math.max(maxAbsOf(z), 1e-12) : null;
   const mode = options.scale || null;
   const range = mode
-    ? colourBar(mode, mode === "shared" ? (options.zmax ?? maxOf(z)) : maxOf(z))
+    ? colourBar(mode, mode === "shared" ? (options.zmax ?? maxOf(z)) : maxOf(z), valueName)
     : null;
   const scaled = mode === "row" || mode === "log";
   const main = {
@@ -490,7 +490,8 @@ function plotlyGridDomains(count, gap, topFirst = false) {
 //   scale each cell to its own maximum), scale (a colour scale, resolveScale's: "shared"
 //   one range for every cell, the given zmax or their largest weight; "head" each cell
 //   its own; "row" each query row its own; "log" log10 of the weight; undefined: zmax
-//   says), hover(r, c) (the
+//   says), valueName (what the cells hold, for the hover and the colour bar: default
+//   "weight"), hover(r, c) (the
 //   cell's name), queryHover / keyHover (hover text of each row / column of the cells,
 //   an array shared by every cell or a function (r, c) -> array: tokenHover of the
 //   labels, with the pooling factor when pooled), onClick(r, c),
@@ -506,6 +507,7 @@ export function thumbnailGrid(container, options) {
   const { group, xDomains, yDomains } = frame;
   const traces = [];
   const mode = options.scale || (options.zmax === "each" ? "head" : "shared");
+  const valueName = options.valueName || "weight";
   let top = typeof options.zmax === "number" ? options.zmax : 0;
   if (mode === "shared" && !(top > 0)) {
     for (let n = 0; n < (options.count ?? rows * cols); n += 1) {
@@ -551,7 +553,7 @@ export function thumbnailGrid(container, options) {
       const z = cell(r, c);
       // Row and log colour the scaled values; the hover gives the weight itself (text).
       const scaled = mode === "row" || mode === "log";
-      const range = colourBar(mode, mode === "head" ? maxOf(z) : top);
+      const range = colourBar(mode, mode === "head" ? maxOf(z) : top, valueName);
       const { customdata, hovertext } = hoverData(
         axisHover(options.queryHover, r, c, z.length),
         axisHover(options.keyHover, r, c, (z[0] || []).length),
@@ -566,14 +568,15 @@ export function thumbnailGrid(container, options) {
         // One titled colour bar, the first cell's; per cell ("head") it reads as fractions
         // of each cell's own maximum.
         showscale: traces.length === 0,
-        colorbar: traces.length === 0 ? gridBar(mode, range) : undefined,
+        colorbar: traces.length === 0 ? gridBar(mode, range, valueName) : undefined,
         xaxis: `x${n}`,
         yaxis: `y${n}`,
         meta: [r, c],
         customdata,
         hovertext,
         hovertemplate: `${escapeForPlotly(options.hover ? options.hover(r, c) : `${r}, ${c}`)}<br>` +
-          `Query %{customdata}<br>Key %{hovertext}<br>weight ${scaled ? "%{text}" : "%{z:.3f}"}` +
+          `Query %{customdata}<br>Key %{hovertext}<br>${valueName} ` +
+          `${scaled ? "%{text}" : "%{z:.3f}"}` +
           "<extra>click to enlarge</extra>",
       });
       // fixedrange: no zoom, so no axis drag handles either; these reached into the
@@ -611,10 +614,10 @@ export function thumbnailGrid(container, options) {
 
 // thumbnailGrid's colour bar, beside the grid: `range` is the first cell's (colourBar's);
 // per cell ("head") its ticks read as fractions of each cell's own maximum.
-function gridBar(mode, range) {
+function gridBar(mode, range, name) {
   const bar = { ...range.colorbar, len: 0.9, x: 1.02 };
   if (mode === "head") {
-    bar.title = { ...bar.title, text: "weight (each map's range)" };
+    bar.title = { ...bar.title, text: `${name} (each map's range)` };
     bar.tickvals = [0, range.zmax / 2, range.zmax];
     bar.ticktext = ["0", "½ max", "its max"];
   }
@@ -632,8 +635,8 @@ function tileColours(m, mode, top) {
 
 // tiledGrid's colour bar for tileColours' values, titled as colourBar's; the shared mode's
 // ticks read as weights.
-function tileBar(mode, top) {
-  const range = colourBar(mode, 1);
+function tileBar(mode, top, name) {
+  const range = colourBar(mode, 1, name);
   if (mode === "shared") {
     const ticks = [0, 0.25, 0.5, 0.75, 1];
     range.colorbar.tickvals = ticks;
@@ -659,6 +662,7 @@ export function tiledGrid(container, options) {
   const frame = gridFrame(options);
   const { group } = frame;
   const mode = options.scale || (options.zmax === "each" ? "head" : "shared");
+  const valueName = options.valueName || "weight";
   let top = typeof options.zmax === "number" ? options.zmax : 0;
   if (mode === "shared" && !(top > 0)) {
     for (let r = 0; r < rows; r += 1) for (let c = 0; c < cols; c += 1) top = Math.max(top, maxOf(cell(r, c)));
@@ -785,9 +789,10 @@ export function tiledGrid(container, options) {
     },
   };
   const trace = {
-    type: "heatmap", z, colorscale: WEIGHT_COLORSCALE, ...tileBar(mode, top),
+    type: "heatmap", z, colorscale: WEIGHT_COLORSCALE, ...tileBar(mode, top, valueName),
     hoverongaps: false, customdata: weights, hovertext: queryText, text: keyText,
-    hovertemplate: "%{hovertext}<br>Key %{text}<br>weight %{customdata:.3f}<extra>click to enlarge</extra>",
+    hovertemplate: `%{hovertext}<br>Key %{text}<br>${valueName} %{customdata:.3f}` +
+      "<extra>click to enlarge</extra>",
   };
   const div = addPlot(container, { traces: [trace], layout }, "plot grid-plot");
   div.dataset.rows = String(rows);

@@ -68,6 +68,8 @@ const sequenceSelect = document.getElementById("sequence-index");
 const layerSelect = document.getElementById("layer-index");
 const layerControl = document.getElementById("layer-control");
 const hideSpecial = document.getElementById("hide-special");
+const methodSelect = document.getElementById("method");
+const methodNote = document.getElementById("method-note");
 const hideSpecialControl = document.getElementById("hide-special-control");
 const specialExamples = document.getElementById("special-examples");
 const computeButton = document.getElementById("compute");
@@ -449,8 +451,10 @@ function viewRequest(extra) {
     ...state.request,
     ...COMPACT,
     sequence_index: selectedIndex(sequenceSelect),
-    hide_special_tokens: hideSpecial.checked,
-    merge_words: mergeWords.checked,
+    // Hiding and merging renormalise weights: not with another method (the API refuses).
+    hide_special_tokens: hideSpecial.checked && !otherMethod(),
+    merge_words: mergeWords.checked && !otherMethod(),
+    method: methodSelect.value,
     ...extra,
   };
 }
@@ -816,8 +820,38 @@ function addHint(container, text) {
 function weightFigure(z, rowLabels, colLabels, title, showscale = true) {
   return heatmapFigure({
     z, rowLabels: showTokens(rowLabels), colLabels: showTokens(colLabels), title, zmin: 0,
-    showscale, valueName: "weight", scale: colourMode(rowLabels.length),
+    showscale, valueName: valueName(), scale: colourMode(rowLabels.length),
   });
+}
+
+// ---------------------------------------------------------------------------
+// The method (#method): what every map holds (the API's `method`).
+
+const METHOD_NOTES = {
+  norm: "Norm-based attention (Kobayashi et al., EMNLP 2020, “Attention is Not Only a " +
+    "Weight”): every map holds ‖α_ij f(x_j)‖, f(x) = (x W_V + b_V) W_O^h, the weight " +
+    "times the length of what key token j's value vector carries through this head into " +
+    "the output. Rows no longer sum to 1; there is no rollout, and hiding special tokens " +
+    "and merging words are off (they renormalise weights).",
+};
+
+function otherMethod() {
+  return methodSelect.value !== "attention";
+}
+
+// What the maps hold, for hovers and colour bars.
+function valueName() {
+  return otherMethod() ? "‖α f(x)‖" : "weight";
+}
+
+// The note under the controls, and the options that assume weights disabled.
+function showMethod() {
+  methodNote.hidden = !otherMethod();
+  methodNote.textContent = METHOD_NOTES[methodSelect.value] || "";
+  for (const box of [hideSpecial, mergeWords]) {
+    box.disabled = otherMethod();
+    box.title = otherMethod() ? "For the attention weights only (see Method)" : "";
+  }
 }
 
 // The colour-scale choice (#colour-scale) for maps of `rows` queries: per head up to
@@ -898,6 +932,7 @@ function modelGrid(res, body, enlarged) {
     colName: narrow ? "" : "H",
     title: "Layers × heads",
     scale,
+    valueName: valueName(),
     hover: (l, h) => headName(res, l, h),
     queryHover: thumbnailHover(res, "query"),
     keyHover: thumbnailHover(res, "key"),
@@ -1067,7 +1102,7 @@ async function renderCompare(section, res, l) {
       z: diff,
       rowLabels: same ? queryTokens(res) : positions(diff.length),
       colLabels: same ? keyTokens(res) : positions(diff[0].length),
-      signed: true, valueName: "A − B", colorTitle: "weight A − B", title: "A − B",
+      signed: true, valueName: "A − B", colorTitle: `${valueName()} A − B`, title: "A − B",
       yTitle: same ? "Query" : "Query position", xTitle: same ? "Key" : "Key position",
     }), "head-plot");
     div.dataset.map = "difference";
@@ -1136,7 +1171,7 @@ async function renderNeuronView(section, res, l) {
   const q = chosen.length ? Math.min(...chosen) : 0;
   const answer = await requestAttention(viewRequest({
     hide_special_tokens: false, merge_words: false, layer_index: l, head_index: h,
-    query_index: q, neuron: true, display_size: 8,
+    query_index: q, neuron: true, display_size: 8, method: "attention",
   }));
   if (answer === null) return;
   const step = answer.neuron;
@@ -1231,6 +1266,7 @@ async function renderAverages(section, res, l) {
     colName: "L",
     cellTitle: (r, c) => `L${layerAt(r, c)}`,
     title: "Head average of each layer",
+    valueName: valueName(),
     zmax: "each",
     scale: colourMode(queryTokens(res).length),
     hover: (r, c) => `layer ${layerAt(r, c)}, mean of ${res.num_heads} heads`,
@@ -1269,6 +1305,9 @@ async function renderAverages(section, res, l) {
       "the residual connection, then Â_N ⋯ Â_1, computed with every token: row i is how " +
       "much of token i's last-layer representation flows from each input token; its rows " +
       "sum to 1.");
+  } else if (res.method && res.method !== "attention") {
+    paragraph(body, "hint", "Attention rollout multiplies attention weights through the " +
+      "layers: switch Method back to the attention weights to see it.");
   } else {
     paragraph(body, "hint", "Attention rollout needs square maps through the layers: " +
       "cross-attention has none (open the encoder or decoder block for it).");
@@ -1381,7 +1420,7 @@ function rowsFigure(res, q) {
     z, rowLabels, colLabels, rowHover, colHover: tokenHover(colLabels),
     title: `Row of token ${q} “${token}” in every layer and head`,
     yTitle: "Layer, head", xTitle: causal ? "Key (earlier tokens)" : "Key", zmin: 0,
-    valueName: "weight",
+    valueName: valueName(),
   });
   // A faint line between layers.
   figure.layout.shapes = Array.from({ length: N - 1 }, (_, l) => ({
@@ -1810,6 +1849,10 @@ for (const control of [sequenceSelect, hideSpecial, mergeWords]) {
   });
 }
 layerSelect.addEventListener("change", renderView);
+methodSelect.addEventListener("change", () => {
+  showMethod();
+  renderView();
+});
 fillColourScales(colourScale);
 colourScale.addEventListener("change", renderView);
 shadeHead.addEventListener("change", () => {
@@ -1844,9 +1887,12 @@ bindLinkSettings(() => ({
   tokens: [...state.selected].sort((x, y) => x - y).join(","),
   sequence: sequenceSelect.value === "0" ? null : sequenceSelect.value,
   layer: layerSelect.value === "0" ? null : layerSelect.value,
+  method: methodSelect.value === "attention" ? null : methodSelect.value,
 }));
 state.view = viewFromUrl(state.view);
 state.linked = settingsFromUrl();
 selectLinked(colourScale, state.linked.scale);
+selectLinked(methodSelect, state.linked.method);
+showMethod();
 openTab(state.view);
 start();

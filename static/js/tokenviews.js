@@ -74,6 +74,11 @@ export function lineView(container, options) {
   const drawn = selected.size ? [...selected].filter((q) => q < queries.length)
     : (queries.length <= ALL_LINES_MAX ? queries.map((_, q) => q) : []);
   const lines = svgElement("g", { class: "lines" });
+  // Weights are at most 1; other methods' values (norms) are drawn relative to the largest.
+  let unit = 1;
+  for (const h of visible) {
+    for (const q of drawn) for (const w of (maps[h] && maps[h][q]) || []) unit = Math.max(unit, w ?? 0);
+  }
   for (const h of [...visible].sort((a, b) => a - b)) {
     const map = maps[h];
     if (!map) continue;
@@ -84,8 +89,8 @@ export function lineView(container, options) {
         lines.append(svgElement("line", {
           x1: left, y1: y(q), x2: right, y2: y(k),
           stroke: HEAD_COLORS[h % HEAD_COLORS.length],
-          "stroke-width": Math.max(0.5, w * MAX_LINE_PX),
-          "stroke-opacity": Math.min(1, 0.15 + w),
+          "stroke-width": Math.max(0.5, (w / unit) * MAX_LINE_PX),
+          "stroke-opacity": Math.min(1, 0.15 + w / unit),
           "data-head": h, "data-query": q, "data-key": k, "data-weight": w,
         }));
       });

@@ -1,0 +1,78 @@
+"""/models' Method picker in a real Chromium: every view draws the API's norm-based maps."""
+
+import httpx2 as httpx
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
+
+GRID = "document.getElementById('model-grid')"
+
+
+def redraw(page, view: str, action) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
+    action()
+    page.wait_for_function(
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=30_000
+    )
+
+
+def api(server_url: str, text: str, **fields: object) -> dict:  # type: ignore[type-arg]
+    body = {"texts": [text], "sequence_index": 0, **fields}
+    response = httpx.post(server_url + "/api/v1/models/attention", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def test_the_method_picker_switches_every_view_to_norm_based_attention(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    page.wait_for_function(
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+    )
+    text = page.input_value("#texts").splitlines()[0]
+    assert page.locator("#method-note").is_hidden()
+    redraw(page, "model", lambda: page.select_option("#method", "norm"))
+    norm = api(server_url, text, method="norm")
+    # The model view's grid: tile (2, 3) is the API's norm map of layer 2, head 3.
+    tile = page.evaluate(f"() => {GRID}.cell(2, 3)")
+    np.testing.assert_allclose(tile, norm["attentions"][2][0][3], rtol=1e-6)
+    title = page.evaluate(f"() => {GRID}.data[0].colorbar.title.text")
+    assert "‖α f(x)‖" in title
+    note = page.locator("#method-note")
+    assert note.is_visible() and "Kobayashi" in note.text_content()
+    assert page.locator("#hide-special").is_disabled()
+    assert page.locator("#merge-words").is_disabled()
+    assert "method=norm" in page.url
+
+    redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
+    heads = page.evaluate(
+        "() => [...document.querySelectorAll('#view-layer .head-plot')].map((d) => d.data[0].z)"
+    )
+    np.testing.assert_allclose(heads, norm["attentions"][0][0], rtol=1e-6)
+    # Not the weights: the weights' rows sum to 1, these do not.
+    assert abs(sum(heads[0][1]) - 1) > 1e-3
+
+    redraw(page, "averages", lambda: page.click(".tabs button[data-view=averages]"))
+    assert page.locator("#view-averages [data-map=rollout]").count() == 0
+    assert "switch Method back" in page.locator("#view-averages").text_content()
+    mean = page.evaluate(
+        "() => document.querySelector('#view-averages [data-map=head-mean]').data[0].z"
+    )
+    np.testing.assert_allclose(mean, norm["head_mean"][0][0], rtol=1e-6)
+
+    # The neuron view stays the weights' step (the API's neuron is of the weights).
+    redraw(page, "neuron", lambda: page.click(".tabs button[data-view=neuron]"))
+    assert page.locator("#error").is_hidden()
+
+    # Back to the weights.
+    redraw(page, "averages", lambda: page.click(".tabs button[data-view=averages]"))
+    redraw(page, "averages", lambda: page.select_option("#method", "attention"))
+    weights = api(server_url, text)
+    mean = page.evaluate(
+        "() => document.querySelector('#view-averages [data-map=head-mean]').data[0].z"
+    )
+    np.testing.assert_allclose(mean, weights["head_mean"][0][0], rtol=1e-6)
+    assert page.locator("#view-averages [data-map=rollout]").count() == 1
+    assert page.locator("#hide-special").is_enabled()
+    assert "method=" not in page.url
+    assert page.errors == []
