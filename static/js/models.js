@@ -833,7 +833,16 @@ const METHOD_NOTES = {
     "times the length of what key token j's value vector carries through this head into " +
     "the output. Rows no longer sum to 1; there is no rollout, and hiding special tokens " +
     "and merging words are off (they renormalise weights).",
+  flow: "Attention flow (Abnar & Zuidema, ACL 2020, “Quantifying Attention Flow in " +
+    "Transformers”): the layers as a network whose capacities are the head averages plus " +
+    "the residual connection, 0.5 · A + 0.5 · I as in rollout; row i of the map is the " +
+    "maximum flow from each input token to token i after the last layer, divided by the " +
+    "row's sum. It is in the Averages view beside rollout; the other views show the " +
+    "weights. It solves L² max-flow problems, so it is computed for short inputs only.",
 };
+
+// What each per-head method's maps hold (methods absent here leave the weights).
+const METHOD_VALUES = { norm: "‖α f(x)‖" };
 
 function otherMethod() {
   return methodSelect.value !== "attention";
@@ -841,7 +850,7 @@ function otherMethod() {
 
 // What the maps hold, for hovers and colour bars.
 function valueName() {
-  return otherMethod() ? "‖α f(x)‖" : "weight";
+  return METHOD_VALUES[methodSelect.value] || "weight";
 }
 
 // The note under the controls, and the options that assume weights disabled.
@@ -1293,6 +1302,10 @@ async function renderAverages(section, res, l) {
     figures.push(["rollout", res.rollout[0], averageRows, averageCols,
       "Attention rollout (Abnar & Zuidema 2020)"]);
   }
+  if (res.method_map && res.method === "flow") {
+    figures.push(["flow", res.method_map[0], queryTokens(res), keyTokens(res),
+      "Attention flow (Abnar & Zuidema 2020)"]);
+  }
   const plots = [strip.drawn];
   for (const [name, z, rows, cols, title] of figures) {
     const div = addPlot(grid, weightFigure(z, rows, cols, title), "head-plot");
@@ -1305,7 +1318,7 @@ async function renderAverages(section, res, l) {
       "the residual connection, then Â_N ⋯ Â_1, computed with every token: row i is how " +
       "much of token i's last-layer representation flows from each input token; its rows " +
       "sum to 1.");
-  } else if (res.method && res.method !== "attention") {
+  } else if (res.method === "norm") {
     paragraph(body, "hint", "Attention rollout multiplies attention weights through the " +
       "layers: switch Method back to the attention weights to see it.");
   } else {

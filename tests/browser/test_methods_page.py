@@ -75,4 +75,15 @@ def test_the_method_picker_switches_every_view_to_norm_based_attention(page, ser
     assert page.locator("#view-averages [data-map=rollout]").count() == 1
     assert page.locator("#hide-special").is_enabled()
     assert "method=" not in page.url
+
+    # Attention flow: the weights stay, and the Averages view adds the flow map.
+    redraw(page, "averages", lambda: page.select_option("#method", "flow"))
+    flow = api(server_url, text, method="flow")
+    drawn = page.evaluate(
+        "() => document.querySelector('#view-averages [data-map=flow]').data[0].z"
+    )
+    np.testing.assert_allclose(drawn, flow["method_map"][0], rtol=1e-6)
+    np.testing.assert_allclose([sum(row) for row in drawn], 1.0, rtol=1e-5)
+    assert page.locator("#view-averages [data-map=rollout]").count() == 1
+    assert "Abnar" in page.locator("#method-note").text_content()
     assert page.errors == []

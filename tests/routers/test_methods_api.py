@@ -192,3 +192,61 @@ def test_norm_for_the_whole_batch_and_an_unknown_method(tiny_models: TestClient)
     response = tiny_models.post(URL, json={**body, "method": "flow-ish"})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "method"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "block"), [("bert", "encoder"), ("llama", "decoder"), ("t5", "decoder")]
+)
+def test_flow_is_the_max_flow_through_the_apis_own_head_means(
+    tiny_models: TestClient, kind: str, block: str
+) -> None:
+    import networkx as nx
+
+    data = ask(tiny_models, kind, method="flow", block=block)
+    assert data["method"] == "flow" and data["rollout"] is not None  # the maps stay weights
+    weights = ask(tiny_models, kind, block=block)
+    assert data["attentions"] == weights["attentions"]
+    means = torch.tensor([layer[0] for layer in weights["head_mean"]], dtype=torch.float64)
+    layers, length, _ = means.shape
+    adjusted = means + torch.eye(length, dtype=torch.float64)
+    adjusted = adjusted / adjusted.sum(dim=-1, keepdim=True)
+    graph = nx.DiGraph()
+    for layer in range(layers):
+        for i in range(length):
+            for j in range(length):
+                graph.add_edge((layer, j), (layer + 1, i), capacity=float(adjusted[layer, i, j]))
+    expected = torch.tensor(
+        [
+            [nx.maximum_flow_value(graph, (0, j), (layers, i)) for j in range(length)]
+            for i in range(length)
+        ]
+    )
+    expected = expected / expected.sum(dim=1, keepdim=True)
+    got = torch.tensor(data["method_map"][0], dtype=torch.float64)
+    assert (got - expected).abs().max().item() <= 1e-5
+
+
+def test_flow_refuses_the_batch_cross_attention_and_long_inputs(tiny_models: TestClient) -> None:
+    refused = {
+        "method": {"model": "tiny-bert", "texts": TEXTS, "method": "flow"},
+        "block": {
+            "model": "tiny-t5",
+            "texts": TEXTS[:1],
+            "targets": TARGETS[:1],
+            "sequence_index": 0,
+            "block": "cross",
+            "method": "flow",
+        },
+        "texts": {
+            "model": "tiny-bert",
+            "texts": [" ".join(["the cat sat"] * 20)],  # 62 tokens through 2 layers: over 47
+            "sequence_index": 0,
+            "method": "flow",
+        },
+    }
+    for field, body in refused.items():
+        response = tiny_models.post(URL, json=body)
+        assert response.status_code == 422, (field, response.text)
+        detail = response.json()["detail"][0]
+        assert detail["loc"][-1] == field or detail["loc"] == ["body", field], detail
+        assert "flow" in detail["msg"]

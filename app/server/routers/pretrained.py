@@ -23,7 +23,13 @@ from ...pretrained.display import (
     pooled,
 )
 from ...pretrained.loading import PRETRAINED_EXTRA
-from ...pretrained.methods import MAX_SUMMED_NORM_TOKENS, NormRecording, with_method
+from ...pretrained.methods import (
+    MAX_SUMMED_NORM_TOKENS,
+    NormRecording,
+    attention_flow,
+    flow_token_limit,
+    with_method,
+)
 from ...pretrained.model import Block, Generation, PretrainedAttentions
 from ...pretrained.recorder import Neuron
 from ...pretrained.recordings import RECORDINGS
@@ -311,6 +317,7 @@ class PreparedSequence:
         neuron: with ``neuron``, the step through the head, else None.
         summed_norm: with method "norm" and layer_index, (1, P_q, P_k) the layer's
             ‖Σ_h α f(x)‖ pooled as the head means, else None.
+        method_map: with method "flow", (1, L, L) attention flow, else None.
     """
 
     result: PretrainedAttentions
@@ -319,6 +326,7 @@ class PreparedSequence:
     query_rows: torch.Tensor | None
     neuron: Neuron | None = None
     summed_norm: torch.Tensor | None = None
+    method_map: torch.Tensor | None = None
 
 
 def prepare_sequence(
@@ -426,7 +434,36 @@ def prepare_sequence(
         summed = None
         if isinstance(result.recording, NormRecording) and request.layer_index is not None:
             summed = layer_summed_norm(result, block, request)
-    return PreparedSequence(result, walk, generation, query_rows, step, summed)
+        method_map = None
+        if request.method == "flow":
+            method_map = flow_map(result, block)
+    return PreparedSequence(result, walk, generation, query_rows, step, summed, method_map)
+
+
+def flow_map(result: PretrainedAttentions, block: Block) -> torch.Tensor:
+    """Attention flow (:func:`.methods.attention_flow`) of ``block`` for the one input.
+
+    Raises:
+        AttentionInputError: (field ``block``) cross attention (not square); (``texts``)
+            an input too long for :data:`.methods.MAX_FLOW_WORK`.
+    """
+    if block == "cross":
+        raise AttentionInputError(
+            "block", "attention flow runs through square self-attention: not 'cross'"
+        )
+    layers = result.num_layers(block)
+    length = int(result.queries(block).input_ids.shape[1])
+    limit = flow_token_limit(layers)
+    if length > limit:
+        raise AttentionInputError(
+            "texts",
+            f"attention flow solves L^2 max-flow problems over {layers} layers: up to {limit} "
+            f"tokens for this model, and this input has {length} (rollout has no such limit)",
+        )
+    means = torch.stack(
+        [result.layer_weights(block, layer)[0].mean(dim=0) for layer in range(layers)]
+    )
+    return attention_flow(means)[None]
 
 
 def layer_summed_norm(
@@ -468,6 +505,12 @@ def check_one_input_options(request: PretrainedAttentionRequest) -> None:
                 field,
                 "applies to one input: set sequence_index too",
             )
+    if request.method == "flow":
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "method",
+            "'flow' is computed for one input: set sequence_index too",
+        )
 
 
 def check_view_cells(
@@ -556,6 +599,9 @@ def sequence_fields(
         "method": request.method,
         "summed_norm": (
             None if prepared.summed_norm is None else encode_large(prepared.summed_norm, enc)
+        ),
+        "method_map": (
+            None if prepared.method_map is None else encode_large(prepared.method_map, enc)
         ),
         "neuron": neuron_fields(request, prepared.neuron),
         "downsample": downsample(Pooling(factor, key_factor), len(tokens), len(key_tokens)),

@@ -225,7 +225,14 @@ class PretrainedAttentionRequest(StrictRequest):
         "value vector carried through head h's slice of the output projection; same shapes "
         "and options, rows no longer summing to 1, no rollout. With layer_index it adds "
         "`summed_norm`, the layer's ||sum_h alpha_ij^h f^h(x_j)|| (inputs up to 1024 "
-        "tokens). Not with neuron, hide_special_tokens or merge_words (they assume weights).",
+        "tokens). 'flow': attention flow (Abnar & Zuidema, ACL 2020): the maps stay the "
+        "weights and `method_map` holds the (1, L, L) maximum flow from each input token to "
+        "each token after the last layer, through the residual-adjusted head means (0.5 A + "
+        "0.5 I, as rollout), each row divided by its sum; with sequence_index, not for cross "
+        "attention, and only while N * L^4 <= 1e7 (L^2 max-flow problems: 35 tokens "
+        "through 6 layers, 24 through 30; a longer input is a 422 naming texts). Methods "
+        "other than 'attention' are not with neuron, hide_special_tokens or merge_words "
+        "(they assume weights).",
     )
     top_k: int = Field(
         0,
@@ -360,6 +367,11 @@ class PretrainedAttentionResponse(BaseModel):
         None,
         description="With method 'norm' and layer_index: (1, L_q, L_k) that layer's "
         "||sum_h alpha_ij^h f^h(x_j)|| (Kobayashi et al. 2020), pooled as head_mean.",
+    )
+    method_map: list[list[list[float]]] | EncodedArray | None = Field(
+        None,
+        description="With method 'flow': (1, L, L) attention flow (Abnar & Zuidema 2020); "
+        "row i is how token i after the last layer draws on each input token.",
     )
     special_share: float | None = Field(
         None,
