@@ -36,7 +36,7 @@ from torch import nn
 
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
-from .recorder import AttentionRecording, Neuron, neuron, record_attention
+from .recorder import AttentionRecording, Neuron, ablate_heads, neuron, record_attention
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -177,6 +177,24 @@ class DecoderHead:
     hidden: torch.Tensor
     head: nn.Module
 
+    def divergence(self, other: DecoderHead) -> torch.Tensor:
+        """KL(this ‖ other) of the next-token distributions at each position, in nats.
+
+        Returns:
+            (B, L) float32 on the CPU, chunked as :meth:`top`.
+        """
+        parts = []
+        with torch.inference_mode():
+            for mine, theirs in zip(
+                torch.split(self.hidden, _LOGIT_CHUNK, dim=1),
+                torch.split(other.hidden, _LOGIT_CHUNK, dim=1),
+                strict=True,
+            ):
+                p = torch.log_softmax(self.head(mine).float(), dim=-1)
+                q = torch.log_softmax(other.head(theirs).float(), dim=-1)
+                parts.append((p.exp() * (p - q)).sum(dim=-1).clamp_min(0).cpu())
+        return torch.cat(parts, dim=1)
+
     def top(self) -> NextTokens:
         """Softmax of the logits, its top :data:`TOP_K` per position, 256 positions at a time.
 
@@ -211,6 +229,8 @@ class PretrainedAttentions:
             next view of the same pass (:class:`.display.LayerWalk`).
         method: what the maps hold: "attention" (the softmax weights) or another method
             of :mod:`.methods` (:func:`.methods.with_method`).
+        final_hidden: an encoder's last hidden states (B, L, d_model) float32 on the CPU,
+            else None (head ablation compares them).
     """
 
     batch: TokenizedBatch
@@ -222,6 +242,7 @@ class PretrainedAttentions:
     device: str
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     method: str = "attention"
+    final_hidden: torch.Tensor | None = None
 
     @property
     def next_tokens(self) -> NextTokens | None:
@@ -698,6 +719,7 @@ class PretrainedModel:
         targets: TokenizedBatch | None = None,
         *,
         device: str = "auto",
+        ablate: dict[int, tuple[int, ...]] | None = None,
     ) -> PretrainedAttentions:
         """One forward pass, recording every attention layer.
 
@@ -706,6 +728,8 @@ class PretrainedModel:
             targets: an encoder-decoder's decoder input (:meth:`decoder_inputs`);
                 required for that family, refused for the others.
             device: "auto" (CUDA when available), "cpu" or "cuda".
+            ablate: heads switched off, ``id(attention module)`` -> query heads
+                (:func:`.recorder.ablate_heads`), or None.
 
         Returns:
             A :class:`PretrainedAttentions`.
@@ -736,13 +760,16 @@ class PretrainedModel:
             inputs["decoder_input_ids"] = targets.input_ids.to(run_on)
             inputs["decoder_attention_mask"] = targets.attention_mask.to(run_on).long()
         start = time.perf_counter()
-        with torch.inference_mode(), record_attention() as recording:
+        final_hidden = None
+        with torch.inference_mode(), record_attention() as recording, ablate_heads(ablate):
             try:
                 if self.family == "decoder":
                     decoder_head = self._decode(model, inputs)
                 else:
-                    model(**inputs, use_cache=False)
+                    outputs = model(**inputs, use_cache=False)
                     decoder_head = None
+                    if self.family == "encoder":
+                        final_hidden = outputs.last_hidden_state.float().cpu()
             except IndexError as error:  # an id or a position beyond an embedding's rows
                 raise AttentionInputError(
                     "texts",
@@ -765,6 +792,7 @@ class PretrainedModel:
             decoder_head=decoder_head,
             compute_ms=compute_ms,
             device=run_on.type,
+            final_hidden=final_hidden,
         )
 
     @functools.cached_property

@@ -275,6 +275,9 @@ def _query_row(tensor: torch.Tensor | None, query: int) -> torch.Tensor | None:
 
 
 _active: ContextVar[AttentionRecording | None] = ContextVar("attnviz_recording", default=None)
+_ablated: ContextVar[dict[int, tuple[int, ...]] | None] = ContextVar(
+    "attnviz_ablated", default=None
+)
 
 
 def _eager_attention(module: nn.Module) -> EagerAttention:
@@ -305,8 +308,8 @@ def recording_attention(
     (B, H_kv, L_k, d_k). Outside :func:`record_attention` nothing is kept.
 
     Returns:
-        attn_output (B, L_q, H, d_k), as transformers' ``sdpa_attention_forward``, and
-        no weights.
+        attn_output (B, L_q, H, d_k), as transformers' ``sdpa_attention_forward`` (the
+        heads :func:`ablate_heads` names zeroed), and no weights.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -329,6 +332,11 @@ def recording_attention(
     output, _ = sdpa_attention_forward(
         module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
     )
+    ablated = _ablated.get()
+    heads = None if ablated is None else ablated.get(id(module))
+    if heads:  # (B, L_q, H, d_v): those heads add nothing to the output projection
+        output = output.clone()
+        output[:, :, list(heads)] = 0
     return output, None
 
 
@@ -349,6 +357,24 @@ def use_recorder(model: nn.Module) -> None:
     AttentionInterface.register(RECORDER, recording_attention)
     AttentionMaskInterface.register(RECORDER, eager_mask)
     model.set_attn_implementation(RECORDER)  # type: ignore[operator]
+
+
+@contextmanager
+def ablate_heads(heads: dict[int, tuple[int, ...]] | None) -> Iterator[None]:
+    """Switch heads off in the forward passes run inside the block (head ablation).
+
+    Args:
+        heads: ``id(attention module)`` -> the query heads whose output is zeroed before the
+            output projection (Michel et al., NeurIPS 2019, "Are Sixteen Heads Really Better
+            than One?", mask ξ_h = 0); None or empty switches nothing off.
+
+    The heads' weights are still recorded: what they would have attended to.
+    """
+    token = _ablated.set(heads or None)
+    try:
+        yield
+    finally:
+        _ablated.reset(token)
 
 
 @contextmanager

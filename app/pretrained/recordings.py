@@ -94,8 +94,11 @@ class RecordingCache:
         targets: TokenizedBatch | None = None,
         *,
         device: str = "auto",
+        ablate: dict[int, tuple[int, ...]] | None = None,
     ) -> PretrainedAttentions:
         """:meth:`.model.PretrainedModel.run`, or the kept recording of the same input.
+
+        A recording is kept per input and per set of heads switched off (``ablate``).
 
         Raises:
             AttentionInputError: as :meth:`.model.PretrainedModel.run`.
@@ -107,6 +110,7 @@ class RecordingCache:
             batch.input_ids,
             batch.token_type_ids,
             None if targets is None else targets.input_ids,
+            None if not ablate else tuple(sorted(ablate.items())),
         )
         with self._lock:
             kept = self._recordings.get(key)
@@ -115,7 +119,7 @@ class RecordingCache:
                 self.hits += 1
                 return kept[0]
             self.misses += 1
-        result = model.run(batch, targets, device=device)
+        result = model.run(batch, targets, device=device, ablate=ablate)
         size = recording_bytes(result)
         with self._lock:
             if self.max_bytes > 0:

@@ -42,6 +42,8 @@ MAX_SCALING_SAMPLES: Final = 256
 """The most random (Q, K) draws per head width of the scaling lesson."""
 MAX_HISTOGRAM_BINS: Final = 100
 """The most histogram bins of the scaling lesson."""
+MAX_ABLATED_HEADS: Final = 512
+"""The most [layer, head] pairs one request switches off (SmolLM2 has 270 heads)."""
 MAX_MODEL_NAME_CHARS: Final = 200
 """The longest model name a request may send."""
 MAX_BODY_BYTES: Final = 4 * 2**20

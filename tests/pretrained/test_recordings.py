@@ -2,6 +2,7 @@
 out, within the byte budget, the latest kept even alone over it."""
 
 import pytest
+import torch
 from attnviz.pretrained import PretrainedModel
 from attnviz.pretrained.recordings import RecordingCache, recording_bytes
 
@@ -14,9 +15,9 @@ def runs(minilm: PretrainedModel, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ran: list[str] = []
     run = PretrainedModel.run
 
-    def counted(self, batch, targets=None, *, device="auto"):  # type: ignore[no-untyped-def]
+    def counted(self, batch, targets=None, *, device="auto", ablate=None):  # type: ignore[no-untyped-def]
         ran.append(batch.tokens[0][1])
-        return run(self, batch, targets, device=device)
+        return run(self, batch, targets, device=device, ablate=ablate)
 
     monkeypatch.setattr(PretrainedModel, "run", counted)
     return ran
@@ -50,3 +51,19 @@ def test_the_latest_pass_is_kept_even_alone_over_the_budget(minilm, runs) -> Non
     off.run(minilm, batches[0], device="cpu")
     off.run(minilm, batches[0], device="cpu")
     assert runs[-2:] == ["the", "the"]
+
+
+def test_an_ablated_pass_is_kept_apart_from_the_intact_one(minilm, runs) -> None:  # type: ignore[no-untyped-def]
+    batch = minilm.tokenize([TEXTS[0]])
+    cache = RecordingCache()
+    intact = cache.run(minilm, batch, device="cpu")
+    module = intact.recording.calls[0].module
+    ablated = cache.run(minilm, batch, device="cpu", ablate={id(module): (3,)})
+    assert ablated is not intact
+    assert cache.run(minilm, batch, device="cpu", ablate={id(module): (3,)}) is ablated
+    assert cache.run(minilm, batch, device="cpu") is intact
+    assert runs == ["the", "the"]
+    # Layer 0's weights are computed before the ablated head writes anything; layer 1's
+    # come from what layer 0 wrote without it.
+    assert torch.equal(intact.layer_weights("encoder", 0), ablated.layer_weights("encoder", 0))
+    assert not torch.equal(intact.layer_weights("encoder", 1), ablated.layer_weights("encoder", 1))

@@ -250,3 +250,102 @@ def test_flow_refuses_the_batch_cross_attention_and_long_inputs(tiny_models: Tes
         detail = response.json()["detail"][0]
         assert detail["loc"][-1] == field or detail["loc"] == ["body", field], detail
         assert "flow" in detail["msg"]
+
+
+def zeroing_hooks(kind: str, model: Any, heads: list[list[int]]) -> list[Any]:
+    """Forward pre-hooks that zero each head's slice of the output projection's input, in
+    transformers' own modules: the head's output, switched off."""
+    if kind == "bert":
+        layers = [layer.attention.output.dense for layer in model.encoder.layer]
+    elif kind == "gpt2":
+        layers = [block.attn.c_proj for block in model.transformer.h]
+    else:
+        layers = [layer.self_attn.o_proj for layer in model.model.layers]
+    d = model.config.hidden_size // model.config.num_attention_heads
+    hooks = []
+    for index, projection in enumerate(layers):
+        mine = [h for layer, h in heads if layer == index]
+        if not mine:
+            continue
+
+        def zero(_module: Any, args: tuple[Any, ...], mine: list[int] = mine) -> tuple[Any, ...]:
+            x = args[0].clone()
+            for h in mine:
+                x[..., h * d : (h + 1) * d] = 0
+            return (x, *args[1:])
+
+        hooks.append(projection.register_forward_pre_hook(zero))
+    return hooks
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
+def test_ablation_equals_transformers_with_the_heads_output_zeroed(
+    tiny_models: TestClient, kind: str
+) -> None:
+    import transformers
+
+    heads = [[0, 1], [0, 3], [1, 0]]
+    data = ask(tiny_models, kind, ablate=heads)
+    assert data["ablation"]["heads"] == sorted(heads)
+    auto = transformers.AutoModel if kind == "bert" else transformers.AutoModelForCausalLM
+    folder = Path(MODELS.get(f"tiny-{kind}").path)
+    model = auto.from_pretrained(folder, attn_implementation="eager", local_files_only=True)
+    ids = torch.tensor(data["input_ids"])
+    with torch.no_grad():
+        intact = model(ids, output_attentions=True)
+        hooks = zeroing_hooks(kind, model, heads)
+        try:
+            ablated = model(ids, output_attentions=True)
+        finally:
+            for hook in hooks:
+                hook.remove()
+    # The maps are the ablated model's: layer 1 sees what layer 0's remaining heads wrote.
+    got = torch.tensor(data["attentions"])[:, 0]
+    expected = torch.stack(ablated.attentions)[:, 0]
+    error = (got - expected).abs().max().item()
+    assert error <= TOLERANCE
+    # ... and not the intact model's (tiny random BERTs attend almost uniformly, so the
+    # difference is small there: it must stand well above the agreement).
+    moved = (got[1] - torch.stack(intact.attentions)[1, 0]).abs().max().item()
+    assert moved > 10 * error
+    if kind == "bert":
+        before, after = intact.last_hidden_state[0], ablated.last_hidden_state[0]
+        change = (after - before).norm(dim=-1) / before.norm(dim=-1)
+        assert torch.tensor(data["ablation"]["hidden_change"]) == pytest.approx(change, abs=1e-5)
+        assert change.min().item() > 1e-4
+        assert "kl" not in data["ablation"]
+        return
+    p = intact.logits[0].log_softmax(dim=-1)
+    q = ablated.logits[0].log_softmax(dim=-1)
+    kl = (p.exp() * (p - q)).sum(dim=-1)
+    assert torch.tensor(data["ablation"]["kl"]) == pytest.approx(kl, abs=1e-5)
+    assert kl.max().item() > 1e-5
+    for name, logp in (("top_before", p), ("top_after", q)):
+        top = logp.exp().topk(5, dim=-1)
+        for position, row in enumerate(data["ablation"][name]):
+            assert [t["id"] for t in row] == top.indices[position].tolist()
+            got_p = [t["probability"] for t in row]
+            assert got_p == pytest.approx(top.values[position].tolist(), abs=1e-5)
+
+
+def test_ablation_refuses_what_it_cannot_do(tiny_models: TestClient) -> None:
+    base = {"model": "tiny-bert", "texts": TEXTS[:1], "sequence_index": 0}
+    refused = [
+        ({**base, "ablate": [[2, 0]]}, "ablate", "layer 2"),
+        ({**base, "ablate": [[0, 4]]}, "ablate", "head 4"),
+        ({**base, "ablate": [[0, 0, 1]]}, "ablate", ""),
+        ({**base, "ablate": [[0, 0]], "hide_special_tokens": True},
+         "hide_special_tokens", "ablate"),
+        ({"model": "tiny-bert", "texts": TEXTS, "ablate": [[0, 0]]}, "ablate", "sequence_index"),
+        (
+            {"model": "tiny-t5", "texts": TEXTS[:1], "targets": TARGETS[:1], "sequence_index": 0,
+             "ablate": [[0, 0]]},
+            "ablate",
+            "encoders and decoders",
+        ),
+    ]  # fmt: skip
+    for body, field, words in refused:
+        response = tiny_models.post(URL, json=body)
+        assert response.status_code == 422, (body, response.text)
+        detail = response.json()["detail"][0]
+        assert field in detail["loc"] and words in detail["msg"], detail

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import torch
@@ -63,8 +63,12 @@ ONE_INPUT_OPTIONS = (
     "query_index",
     "max_new_tokens",
     "top_k",
+    "ablate",
 )
 """Request options that apply to one input, so need sequence_index."""
+
+ABLATION_TOP: Final = 5
+"""Next tokens shown before and after an ablation, per position."""
 
 
 def model_info(entry: ModelEntry) -> ModelInfo:
@@ -318,6 +322,7 @@ class PreparedSequence:
         summed_norm: with method "norm" and layer_index, (1, P_q, P_k) the layer's
             ‖Σ_h α f(x)‖ pooled as the head means, else None.
         method_map: with method "flow", (1, L, L) attention flow, else None.
+        ablation: with ablate, what switching the heads off changed (``ablation_fields``).
     """
 
     result: PretrainedAttentions
@@ -327,6 +332,7 @@ class PreparedSequence:
     neuron: Neuron | None = None
     summed_norm: torch.Tensor | None = None
     method_map: torch.Tensor | None = None
+    ablation: dict[str, Any] | None = None
 
 
 def prepare_sequence(
@@ -389,6 +395,20 @@ def prepare_sequence(
                     field,
                     f"not with method {request.method!r} (it works on the softmax weights)",
                 )
+    if request.ablate:
+        if model.family not in ("encoder", "decoder"):
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                "ablate",
+                f"head ablation is for encoders and decoders; {model.name} is {model.described}",
+            )
+        for field in ("hide_special_tokens", "merge_words"):
+            if getattr(request, field):
+                raise field_error(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    field,
+                    "not with ablate (its positions count every token)",
+                )
     if request.top_k and model.family != "decoder":
         raise field_error(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
@@ -411,6 +431,14 @@ def prepare_sequence(
             alone = model.extended(alone, generation.new_ids)
         check_view_cells(model, request, alone, alone_targets, block, settings)
         result = RECORDINGS.run(model, alone, alone_targets, device=request.device)
+        ablation = None
+        if request.ablate:
+            intact = result
+            switched = ablated_modules(intact, block, request.ablate)
+            result = RECORDINGS.run(
+                model, alone, alone_targets, device=request.device, ablate=switched
+            )
+            ablation = ablation_fields(model, request.ablate, intact, result)
         result = with_method(result, model.on(torch.device(result.device)), request.method)
         walk = LayerWalk(
             result,
@@ -437,7 +465,61 @@ def prepare_sequence(
         method_map = None
         if request.method == "flow":
             method_map = flow_map(result, block)
-    return PreparedSequence(result, walk, generation, query_rows, step, summed, method_map)
+    return PreparedSequence(
+        result, walk, generation, query_rows, step, summed, method_map, ablation
+    )
+
+
+def ablated_modules(
+    result: PretrainedAttentions, block: Block, heads: list[list[int]]
+) -> dict[int, tuple[int, ...]]:
+    """``[[layer, head], ...]`` of ``block`` as ``id(attention module)`` -> query heads.
+
+    Raises:
+        AttentionInputError: (field ``ablate``) a layer or head the block does not have.
+    """
+    layers = result.num_layers(block)
+    switched: dict[int, set[int]] = {}
+    for layer, head in heads:
+        if layer >= layers:
+            raise AttentionInputError("ablate", f"layer {layer} is not below {layers}")
+        count = result.num_heads(block, layer)
+        if head >= count:
+            raise AttentionInputError("ablate", f"head {head} is not below {count}")
+        module = result.recording.calls[result.block_calls[block][layer]].module
+        switched.setdefault(id(module), set()).add(head)
+    return {key: tuple(sorted(value)) for key, value in switched.items()}
+
+
+def ablation_fields(
+    model: PretrainedModel,
+    heads: list[list[int]],
+    intact: PretrainedAttentions,
+    ablated: PretrainedAttentions,
+) -> dict[str, Any]:
+    """What switching ``heads`` off did to the output (the response's ``ablation``)."""
+    fields: dict[str, Any] = {"heads": sorted({(layer, head) for layer, head in heads})}
+    if intact.decoder_head is not None and ablated.decoder_head is not None:
+        fields["kl"] = intact.decoder_head.divergence(ablated.decoder_head)[0].tolist()
+        for name, result in (("top_before", intact), ("top_after", ablated)):
+            top = result.next_tokens
+            assert top is not None
+            fields[name] = [
+                [
+                    {
+                        "token": model.token_strings([int(i)])[0],
+                        "id": int(i),
+                        "probability": float(p),
+                    }
+                    for i, p in zip(ids[:ABLATION_TOP], probs[:ABLATION_TOP], strict=True)
+                ]
+                for ids, probs in zip(top.ids[0], top.probabilities[0], strict=True)
+            ]
+    if intact.final_hidden is not None and ablated.final_hidden is not None:
+        before, after = intact.final_hidden[0], ablated.final_hidden[0]
+        change = (after - before).norm(dim=-1) / before.norm(dim=-1).clamp_min(1e-12)
+        fields["hidden_change"] = change.tolist()
+    return fields
 
 
 def flow_map(result: PretrainedAttentions, block: Block) -> torch.Tensor:
@@ -603,6 +685,7 @@ def sequence_fields(
         "method_map": (
             None if prepared.method_map is None else encode_large(prepared.method_map, enc)
         ),
+        "ablation": prepared.ablation,
         "neuron": neuron_fields(request, prepared.neuron),
         "downsample": downsample(Pooling(factor, key_factor), len(tokens), len(key_tokens)),
         "query_index": request.query_index,

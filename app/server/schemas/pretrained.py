@@ -14,6 +14,7 @@ from ...attention.engine import DeviceName
 from ...pretrained.methods import Method
 from ...pretrained.model import TOP_K, Block
 from ..limits import (
+    MAX_ABLATED_HEADS,
     MAX_BATCH,
     MAX_MODEL_DISPLAY_SIZE,
     MAX_MODEL_NAME_CHARS,
@@ -234,6 +235,20 @@ class PretrainedAttentionRequest(StrictRequest):
         "other than 'attention' are not with neuron, hide_special_tokens or merge_words "
         "(they assume weights).",
     )
+    ablate: (
+        list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] | None
+    ) = Field(
+        None,
+        max_length=MAX_ABLATED_HEADS,
+        description="With sequence_index, encoders and decoders: switch these heads off, "
+        "[[layer, head], ...] of the block (head ablation: the head's output is zeroed "
+        "before the output projection, Michel et al., NeurIPS 2019). The maps are then of "
+        "the ablated model (later layers change too), and `ablation` says what the output "
+        "does: a decoder's next-token distribution at each position (KL from the intact "
+        "model, its top 5 before and after), an encoder's last hidden state (relative "
+        "change per token). Not with hide_special_tokens or merge_words (positions count "
+        "every token).",
+    )
     top_k: int = Field(
         0,
         ge=0,
@@ -367,6 +382,13 @@ class PretrainedAttentionResponse(BaseModel):
         None,
         description="With method 'norm' and layer_index: (1, L_q, L_k) that layer's "
         "||sum_h alpha_ij^h f^h(x_j)|| (Kobayashi et al. 2020), pooled as head_mean.",
+    )
+    ablation: dict[str, Any] | None = Field(
+        None,
+        description="With ablate: {heads: [[layer, head], ...], and for decoders kl (L,) "
+        "KL(intact || ablated) of the next-token distributions in nats, top_before and "
+        "top_after (L, 5) [{token, id, probability}]; for encoders hidden_change (L,) "
+        "||h' - h|| / ||h|| of the last hidden state}.",
     )
     method_map: list[list[list[float]]] | EncodedArray | None = Field(
         None,
