@@ -263,7 +263,7 @@ function fragmentParams() {
 // the page's defaults only:
 //
 //   #view=<name>&scale=<colour scale>&tokens=<selected positions, q,q,…>&sequence=<b>
-//     &layer=<l>&head=<h>&method=<the /models method>
+//     &layer=<l>&head=<h>&method=<the /models method>&ablate=<its heads off, l.h,l.h>
 //
 // A setting that is malformed, or names an option the page does not have, is ignored.
 const LINK_SETTINGS = {
@@ -273,6 +273,7 @@ const LINK_SETTINGS = {
   layer: /^\d{1,4}$/,
   head: /^\d{1,4}$/,
   method: /^[a-z_]{1,20}$/,
+  ablate: /^\d{1,3}\.\d{1,3}(,\d{1,3}\.\d{1,3}){0,511}$/,
 };
 let linkSettings = () => ({});
 

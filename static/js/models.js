@@ -69,6 +69,9 @@ const layerSelect = document.getElementById("layer-index");
 const layerControl = document.getElementById("layer-control");
 const hideSpecial = document.getElementById("hide-special");
 const methodSelect = document.getElementById("method");
+const ablateInput = document.getElementById("ablate");
+const restoreHeads = document.getElementById("restore-heads");
+const ablationNote = document.getElementById("ablation-note");
 const methodNote = document.getElementById("method-note");
 const hideSpecialControl = document.getElementById("hide-special-control");
 const specialExamples = document.getElementById("special-examples");
@@ -451,10 +454,12 @@ function viewRequest(extra) {
     ...state.request,
     ...COMPACT,
     sequence_index: selectedIndex(sequenceSelect),
-    // Hiding and merging renormalise weights: not with another method (the API refuses).
-    hide_special_tokens: hideSpecial.checked && !otherMethod(),
-    merge_words: mergeWords.checked && !otherMethod(),
+    // Hiding and merging renormalise weights: not with another method (the API refuses),
+    // nor with heads off (its positions count every token).
+    hide_special_tokens: hideSpecial.checked && !otherMethod() && !ablatedHeads().length,
+    merge_words: mergeWords.checked && !otherMethod() && !ablatedHeads().length,
     method: methodSelect.value,
+    ...(ablatedHeads().length ? { ablate: ablatedHeads() } : {}),
     ...extra,
   };
 }
@@ -857,10 +862,64 @@ function valueName() {
 function showMethod() {
   methodNote.hidden = !otherMethod();
   methodNote.textContent = METHOD_NOTES[methodSelect.value] || "";
+  const off = ablatedHeads().length > 0;
   for (const box of [hideSpecial, mergeWords]) {
-    box.disabled = otherMethod();
-    box.title = otherMethod() ? "For the attention weights only (see Method)" : "";
+    box.disabled = otherMethod() || off;
+    box.title = otherMethod() ? "For the attention weights only (see Method)"
+      : (off ? "Not with heads off (its positions count every token)" : "");
   }
+  restoreHeads.hidden = !off;
+}
+
+// ---------------------------------------------------------------------------
+// Heads off (#ablate): "layer.head" pairs the API switches off (its `ablate`).
+
+// The pairs typed in #ablate, [[layer, head], ...]; the malformed ones left out (and the
+// field marked).
+function ablatedHeads() {
+  const pairs = [];
+  let bad = false;
+  for (const item of ablateInput.value.split(/[\s,;]+/)) {
+    if (item === "") continue;
+    const match = /^L?(\d{1,3})[.:/]H?(\d{1,3})$/i.exec(item);
+    if (match) pairs.push([Number(match[1]), Number(match[2])]);
+    else bad = true;
+  }
+  ablateInput.setAttribute("aria-invalid", String(bad));
+  return pairs;
+}
+
+// The ablation's effect, from the response's `ablation`, in #ablation-note.
+function showAblation(res) {
+  const a = res && res.ablation;
+  if (!a) {
+    ablationNote.hidden = true;
+    ablationNote.textContent = "";
+    return;
+  }
+  const heads = a.heads.map(([l, h]) => `L${l}.H${h}`).join(", ");
+  const tokens = queryTokens(res).map(showToken);
+  const worst = (values) => values.reduce((best, v, i) => (v > values[best] ? i : best), 0);
+  let text = `Heads off: ${heads}. `;
+  if (a.kl) {
+    const changed = a.top_before.filter((row, i) => row[0].id !== a.top_after[i][0].id).length;
+    const mean = a.kl.reduce((x, y) => x + y, 0) / a.kl.length;
+    const i = worst(a.kl);
+    text += `The most likely next token changes at ${changed} of ${a.kl.length} positions; ` +
+      `the next-token distribution moves by ${mean.toFixed(4)} nats on average (KL), most ` +
+      `after “${tokens[i]}” (${a.kl[i].toFixed(4)}: “${showToken(a.top_before[i][0].token)}” ` +
+      `${(100 * a.top_before[i][0].probability).toFixed(1)}% before, ` +
+      `“${showToken(a.top_after[i][0].token)}” ` +
+      `${(100 * a.top_after[i][0].probability).toFixed(1)}% after).`;
+    ablationNote.dataset.changed = String(changed);
+  } else if (a.hidden_change) {
+    const mean = a.hidden_change.reduce((x, y) => x + y, 0) / a.hidden_change.length;
+    const i = worst(a.hidden_change);
+    text += `The last hidden state moves by ${(100 * mean).toFixed(2)}% on average ` +
+      `(‖h′ − h‖ / ‖h‖), most at “${tokens[i]}” (${(100 * a.hidden_change[i]).toFixed(2)}%).`;
+  }
+  ablationNote.textContent = text;
+  ablationNote.hidden = false;
 }
 
 // The colour-scale choice (#colour-scale) for maps of `rows` queries: per head up to
@@ -1085,7 +1144,8 @@ async function renderCompare(section, res, l) {
   const lB = other ? Math.min(l, other.num_layers - 1) : l;
   const mapsA = await layerMaps(res, l);
   const answerB = await requestAttention(viewRequest({
-    sequence_index: b, layer_index: lB, ...(other ? { model: other.name } : {}),
+    // Another model has its own heads: the heads switched off are this model's.
+    sequence_index: b, layer_index: lB, ...(other ? { model: other.name, ablate: undefined } : {}),
   }));
   if (mapsA === null || answerB === null) return;
   const pick = (maps, headMean) => (
@@ -1760,6 +1820,7 @@ async function renderOverview(section, ticket, watcher) {
   }
   summary.textContent = describe(res);
   displayNote.textContent = noteFor(res);
+  showAblation(res);
   const l = selectedIndex(layerSelect);
   // The token strip first: shown after the drawing, it would move the page under it.
   if (state.view !== "neuron" && state.view !== "compare") showTokenBox(res);
@@ -1866,6 +1927,15 @@ methodSelect.addEventListener("change", () => {
   showMethod();
   renderView();
 });
+ablateInput.addEventListener("change", () => {
+  showMethod();
+  renderView();
+});
+restoreHeads.addEventListener("click", () => {
+  ablateInput.value = "";
+  showMethod();
+  renderView();
+});
 fillColourScales(colourScale);
 colourScale.addEventListener("change", renderView);
 shadeHead.addEventListener("change", () => {
@@ -1901,11 +1971,13 @@ bindLinkSettings(() => ({
   sequence: sequenceSelect.value === "0" ? null : sequenceSelect.value,
   layer: layerSelect.value === "0" ? null : layerSelect.value,
   method: methodSelect.value === "attention" ? null : methodSelect.value,
+  ablate: ablatedHeads().map(([l, h]) => `${l}.${h}`).join(","),
 }));
 state.view = viewFromUrl(state.view);
 state.linked = settingsFromUrl();
 selectLinked(colourScale, state.linked.scale);
 selectLinked(methodSelect, state.linked.method);
+if (state.linked.ablate) ablateInput.value = state.linked.ablate.replaceAll(",", " ");
 showMethod();
 openTab(state.view);
 start();

@@ -87,3 +87,36 @@ def test_the_method_picker_switches_every_view_to_norm_based_attention(page, ser
     assert page.locator("#view-averages [data-map=rollout]").count() == 1
     assert "Abnar" in page.locator("#method-note").text_content()
     assert page.errors == []
+
+
+def test_heads_switched_off_show_the_ablated_model_and_restore_with_one_click(
+    page, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    page.wait_for_function(
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+    )
+    text = page.input_value("#texts").splitlines()[0]
+    intact = api(server_url, text)
+    page.fill("#ablate", "0.3, L2.H5")
+    redraw(page, "model", lambda: page.dispatch_event("#ablate", "change"))
+    ablated = api(server_url, text, ablate=[[0, 3], [2, 5]])
+    # Layer 4's maps are the ablated model's, not the intact one's.
+    tile = page.evaluate(f"() => {GRID}.cell(4, 0)")
+    np.testing.assert_allclose(tile, ablated["attentions"][4][0][0], rtol=1e-6)
+    assert np.abs(np.array(tile) - np.array(intact["attentions"][4][0][0])).max() > 1e-4
+    note = page.locator("#ablation-note")
+    assert note.is_visible()
+    assert "Heads off: L0.H3, L2.H5" in note.text_content()
+    assert "last hidden state moves" in note.text_content()
+    assert "ablate=0.3,2.5" in page.url
+    assert page.locator("#hide-special").is_disabled()
+
+    redraw(page, "model", lambda: page.click("#restore-heads"))
+    tile = page.evaluate(f"() => {GRID}.cell(4, 0)")
+    np.testing.assert_allclose(tile, intact["attentions"][4][0][0], rtol=1e-6)
+    assert note.is_hidden() and page.locator("#restore-heads").is_hidden()
+    assert page.input_value("#ablate") == ""
+    assert "ablate=" not in page.url
+    assert page.locator("#hide-special").is_enabled()
+    assert page.errors == []
