@@ -1,9 +1,14 @@
 """Shared by the API tests."""
 
 import base64
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 DTYPES = {"f8": "<f8", "f4": "<f4", "f2": "<f2", "u1": "u1"}
 
@@ -17,3 +22,26 @@ def decode(spec: dict[str, Any], expect: str | None = None) -> np.ndarray:
         assert spec["dtype"] == expect
     dtype = DTYPES[spec["dtype"]]
     return np.frombuffer(base64.b64decode(spec["bdata"]), dtype=dtype).reshape(spec["shape"])
+
+
+@contextmanager
+def serving_model_dirs(folders: Sequence[Path]) -> Iterator[Any]:
+    """A TestClient of an app offering ``folders`` (ATTNVIZ_MODEL_DIRS), no packaged model,
+    once every model has loaded (or failed); the settings and models are reset after."""
+    from attnviz.pretrained import MODELS
+    from attnviz.server.main import create_app
+    from attnviz.server.settings import get_settings
+    from fastapi.testclient import TestClient
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(f) for f in folders]))
+    mp.setenv("ATTNVIZ_PACKAGED_MODELS", "false")
+    get_settings.cache_clear()
+    try:
+        with TestClient(create_app()) as client:
+            assert MODELS.wait(120)
+            yield client
+    finally:
+        mp.undo()
+        get_settings.cache_clear()
+        MODELS.clear()

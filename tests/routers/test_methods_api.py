@@ -7,7 +7,6 @@ projection's weight is read from the module, and every vector α_ij^h f^h(x_j) i
 and measured (no α·‖f‖ shortcut, no Gram matrix), per head and summed over heads.
 """
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,10 @@ import numpy as np
 import pytest
 import torch
 from attnviz.pretrained import MODELS
-from attnviz.server.main import create_app
-from attnviz.server.settings import get_settings
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import BUILDERS, TARGETS, TEXTS, save_tiny
-from tests.routers.support import decode
+from tests.routers.support import decode, serving_model_dirs
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
 
@@ -35,18 +32,8 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient
     """A server offering a tiny model of every family tests/pretrained/tiny.py builds."""
     root = tmp_path_factory.mktemp("methods")
     folders = [save_tiny(kind, root / f"tiny-{kind}") for kind in BUILDERS]
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(f) for f in folders]))
-    mp.setenv("ATTNVIZ_PACKAGED_MODELS", "false")
-    get_settings.cache_clear()
-    try:
-        with TestClient(create_app()) as client:
-            assert MODELS.wait(120)
-            yield client
-    finally:
-        mp.undo()
-        get_settings.cache_clear()
-        MODELS.clear()
+    with serving_model_dirs(folders) as client:
+        yield client
 
 
 def ask(client: TestClient, kind: str, **fields: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from tests.pretrained.support import require_modules
 from tests.pretrained.tiny import DECODER_STYLE, TARGETS, TEXTS, save_tiny, word_tokenizer
-from tests.routers.support import decode
+from tests.routers.support import decode, serving_model_dirs
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
 
@@ -42,19 +42,8 @@ def local_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClien
     broken = root / "broken"
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
-    mp = pytest.MonkeyPatch()
-    paths = [*folders, broken, unrecordable(root / "tiny-xlnet")]
-    mp.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(f) for f in paths]))
-    mp.setenv("ATTNVIZ_PACKAGED_MODELS", "false")
-    get_settings.cache_clear()
-    try:
-        with TestClient(create_app()) as client:
-            assert MODELS.wait(120)
-            yield client
-    finally:
-        mp.undo()
-        get_settings.cache_clear()
-        MODELS.clear()
+    with serving_model_dirs([*folders, broken, unrecordable(root / "tiny-xlnet")]) as client:
+        yield client
 
 
 def unrecordable(folder: Path) -> Path:
