@@ -59,6 +59,10 @@ def _json_integer(value: object) -> object:
 JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 """An integer field as JSON Schema means it: 3 and 3.0 are integers, true and 1.5 are not."""
 
+NonNegativeJsonInt = Annotated[int, Field(ge=0), BeforeValidator(_json_integer)]
+"""A :data:`JsonInt` >= 0, documented as ``minimum: 0`` (the bound before the validator:
+after it, pydantic would write a non-standard ``ge`` into the schema)."""
+
 
 def _mask_fill(value: object) -> str | float:
     """The string "-inf", or a finite JSON number in [FLOAT32_LOWEST, 0]."""

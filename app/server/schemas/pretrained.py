@@ -23,7 +23,14 @@ from ..limits import (
     MAX_TEXT_CHARS,
 )
 from ..transport import Encoding
-from .common import DEVICE_FIELD, NONEMPTY_WORDS, EncodedArray, StrictRequest, Tensor4
+from .common import (
+    DEVICE_FIELD,
+    NONEMPTY_WORDS,
+    EncodedArray,
+    NonNegativeJsonInt,
+    StrictRequest,
+    Tensor4,
+)
 
 TextIn = Annotated[
     str,
@@ -85,6 +92,13 @@ class ModelListResponse(BaseModel):
     models: list[ModelInfo]
     loading: bool = Field(False, description="Whether any model is still loading.")
     install_hint: str | None = Field(None, description="How to get a model, when there is none.")
+
+
+HeadPair = Annotated[
+    list[NonNegativeJsonInt],
+    Field(min_length=2, max_length=2, description="[layer, head]"),
+]
+"""One head of the block, [layer, head] (JSON Schema integers: 3.0 is 3)."""
 
 
 class PretrainedAttentionRequest(StrictRequest):
@@ -235,9 +249,7 @@ class PretrainedAttentionRequest(StrictRequest):
         "other than 'attention' are not with neuron, hide_special_tokens or merge_words "
         "(they assume weights).",
     )
-    ablate: (
-        list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] | None
-    ) = Field(
+    ablate: list[HeadPair] | None = Field(
         None,
         max_length=MAX_ABLATED_HEADS,
         description="With sequence_index, encoders and decoders: switch these heads off, "
