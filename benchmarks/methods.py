@@ -13,7 +13,7 @@ Side by side, in one run:
 
 * attention: the weights (every layer's and head's maps, head means, rollout);
 * norm: Kobayashi et al.'s ‖α f(x)‖ (value norms through each head's output projection);
-* norm + summed: the same with ``layer_index`` 0 and the layer's ‖Σ_h α f(x)‖;
+* norm, layer 0 + summed: one layer (``layer_index`` 0) and its ‖Σ_h α f(x)‖;
 * flow: attention flow (only within its bound, N · L⁴ ≤ 10⁷: "over the bound" otherwise);
 * ablate: two heads switched off, other ones in each request (so each pays for its second
   forward pass, then its maps and the output's change).
@@ -44,21 +44,25 @@ WORDS = SENTENCE.split()
 METHODS: dict[str, dict[str, Any]] = {
     "attention": {},
     "norm": {"method": "norm"},
-    "norm + summed": {"method": "norm", "layer_index": 0},
+    "norm, layer 0 + summed": {"method": "norm", "layer_index": 0},
     "flow": {"method": "flow"},
     "ablate": {"ablate": [[0, 0], [1, 1]]},
 }
 
 
 def text_of(client: TestClient, model: str, tokens: int) -> str:
-    """A text of about ``tokens`` tokens for ``model``'s tokenizer."""
+    """A text of at most ``tokens`` tokens (close to it) for ``model``'s tokenizer."""
     words = (WORDS * (tokens // len(WORDS) + 2))[:tokens]
     while True:
         body = {"model": model, "texts": [" ".join(words)], "sequence_index": 0, "layer_index": 0}
-        length = len(client.post("/api/v1/models/attention", json=body).json()["tokens"][0])
-        if length <= tokens:
-            return " ".join(words)
-        words = words[: len(words) - (length - tokens) - 1]
+        response = client.post("/api/v1/models/attention", json=body)
+        if response.status_code == 200:
+            length = len(response.json()["tokens"][0])
+            if length <= tokens:
+                return " ".join(words)
+            words = words[: len(words) - (length - tokens)]
+        else:  # over the model's positions: fewer words
+            words = words[: len(words) - 4]
 
 
 def timed(client: TestClient, body: dict[str, Any]) -> tuple[float, int]:
