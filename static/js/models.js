@@ -458,7 +458,10 @@ function viewRequest(extra) {
     // nor with heads off (its positions count every token).
     hide_special_tokens: hideSpecial.checked && !otherMethod() && !ablatedHeads().length,
     merge_words: mergeWords.checked && !otherMethod() && !ablatedHeads().length,
-    method: methodSelect.value,
+    // Flow is drawn in the Averages view only: the other views ask for the weights, so a
+    // long input past flow's bound still shows them there.
+    method: methodSelect.value === "flow" && state.view !== "averages" ? "attention"
+      : methodSelect.value,
     ...(ablatedHeads().length ? { ablate: ablatedHeads() } : {}),
     ...extra,
   };
