@@ -25,23 +25,34 @@ def decode(spec: dict[str, Any], expect: str | None = None) -> np.ndarray:
 
 
 @contextmanager
-def serving_model_dirs(folders: Sequence[Path]) -> Iterator[Any]:
-    """A TestClient of an app offering ``folders`` (ATTNVIZ_MODEL_DIRS), no packaged model,
-    once every model has loaded (or failed); the settings and models are reset after."""
+def serving(env: dict[str, str], wait_s: float = 120) -> Iterator[Any]:
+    """A TestClient of an app started with ``env`` set, once every model has loaded (or
+    failed) within ``wait_s`` seconds; the settings and models are reset after."""
     from attnviz.pretrained import MODELS
     from attnviz.server.main import create_app
     from attnviz.server.settings import get_settings
     from fastapi.testclient import TestClient
 
     mp = pytest.MonkeyPatch()
-    mp.setenv("ATTNVIZ_MODEL_DIRS", json.dumps([str(f) for f in folders]))
-    mp.setenv("ATTNVIZ_PACKAGED_MODELS", "false")
+    for name, value in env.items():
+        mp.setenv(name, value)
     get_settings.cache_clear()
     try:
         with TestClient(create_app()) as client:
-            assert MODELS.wait(120)
+            assert MODELS.wait(wait_s)
             yield client
     finally:
         mp.undo()
         get_settings.cache_clear()
         MODELS.clear()
+
+
+@contextmanager
+def serving_model_dirs(folders: Sequence[Path]) -> Iterator[Any]:
+    """:func:`serving` the local ``folders`` (ATTNVIZ_MODEL_DIRS), no packaged model."""
+    env = {
+        "ATTNVIZ_MODEL_DIRS": json.dumps([str(f) for f in folders]),
+        "ATTNVIZ_PACKAGED_MODELS": "false",
+    }
+    with serving(env) as client:
+        yield client

