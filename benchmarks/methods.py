@@ -16,7 +16,11 @@ Side by side, in one run:
 * norm, layer 0 + summed: one layer (``layer_index`` 0) and its ‖Σ_h α f(x)‖;
 * flow: attention flow (only within its bound, N · L⁴ ≤ 10⁷: "over the bound" otherwise);
 * ablate: two heads switched off, other ones in each request (so each pays for its second
-  forward pass, then its maps and the output's change).
+  forward pass, then its maps and the output's change);
+* grad_rollout and head_importance: Chefer et al.'s gradient-weighted rollout and Michel et
+  al.'s head importance, another target position in each request (so each pays for its
+  forward and backward pass with eager attention, which the two methods share when the
+  target is the same).
 
 24 tokens is within attention flow's bound for both models.
 
@@ -47,6 +51,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "norm, layer 0 + summed": {"method": "norm", "layer_index": 0},
     "flow": {"method": "flow"},
     "ablate": {"ablate": [[0, 0], [1, 1]]},
+    "grad_rollout": {"method": "grad_rollout"},
+    "head_importance": {"method": "head_importance"},
 }
 
 
@@ -103,6 +109,9 @@ def main() -> None:
                     for rep in range(args.reps + 1):
                         if "ablate" in fields:  # other heads each time: nothing kept
                             fields = {"ablate": [[0, rep], [1, rep]]}
+                        if fields.get("method") in ("grad_rollout", "head_importance"):
+                            offset = 0 if fields["method"] == "grad_rollout" else args.reps + 1
+                            fields = {**fields, "target_index": rep + offset}  # nothing kept
                         ms, code = timed(client, {**base, **fields})
                         assert code == 200, (name, fields, code)
                         times.append(ms)

@@ -36,9 +36,14 @@ from .recorder import AttentionCall, AttentionRecording
 if TYPE_CHECKING:
     from .model import PretrainedAttentions
 
-Method = Literal["attention", "norm", "flow"]
+Method = Literal["attention", "norm", "rollout", "flow", "grad_rollout", "head_importance"]
 """What the maps hold: the softmax weights, Kobayashi et al.'s ‖α f(x)‖ in their place
-("norm"), or the weights with Abnar & Zuidema's attention flow beside them ("flow")."""
+("norm"), or the weights with a whole-model quantity beside them: attention rollout and
+flow (Abnar & Zuidema), gradient-weighted rollout (Chefer et al.) and head importance
+(Michel et al.; :mod:`.gradients`)."""
+
+GRADIENT_METHODS: Final = frozenset({"grad_rollout", "head_importance"})
+"""Methods that need a backward pass from a target (:func:`.gradients.gradient_pass`)."""
 
 PER_HEAD_METHODS: Final = frozenset({"norm"})
 """Methods whose quantity replaces the weights in every layer's and head's maps."""
@@ -246,7 +251,7 @@ def with_method(
     Args:
         result: a recorded forward pass.
         root: the model that ran it (where the output projections are).
-        method: "attention", "norm" or "flow" (whose maps stay the weights).
+        method: any :data:`Method` (only "norm" replaces the weights).
 
     Raises:
         AttentionInputError: (field ``method``) a layer without a known output projection.

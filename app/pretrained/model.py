@@ -741,24 +741,9 @@ class PretrainedModel:
             ModelFormatError: the model's attention layers do not go through
                 transformers' attention interface (nothing was recorded).
         """
-        if (targets is None) == (self.family == "encoder-decoder"):
-            raise AttentionInputError(
-                "targets",
-                "an encoder-decoder needs the decoder's text (targets)"
-                if targets is None
-                else f"targets are for encoder-decoders; {self.name} is {self.described}",
-            )
         run_on = resolve_device(device)
         model = self.on(run_on)
-        inputs: dict[str, torch.Tensor] = {
-            "input_ids": batch.input_ids.to(run_on),
-            "attention_mask": batch.attention_mask.to(run_on).long(),
-        }
-        if self.family == "encoder" and "token_type_ids" in self._forward_arguments:
-            inputs["token_type_ids"] = batch.token_type_ids.to(run_on)
-        if targets is not None:
-            inputs["decoder_input_ids"] = targets.input_ids.to(run_on)
-            inputs["decoder_attention_mask"] = targets.attention_mask.to(run_on).long()
+        inputs = self.forward_inputs(batch, targets, run_on)
         start = time.perf_counter()
         final_hidden = None
         with torch.inference_mode(), record_attention() as recording, ablate_heads(ablate):
@@ -788,12 +773,39 @@ class PretrainedModel:
             batch=batch,
             targets=targets,
             recording=recording,
-            block_calls=self._block_calls(model, recording),
+            block_calls=self.block_calls(model, recording),
             decoder_head=decoder_head,
             compute_ms=compute_ms,
             device=run_on.type,
             final_hidden=final_hidden,
         )
+
+    def forward_inputs(
+        self, batch: TokenizedBatch, targets: TokenizedBatch | None, device: torch.device
+    ) -> dict[str, torch.Tensor]:
+        """The keyword arguments of the model's forward pass for ``batch`` (and ``targets``).
+
+        Raises:
+            AttentionInputError: (field ``targets``) missing for an encoder-decoder or given
+                to another family.
+        """
+        if (targets is None) == (self.family == "encoder-decoder"):
+            raise AttentionInputError(
+                "targets",
+                "an encoder-decoder needs the decoder's text (targets)"
+                if targets is None
+                else f"targets are for encoder-decoders; {self.name} is {self.described}",
+            )
+        inputs: dict[str, torch.Tensor] = {
+            "input_ids": batch.input_ids.to(device),
+            "attention_mask": batch.attention_mask.to(device).long(),
+        }
+        if self.family == "encoder" and "token_type_ids" in self._forward_arguments:
+            inputs["token_type_ids"] = batch.token_type_ids.to(device)
+        if targets is not None:
+            inputs["decoder_input_ids"] = targets.input_ids.to(device)
+            inputs["decoder_attention_mask"] = targets.attention_mask.to(device).long()
+        return inputs
 
     @functools.cached_property
     def _forward_arguments(self) -> frozenset[str]:
@@ -813,7 +825,7 @@ class PretrainedModel:
             return DecoderHead(model(**inputs, use_cache=False).logits, nn.Identity())
         return DecoderHead(backbone(**inputs, use_cache=False).last_hidden_state, head)
 
-    def _block_calls(
+    def block_calls(
         self, model: PreTrainedModel, recording: AttentionRecording
     ) -> dict[Block, list[int]]:
         """Split the recorded calls into the family's blocks by the modules that made them."""

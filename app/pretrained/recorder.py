@@ -278,6 +278,27 @@ _active: ContextVar[AttentionRecording | None] = ContextVar("attnviz_recording",
 _ablated: ContextVar[dict[int, tuple[int, ...]] | None] = ContextVar(
     "attnviz_ablated", default=None
 )
+_captured: ContextVar[GradientCapture | None] = ContextVar("attnviz_gradients", default=None)
+
+
+@dataclass
+class GradientCapture:
+    """Each attention call's weights and head gates, in the autograd graph of a forward pass.
+
+    Inside :func:`capture_gradients` every attention layer runs the model's own eager
+    attention with autograd on (not SDPA), so that its softmax weights A (B, H, L_q, L_k)
+    are a tensor of the graph, and multiplies each head's output by a gate ξ_h (Michel et
+    al., NeurIPS 2019, "Are Sixteen Heads Really Better than One?", eq. 3): 1 for a head
+    that is on, 0 for one :func:`ablate_heads` switched off. ``torch.autograd.grad(target,
+    weights + gates)`` then gives ∂target/∂A and ∂target/∂ξ_h.
+
+    Attributes:
+        weights: A of each call, in the order the model ran them (layer 0 first).
+        gates: ξ of each call, (H,) leaf tensors with ``requires_grad``.
+    """
+
+    weights: list[torch.Tensor] = field(default_factory=list)
+    gates: list[torch.Tensor] = field(default_factory=list)
 
 
 def _eager_attention(module: nn.Module) -> EagerAttention:
@@ -305,7 +326,9 @@ def recording_attention(
     """The registered attention function: keep the call's inputs, then run SDPA.
 
     Shapes as transformers passes them: query (B, H, L_q, d_k), key and value
-    (B, H_kv, L_k, d_k). Outside :func:`record_attention` nothing is kept.
+    (B, H_kv, L_k, d_k). Outside :func:`record_attention` nothing is kept. Inside
+    :func:`capture_gradients` the model's eager attention runs instead, its weights and
+    gated heads kept for a backward pass (:class:`GradientCapture`).
 
     Returns:
         attn_output (B, L_q, H, d_k), as transformers' ``sdpa_attention_forward`` (the
@@ -326,18 +349,52 @@ def recording_attention(
                 kwargs=dict(kwargs),
             )
         )
+    ablated = _ablated.get()
+    heads = None if ablated is None else ablated.get(id(module))
+    capture = _captured.get()
+    if capture is not None:
+        return _gated_attention(
+            capture, heads or (), module, query, key, value, attention_mask, scaling, kwargs
+        )
     bias = kwargs.pop(POSITION_BIAS, None)
     if bias is not None:  # SDPA takes it as part of the additive mask
         attention_mask = bias if attention_mask is None else bias + attention_mask
     output, _ = sdpa_attention_forward(
         module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
     )
-    ablated = _ablated.get()
-    heads = None if ablated is None else ablated.get(id(module))
     if heads:  # (B, L_q, H, d_v): those heads add nothing to the output projection
         output = output.clone()
         output[:, :, list(heads)] = 0
     return output, None
+
+
+def _gated_attention(
+    capture: GradientCapture,
+    heads_off: tuple[int, ...],
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, None]:
+    """One attention call by the model's eager attention, weights in the graph, heads gated.
+
+    Returns:
+        attn_output (B, L_q, H, d_v) with head h multiplied by ξ_h, and no weights.
+    """
+    output, weights = _eager_attention(module)(
+        module, query, key, value, attention_mask, scaling=scaling, dropout=0.0, **kwargs
+    )
+    if weights is None:
+        raise RuntimeError(f"{type(module).__name__}'s eager attention gave no weights")
+    capture.weights.append(weights)
+    gate = torch.ones(output.shape[2], dtype=output.dtype, device=output.device)
+    gate[list(heads_off)] = 0
+    gate.requires_grad_(True)
+    capture.gates.append(gate)
+    return output * gate[:, None], None
 
 
 def use_recorder(model: nn.Module) -> None:
@@ -375,6 +432,21 @@ def ablate_heads(heads: dict[int, tuple[int, ...]] | None) -> Iterator[None]:
         yield
     finally:
         _ablated.reset(token)
+
+
+@contextmanager
+def capture_gradients() -> Iterator[GradientCapture]:
+    """Run the attention layers of the forward passes inside the block for a backward pass.
+
+    See :class:`GradientCapture`; run the model with autograd on (not in
+    ``torch.inference_mode``). Context-local, as :func:`record_attention`.
+    """
+    capture = GradientCapture()
+    token = _captured.set(capture)
+    try:
+        yield capture
+    finally:
+        _captured.reset(token)
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from typing import Final
 
 import torch
 
+from .gradients import GradientPass, gradient_pass
 from .model import Generation, PretrainedAttentions, PretrainedModel, TokenizedBatch
 from .recorder import AttentionRecording
 
@@ -33,6 +34,9 @@ kept, many short ones, and the server stays under 2 GiB at 1024 tokens with the 
 """
 MAX_GENERATIONS: Final = 64
 """The most generations kept (their token ids only)."""
+MAX_GRADIENT_PASSES: Final = 4
+"""The most gradient passes kept (N x L_q x L_k relevance each: 59 MB for SmolLM2 at its
+704-token bound, kilobytes for a sentence), so that every view of a page's method reuses one."""
 
 
 def recording_bytes(result: PretrainedAttentions) -> int:
@@ -72,6 +76,7 @@ class RecordingCache:
             OrderedDict()
         )
         self._generations: OrderedDict[tuple[Hashable, ...], Generation] = OrderedDict()
+        self._gradients: OrderedDict[tuple[Hashable, ...], GradientPass] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -82,6 +87,7 @@ class RecordingCache:
             self.max_bytes = max_bytes
             self._recordings.clear()
             self._generations.clear()
+            self._gradients.clear()
 
     def clear(self) -> None:
         """Forget every recording and generation."""
@@ -129,6 +135,50 @@ class RecordingCache:
                     and sum(s for _, s in self._recordings.values()) > self.max_bytes
                 ):
                     self._recordings.popitem(last=False)
+        return result
+
+    def gradients(
+        self,
+        model: PretrainedModel,
+        batch: TokenizedBatch,
+        targets: TokenizedBatch | None = None,
+        *,
+        position: int | None = None,
+        token_id: int | None = None,
+        device: str = "auto",
+        ablate: dict[int, tuple[int, ...]] | None = None,
+    ) -> GradientPass:
+        """:func:`.gradients.gradient_pass`, or the kept pass of the same input and target.
+
+        Kept while the byte budget is above 0, the latest :data:`MAX_GRADIENT_PASSES`.
+
+        Raises:
+            AttentionInputError: as :func:`.gradients.gradient_pass`.
+        """
+        key = _key(
+            model.name,
+            id(model),
+            device,
+            batch.input_ids,
+            batch.token_type_ids,
+            None if targets is None else targets.input_ids,
+            None if not ablate else tuple(sorted(ablate.items())),
+            position,
+            token_id,
+        )
+        with self._lock:
+            if key in self._gradients:
+                self._gradients.move_to_end(key)
+                return self._gradients[key]
+        result = gradient_pass(
+            model, batch, targets, position=position, token_id=token_id, device=device,
+            ablate=ablate,
+        )  # fmt: skip
+        with self._lock:
+            if self.max_bytes > 0:
+                self._gradients[key] = result
+                while len(self._gradients) > MAX_GRADIENT_PASSES:
+                    self._gradients.popitem(last=False)
         return result
 
     def generate(

@@ -22,15 +22,17 @@ from ...pretrained.display import (
     batch_maps,
     pooled,
 )
+from ...pretrained.gradients import GradientPass
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import (
+    GRADIENT_METHODS,
     MAX_SUMMED_NORM_TOKENS,
     NormRecording,
     attention_flow,
     flow_token_limit,
     with_method,
 )
-from ...pretrained.model import Block, Generation, PretrainedAttentions
+from ...pretrained.model import MAX_ROLLOUT_TOKENS, Block, Generation, PretrainedAttentions
 from ...pretrained.recorder import Neuron
 from ...pretrained.recordings import RECORDINGS
 from ..dependencies import SettingsDep
@@ -66,6 +68,10 @@ ONE_INPUT_OPTIONS = (
     "ablate",
 )
 """Request options that apply to one input, so need sequence_index."""
+ONE_INPUT_METHODS: Final = frozenset({"flow", *GRADIENT_METHODS})
+"""Methods computed for one input, so needing sequence_index."""
+TARGET_OPTIONS: Final = ("target_index", "target_token_id")
+"""Request options that choose a gradient method's target."""
 
 ABLATION_TOP: Final = 5
 """Next tokens shown before and after an ablation, per position."""
@@ -261,6 +267,7 @@ def stream_response(
                 "shape": list(view.attentions[:, None].shape),
                 "layer_mean": encode_floats(view.layer_mean[None], enc),
                 "rollout": None if view.rollout is None else encode_floats(view.rollout[None], enc),
+                **rollout_method_map(request, view),
                 "special_share": view.special_share,
                 "average_downsample": downsample(
                     view.average_pooling, len(view.tokens), len(view.key_tokens)
@@ -321,8 +328,10 @@ class PreparedSequence:
         neuron: with ``neuron``, the step through the head, else None.
         summed_norm: with method "norm" and layer_index, (1, P_q, P_k) the layer's
             ‖Σ_h α f(x)‖ pooled as the head means, else None.
-        method_map: with method "flow", (1, L, L) attention flow, else None.
+        method_map: with method "flow" or "grad_rollout", (1, L, L), else None ("rollout"
+            takes the view's).
         ablation: with ablate, what switching the heads off changed (``ablation_fields``).
+        gradients: with a gradient method, its backward pass, else None.
     """
 
     result: PretrainedAttentions
@@ -333,6 +342,7 @@ class PreparedSequence:
     summed_norm: torch.Tensor | None = None
     method_map: torch.Tensor | None = None
     ablation: dict[str, Any] | None = None
+    gradients: GradientPass | None = None
 
 
 def prepare_sequence(
@@ -395,6 +405,7 @@ def prepare_sequence(
                     field,
                     f"not with method {request.method!r} (it works on the softmax weights)",
                 )
+    check_method_options(model, request, block)
     if request.ablate:
         if model.family not in ("encoder", "decoder"):
             raise field_error(
@@ -430,8 +441,16 @@ def prepare_sequence(
             )
             alone = model.extended(alone, generation.new_ids)
         check_view_cells(model, request, alone, alone_targets, block, settings)
+        length = int(alone.input_ids.shape[1])
+        if request.method == "rollout" and length > MAX_ROLLOUT_TOKENS:
+            raise AttentionInputError(
+                "texts",
+                f"rollout is computed up to {MAX_ROLLOUT_TOKENS} tokens and this input has "
+                f"{length}",
+            )
         result = RECORDINGS.run(model, alone, alone_targets, device=request.device)
         ablation = None
+        switched = None
         if request.ablate:
             intact = result
             switched = ablated_modules(intact, block, request.ablate)
@@ -465,9 +484,42 @@ def prepare_sequence(
         method_map = None
         if request.method == "flow":
             method_map = flow_map(result, block)
+        gradients = None
+        if request.method in GRADIENT_METHODS:
+            gradients = RECORDINGS.gradients(
+                model,
+                alone,
+                alone_targets,
+                position=request.target_index,
+                token_id=request.target_token_id,
+                device=request.device,
+                ablate=switched,
+            )
+            if request.method == "grad_rollout":
+                method_map = pooled(gradients.rollout(block), MAX_AVERAGE_SIZE)[0]
     return PreparedSequence(
-        result, walk, generation, query_rows, step, summed, method_map, ablation
+        result, walk, generation, query_rows, step, summed, method_map, ablation, gradients
     )
+
+
+def check_method_options(
+    model: PretrainedModel, request: PretrainedAttentionRequest, block: Block
+) -> None:
+    """Refuse what a method cannot do for this model, block and input (422 naming the field)."""
+    for field in TARGET_OPTIONS:
+        if getattr(request, field) is not None and request.method not in GRADIENT_METHODS:
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                field,
+                "chooses the target of method 'grad_rollout' or 'head_importance', not "
+                f"of {request.method!r}",
+            )
+    if request.method in ("rollout", "grad_rollout") and block == "cross":
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "block",
+            f"{request.method} runs through square self-attention: not 'cross'",
+        )
 
 
 def ablated_modules(
@@ -587,12 +639,19 @@ def check_one_input_options(request: PretrainedAttentionRequest) -> None:
                 field,
                 "applies to one input: set sequence_index too",
             )
-    if request.method == "flow":
+    if request.method in ONE_INPUT_METHODS:
         raise field_error(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             "method",
-            "'flow' is computed for one input: set sequence_index too",
+            f"{request.method!r} is computed for one input: set sequence_index too",
         )
+    for field in TARGET_OPTIONS:
+        if getattr(request, field) is not None:
+            raise field_error(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                field,
+                "chooses a gradient method's target, for one input: set sequence_index too",
+            )
 
 
 def check_view_cells(
@@ -653,6 +712,11 @@ def batch_payload(
         "head_mean": encode_large(maps.head_mean, enc),
         "layer_mean": encode_large(maps.layer_mean, enc),
         "rollout": None if maps.rollout is None else encode_large(maps.rollout, enc),
+        "method_map": (
+            None
+            if maps.rollout is None or request.method != "rollout"
+            else encode_large(maps.rollout, enc)
+        ),
     }
 
 
@@ -686,6 +750,12 @@ def sequence_fields(
             None if prepared.method_map is None else encode_large(prepared.method_map, enc)
         ),
         "ablation": prepared.ablation,
+        "head_importance": (
+            None
+            if prepared.gradients is None or request.method != "head_importance"
+            else encode_large(prepared.gradients.head_importance(walk.block), enc)
+        ),
+        "target": target_fields(model, prepared.gradients),
         "neuron": neuron_fields(request, prepared.neuron),
         "downsample": downsample(Pooling(factor, key_factor), len(tokens), len(key_tokens)),
         "query_index": request.query_index,
@@ -696,6 +766,21 @@ def sequence_fields(
             None if prepared.generation is None else generation_fields(request, prepared.generation)
         ),
         "next_tokens": next_tokens(model, prepared.result, request.top_k, walk.keep_q),
+    }
+
+
+def target_fields(model: PretrainedModel, gradients: GradientPass | None) -> dict[str, Any] | None:
+    """The ``target`` object of the response: what a gradient method explained."""
+    if gradients is None:
+        return None
+    target = gradients.target
+    return {
+        "kind": target.kind,
+        "index": target.position,
+        "token_id": target.token_id,
+        "token": None if target.token_id is None else model.token_strings([target.token_id])[0],
+        "value": target.value,
+        "compute_ms": gradients.compute_ms,
     }
 
 
@@ -739,9 +824,17 @@ def sequence_payload(
         "head_mean": encode_large(view.head_mean[:, None], enc),
         "layer_mean": encode_large(view.layer_mean[None], enc),
         "rollout": None if view.rollout is None else encode_large(view.rollout[None], enc),
+        **rollout_method_map(request, view),
         "special_share": view.special_share,
         "average_downsample": downsample(view.average_pooling, length, key_length),
     }
+
+
+def rollout_method_map(request: PretrainedAttentionRequest, view: SequenceView) -> dict[str, Any]:
+    """With method "rollout", ``method_map``: the view's rollout (1, A, A); else nothing."""
+    if request.method != "rollout" or view.rollout is None:
+        return {}
+    return {"method_map": encode_large(view.rollout[None], request.encoding)}
 
 
 def downsample(pooling: Pooling, length: int, key_length: int) -> dict[str, Any] | None:

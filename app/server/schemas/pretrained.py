@@ -245,9 +245,39 @@ class PretrainedAttentionRequest(StrictRequest):
         "each token after the last layer, through the residual-adjusted head means (0.5 A + "
         "0.5 I, as rollout), each row divided by its sum; with sequence_index, not for cross "
         "attention, and only while N * L^4 <= 1e7 (L^2 max-flow problems: 35 tokens "
-        "through 6 layers, 24 through 30; a longer input is a 422 naming texts). Methods "
-        "other than 'attention' are not with neuron, hide_special_tokens or merge_words "
-        "(they assume weights).",
+        "through 6 layers, 24 through 30; a longer input is a 422 naming texts). 'rollout': "
+        "the maps stay the weights and `method_map` is attention rollout (Abnar & Zuidema "
+        "2020, the `rollout` field). 'grad_rollout': gradient-weighted attention rollout "
+        "(Chefer, Gur and Wolf, ICCV 2021, eq. 5-6): per layer A_bar = mean over heads of "
+        "(dT/dA * A)^+, then R = I and R <- R + A_bar R, first layer first, in `method_map` "
+        "(1, L, L), not normalised (R[i, j] >= 0 is token j's relevance to token i for the "
+        "target T; the diagonal holds the identity); not for cross attention. "
+        "'head_importance': Michel et al. (NeurIPS 2019) |dT/d xi_h| for a gate xi_h on each "
+        "head's output (1 on, 0 for heads in ablate), in `head_importance` (N, H) for the "
+        "block. The target T of both (see `target`): a decoder's or encoder-decoder's "
+        "next-token logit of target_token_id at target_index (default the last token and "
+        "its most likely next token); an encoder's <h_p, e> / ||e|| at p = target_index "
+        "(default 0), token p's last hidden state along the input's mean last hidden state e "
+        "(held fixed). Both take one more forward and backward pass with eager attention, "
+        "up to N x H x L_q x L_k = 2^27 weights (704 tokens of SmolLM2, 965 of MiniLM; "
+        "more is a 422 naming texts). 'flow', 'grad_rollout' and 'head_importance' need "
+        "sequence_index. Methods other than 'attention' are not with neuron, "
+        "hide_special_tokens or merge_words (they assume weights).",
+    )
+    target_index: int | None = Field(
+        None,
+        ge=0,
+        description="With method 'grad_rollout' or 'head_importance': the output position "
+        "whose target is explained (a decoder's token, an encoder-decoder's target token, an "
+        "encoder's token); default the last token (decoders) or 0 (encoders). Must be "
+        "below the length (else 422).",
+    )
+    target_token_id: int | None = Field(
+        None,
+        ge=0,
+        description="With method 'grad_rollout' or 'head_importance', decoders and "
+        "encoder-decoders: the next token whose logit is the target; default the model's "
+        "most likely next token at target_index.",
     )
     ablate: list[HeadPair] | None = Field(
         None,
@@ -324,6 +354,20 @@ class GenerationOut(BaseModel):
     temperature: float
     seed: int
     compute_ms: float = Field(description="Generation with the key/value cache, in ms.")
+
+
+class GradientTargetOut(BaseModel):
+    """The scalar a gradient method explains (the request's target_index and target_token_id)."""
+
+    kind: Literal["logit", "embedding"] = Field(
+        description="'logit': a next-token logit (decoders, encoder-decoders); "
+        "'embedding': <h_p, e> / ||e|| (encoders)."
+    )
+    index: int = Field(description="The output position p.")
+    token_id: int | None = Field(description="The next token whose logit it is.")
+    token: str | None = Field(description="That token's text.")
+    value: float = Field(description="The target's value in the forward pass.")
+    compute_ms: float = Field(description="The forward and backward pass, in ms.")
 
 
 class PretrainedAttentionResponse(BaseModel):
@@ -405,7 +449,18 @@ class PretrainedAttentionResponse(BaseModel):
     method_map: list[list[list[float]]] | EncodedArray | None = Field(
         None,
         description="With method 'flow': (1, L, L) attention flow (Abnar & Zuidema 2020); "
-        "row i is how token i after the last layer draws on each input token.",
+        "row i is how token i after the last layer draws on each input token. With "
+        "'rollout': attention rollout ((B, L, L) for the batch). With 'grad_rollout': "
+        "(1, L, L) gradient-weighted rollout R (Chefer et al. 2021), block-max pooled as "
+        "layer_mean beyond 512 tokens (average_downsample).",
+    )
+    head_importance: list[list[float]] | EncodedArray | None = Field(
+        None,
+        description="With method 'head_importance': (N, H) |dT/d xi_h| of each layer's "
+        "heads for the target (Michel et al. 2019), unnormalised.",
+    )
+    target: GradientTargetOut | None = Field(
+        None, description="With 'grad_rollout' or 'head_importance': what was explained."
     )
     special_share: float | None = Field(
         None,
