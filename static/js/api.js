@@ -273,6 +273,7 @@ const LINK_SETTINGS = {
   layer: /^\d{1,4}$/,
   head: /^\d{1,4}$/,
   method: /^[a-z_]{1,20}$/,
+  target: /^\d{1,6}$/,
   ablate: /^\d{1,3}\.\d{1,3}(,\d{1,3}\.\d{1,3}){0,511}$/,
 };
 let linkSettings = () => ({});

@@ -73,6 +73,9 @@ const ablateInput = document.getElementById("ablate");
 const restoreHeads = document.getElementById("restore-heads");
 const ablationNote = document.getElementById("ablation-note");
 const methodNote = document.getElementById("method-note");
+const targetSelect = document.getElementById("target-index");
+const targetControl = document.getElementById("target-control");
+const importanceBox = document.querySelector("#view-model .importance");
 const hideSpecialControl = document.getElementById("hide-special-control");
 const specialExamples = document.getElementById("special-examples");
 const computeButton = document.getElementById("compute");
@@ -458,10 +461,11 @@ function viewRequest(extra) {
     // nor with heads off (its positions count every token).
     hide_special_tokens: hideSpecial.checked && !otherMethod() && !ablatedHeads().length,
     merge_words: mergeWords.checked && !otherMethod() && !ablatedHeads().length,
-    // Flow is drawn in the Averages view only: the other views ask for the weights, so a
-    // long input past flow's bound still shows them there.
-    method: methodSelect.value === "flow" && state.view !== "averages" ? "attention"
-      : methodSelect.value,
+    // A whole-model method is drawn in one view only (METHOD_VIEWS): the other views ask
+    // for the weights, so a long input past flow's bound still shows them there.
+    method: requestedMethod(),
+    ...(GRADIENT_METHODS.has(requestedMethod()) && chosenTarget() !== ""
+      ? { target_index: Number(chosenTarget()) } : {}),
     ...(ablatedHeads().length ? { ablate: ablatedHeads() } : {}),
     ...extra,
   };
@@ -825,10 +829,10 @@ function addHint(container, text) {
   return paragraph(container, "hint figure-hint", text);
 }
 
-function weightFigure(z, rowLabels, colLabels, title, showscale = true) {
+function weightFigure(z, rowLabels, colLabels, title, showscale = true, value = valueName()) {
   return heatmapFigure({
     z, rowLabels: showTokens(rowLabels), colLabels: showTokens(colLabels), title, zmin: 0,
-    showscale, valueName: valueName(), scale: colourMode(rowLabels.length),
+    showscale, valueName: value, scale: colourMode(rowLabels.length),
   });
 }
 
@@ -849,11 +853,76 @@ const METHOD_NOTES = {
     "weights. It solves L² max-flow problems, so it is computed for short inputs only.",
 };
 
+const GRADIENT_NOTE = " The target T is a decoder's next-token logit at the Target token " +
+  "(its most likely next token; by default the last token), or an encoder's output at the " +
+  "Target token along the input's mean output (the sentence embedding; by default the " +
+  "first token). It takes one more forward and backward pass with eager attention, for " +
+  "inputs up to 2^27 attention weights over all layers and heads.";
+METHOD_NOTES.grad_rollout = "Gradient-weighted attention rollout (Chefer, Gur & Wolf, ICCV " +
+  "2021): per layer Ā = mean over heads of (∂T/∂A ⊙ A)⁺, the weights that push the target " +
+  "up, then R = I and R ← R + Ā · R through the layers. The Averages view draws R − I " +
+  "(the identity is each token's own residual): row i is how much each input token " +
+  "matters to the target through token i. The other views show the weights." + GRADIENT_NOTE;
+METHOD_NOTES.head_importance = "Head importance (Michel, Levy & Neubig, NeurIPS 2019, “Are " +
+  "Sixteen Heads Really Better than One?”): each head's output is multiplied by a gate ξ = 1, " +
+  "and |∂T/∂ξ| is how much the target T would change, to first order, if that head were " +
+  "switched off (for a head already off, on). The model view draws it as a layers × heads " +
+  "grid under the thumbnails; a click on a cell enlarges that head." + GRADIENT_NOTE;
+
 // What each per-head method's maps hold (methods absent here leave the weights).
 const METHOD_VALUES = { norm: "‖α f(x)‖" };
+// The view that draws each whole-model method; the others ask for the weights.
+const METHOD_VIEWS = { flow: "averages", grad_rollout: "averages", head_importance: "model" };
 
 function otherMethod() {
   return methodSelect.value !== "attention";
+}
+
+const GRADIENT_METHODS = new Set(["grad_rollout", "head_importance"]);
+
+function gradientMethod() {
+  return GRADIENT_METHODS.has(methodSelect.value);
+}
+
+// The method the open view asks the API for.
+function requestedMethod() {
+  const view = METHOD_VIEWS[methodSelect.value];
+  return view && view !== state.view ? "attention" : methodSelect.value;
+}
+
+// The target position chosen (#target-index), "" for the default; before the select is
+// filled (the first response), the link's.
+function chosenTarget() {
+  return targetSelect.options.length ? targetSelect.value : (state.linked.target ?? "");
+}
+
+// The positions a gradient method's target can take (#target-index): the shown tokens
+// when they are the outputs (not an encoder-decoder's encoder block), else only the default.
+function fillTargets(res) {
+  const outputs = res.family !== "encoder-decoder" || res.block !== "encoder";
+  const tokens = outputs ? queryTokens(res) : [];
+  const last = res.family === "encoder" ? "first" : "last";
+  const labels = [`${last} token (default)`, ...tokens.map((t, i) => `${i}: ${showToken(t)}`)];
+  const values = ["", ...tokens.map((_, i) => String(i))];
+  const key = labels.join("\n");
+  if (targetSelect.dataset.key === key) return;
+  const kept = state.linked.target ?? targetSelect.value;
+  delete state.linked.target;
+  targetSelect.replaceChildren(...values.map((value, i) => new Option(labels[i], value)));
+  targetSelect.value = values.includes(kept) ? kept : "";
+  targetSelect.dataset.key = key;
+}
+
+// What a gradient method explained (the response's `target`), for the figures' hints.
+function targetText(res) {
+  const t = res.target;
+  if (!t) return "";
+  const at = queryTokens(res)[t.index];
+  const where = at === undefined ? `position ${t.index}` : `“${showToken(at)}” (${t.index})`;
+  const value = t.value.toPrecision(4);
+  return t.kind === "logit"
+    ? `Target: the logit of “${showToken(t.token)}” as the next token after ${where}, ${value}.`
+    : `Target: the output at ${where} along the sentence embedding, ${value}.`;
 }
 
 // What the maps hold, for hovers and colour bars.
@@ -865,6 +934,7 @@ function valueName() {
 function showMethod() {
   methodNote.hidden = !otherMethod();
   methodNote.textContent = METHOD_NOTES[methodSelect.value] || "";
+  targetControl.hidden = !gradientMethod();
   const off = ablatedHeads().length > 0;
   for (const box of [hideSpecial, mergeWords]) {
     box.disabled = otherMethod() || off;
@@ -1121,7 +1191,31 @@ async function renderModelView(section, res, watcher = null) {
   // The enlarged head is fetched once the grid is drawn: its computation on the server
   // and its decoding here would otherwise share the CPU with the grid's drawing.
   await gridDrawn;
+  await showImportance(importanceBox, res, enlarged);
   await showEnlarged(enlarged, res, 0, 0);
+}
+
+// Head importance (method head_importance): the layers × heads grid under the thumbnails,
+// in their rows and columns; a click enlarges that head.
+async function showImportance(container, res, enlarged) {
+  clearPlots(container);
+  if (!res.head_importance) return;
+  const rows = res.head_importance.map((_, l) => `L${l}`);
+  const cols = res.head_importance[0].map((_, h) => `H${h}`);
+  addHint(container, `${targetText(res)} Each cell is |∂T/∂ξ| for that head's gate ` +
+    "(Michel et al. 2019): how much the target would move if the head were switched off.");
+  const figure = heatmapFigure({
+    z: res.head_importance, rowLabels: rows, colLabels: cols, zmin: 0,
+    title: "Head importance |∂T/∂ξ| (Michel et al. 2019)", yTitle: "Layer", xTitle: "Head",
+    valueName: "|∂T/∂ξ|",
+  });
+  const div = addPlot(container, figure, "plot importance-plot");
+  div.dataset.map = "head-importance";
+  await div.drawn;
+  div.on("plotly_click", (event) => {
+    const point = event.points[0];
+    showEnlarged(enlarged, res, Number(point.y), Number(point.x));
+  });
 }
 
 // Compare: layer l's head mean (or one head, #compare-head) of the selected sentence (A)
@@ -1369,13 +1463,21 @@ async function renderAverages(section, res, l) {
     figures.push(["flow", res.method_map[0], queryTokens(res), keyTokens(res),
       "Attention flow (Abnar & Zuidema 2020)"]);
   }
+  if (res.method_map && res.method === "grad_rollout") {
+    // R − I: the identity (each token's own residual) would outshine what attention adds.
+    const relevance = res.method_map[0].map((row, i) => row.map((v, j) => (i === j ? v - 1 : v)));
+    figures.push(["grad-rollout", relevance, averageRows, averageCols,
+      "Gradient-weighted rollout R − I (Chefer et al. 2021)"]);
+  }
   const plots = [strip.drawn];
   for (const [name, z, rows, cols, title] of figures) {
-    const div = addPlot(grid, weightFigure(z, rows, cols, title), "head-plot");
+    const value = name === "grad-rollout" ? "relevance" : valueName();
+    const div = addPlot(grid, weightFigure(z, rows, cols, title, true, value), "head-plot");
     div.dataset.map = name;
     if (name === "head-mean") div.drawn.then(() => bindSelection(div));
     plots.push(div.drawn);
   }
+  if (res.target) paragraph(body, "hint target-note", targetText(res));
   if (res.rollout) {
     paragraph(body, "hint", "Rollout: per layer, Â = 0.5 · (head average) + 0.5 · I for " +
       "the residual connection, then Â_N ⋯ Â_1, computed with every token: row i is how " +
@@ -1824,6 +1926,8 @@ async function renderOverview(section, ticket, watcher) {
   summary.textContent = describe(res);
   displayNote.textContent = noteFor(res);
   showAblation(res);
+  fillTargets(res);
+  if (state.view !== "model") clearPlots(importanceBox);
   const l = selectedIndex(layerSelect);
   // The token strip first: shown after the drawing, it would move the page under it.
   if (state.view !== "neuron" && state.view !== "compare") showTokenBox(res);
@@ -1862,6 +1966,8 @@ async function compute() {
     state.overviewKey = null;
     state.queries = new Map();
     state.queryIndex = null;
+    targetSelect.replaceChildren(); // new inputs: the default target (or the link's)
+    delete targetSelect.dataset.key;
     populateSelectors(request, model.num_layers);
     state.responseAt = null;
     state.firstLayerAt = null;
@@ -1922,6 +2028,7 @@ for (const control of [neuronHead, compareSentence, compareHead, compareModel]) 
 for (const control of [sequenceSelect, hideSpecial, mergeWords]) {
   control.addEventListener("change", () => {
     state.queryIndex = null;
+    targetSelect.value = ""; // another input's positions
     renderView();
   });
 }
@@ -1930,6 +2037,7 @@ methodSelect.addEventListener("change", () => {
   showMethod();
   renderView();
 });
+targetSelect.addEventListener("change", renderView);
 ablateInput.addEventListener("change", () => {
   showMethod();
   renderView();
@@ -1974,6 +2082,7 @@ bindLinkSettings(() => ({
   sequence: sequenceSelect.value === "0" ? null : sequenceSelect.value,
   layer: layerSelect.value === "0" ? null : layerSelect.value,
   method: methodSelect.value === "attention" ? null : methodSelect.value,
+  target: gradientMethod() ? targetSelect.value || null : null,
   ablate: ablatedHeads().map(([l, h]) => `${l}.${h}`).join(","),
 }));
 state.view = viewFromUrl(state.view);

@@ -120,3 +120,68 @@ def test_heads_switched_off_show_the_ablated_model_and_restore_with_one_click(
     assert "ablate=" not in page.url
     assert page.locator("#hide-special").is_enabled()
     assert page.errors == []
+
+
+def test_gradient_methods_draw_the_apis_rollout_and_head_importance(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    page.wait_for_function(
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+    )
+    text = page.input_value("#texts").splitlines()[0]
+    assert page.locator("#target-control").is_hidden()
+
+    # Head importance: the layers x heads grid under the model view's thumbnails.
+    redraw(page, "model", lambda: page.select_option("#method", "head_importance"))
+    assert page.locator("#target-control").is_visible()
+    important = api(server_url, text, method="head_importance")
+    plot = "document.querySelector('#view-model [data-map=head-importance]')"
+    grid = page.evaluate(f"() => {plot}.data[0].z")
+    np.testing.assert_allclose(grid, important["head_importance"], rtol=1e-6)
+    assert np.array(grid).shape == (important["num_layers"], important["num_heads"])
+    hint = page.locator("#view-model .importance").text_content()
+    assert "Target: the output at “[CLS]” (0)" in hint
+    assert "Michel" in page.locator("#method-note").text_content()
+    # The thumbnails stay the weights.
+    weights = api(server_url, text)
+    np.testing.assert_allclose(
+        page.evaluate(f"() => {GRID}.cell(1, 2)"), weights["attentions"][1][0][2], rtol=1e-6
+    )
+    # A click on a cell enlarges that head.
+    cells = page.locator("#view-model [data-map=head-importance] .nsewdrag").first
+    cells.scroll_into_view_if_needed()
+    box = cells.bounding_box()
+    layers, heads = np.array(grid).shape
+    page.mouse.click(
+        box["x"] + box["width"] * (4 + 0.5) / heads, box["y"] + box["height"] * (2 + 0.5) / layers
+    )
+    page.wait_for_function(
+        "document.querySelector('#view-model .enlarged').dataset.head === '4'", timeout=10_000
+    )
+    # Layer 0 is the top row, as in the thumbnails above.
+    assert page.evaluate("document.querySelector('#view-model .enlarged').dataset.layer") == "2"
+
+    # Another target: the fourth token's output.
+    redraw(page, "model", lambda: page.select_option("#target-index", "3"))
+    moved = api(server_url, text, method="head_importance", target_index=3)
+    np.testing.assert_allclose(
+        page.evaluate(f"() => {plot}.data[0].z"), moved["head_importance"], rtol=1e-6
+    )
+    assert "target=3" in page.url
+
+    # Gradient-weighted rollout: R - I in the Averages view, beside rollout.
+    redraw(page, "averages", lambda: page.click(".tabs button[data-view=averages]"))
+    redraw(page, "averages", lambda: page.select_option("#method", "grad_rollout"))
+    rolled = api(server_url, text, method="grad_rollout", target_index=3)
+    drawn = np.array(
+        page.evaluate(
+            "() => document.querySelector('#view-averages [data-map=grad-rollout]').data[0].z"
+        )
+    )
+    expected = np.array(rolled["method_map"][0]) - np.eye(len(drawn))
+    np.testing.assert_allclose(drawn, expected, rtol=1e-5, atol=1e-7)
+    assert page.locator("#view-averages [data-map=rollout]").count() == 1
+    assert "Chefer" in page.locator("#method-note").text_content()
+    assert "(3)" in page.locator("#view-averages .target-note").text_content()
+    bar = "document.querySelector('#view-averages [data-map=grad-rollout]').data[0].colorbar"
+    assert "relevance" in page.evaluate(f"() => {bar}.title.text")
+    assert page.errors == []
