@@ -220,8 +220,9 @@ class PretrainedAttentions:
         recording: every attention call of the pass (:class:`.recorder.AttentionRecording`).
         block_calls: for each block of the family, the indices of its calls in
             ``recording.calls``, layer 0 first.
-        decoder_head: a decoder's final hidden states, which :attr:`next_tokens` turns into
-            next-token probabilities when first asked, else None.
+        decoder_head: a decoder's final hidden states (an encoder-decoder's logits over its
+            targets), which :attr:`next_tokens` turns into next-token probabilities when
+            first asked; None for encoders.
         compute_ms: wall time of the forward pass, in ms (a decoder's output head, which
             no map needs, not included).
         device: where it ran, "cpu" or "cuda".
@@ -755,6 +756,8 @@ class PretrainedModel:
                     decoder_head = None
                     if self.family == "encoder":
                         final_hidden = outputs.last_hidden_state.float().cpu()
+                    else:  # the logits (B, L_t, vocab): the targets' next tokens
+                        decoder_head = DecoderHead(outputs.logits, nn.Identity())
             except IndexError as error:  # an id or a position beyond an embedding's rows
                 raise AttentionInputError(
                     "texts",

@@ -269,7 +269,7 @@ export function heatmapFigure(options) {
     },
     customdata,
     hovertext,
-    hovertemplate: hoverHead + `${valueName} %{z:.4f}<extra></extra>`,
+    hovertemplate: hoverHead + `${valueName} %{z:${options.hoverFormat || ".4f"}}<extra></extra>`,
     texttemplate: annotate ? (options.textFormat || "%{z:.2f}") : "",
     hoverongaps: false,
     xgap: gap,

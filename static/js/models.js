@@ -829,10 +829,10 @@ function addHint(container, text) {
   return paragraph(container, "hint figure-hint", text);
 }
 
-function weightFigure(z, rowLabels, colLabels, title, showscale = true, value = valueName()) {
+function weightFigure(z, rowLabels, colLabels, title, showscale = true, extra = {}) {
   return heatmapFigure({
     z, rowLabels: showTokens(rowLabels), colLabels: showTokens(colLabels), title, zmin: 0,
-    showscale, valueName: value, scale: colourMode(rowLabels.length),
+    showscale, valueName: valueName(), scale: colourMode(rowLabels.length), ...extra,
   });
 }
 
@@ -871,14 +871,19 @@ METHOD_NOTES.head_importance = "Head importance (Michel, Levy & Neubig, NeurIPS 
 
 // What each per-head method's maps hold (methods absent here leave the weights).
 const METHOD_VALUES = { norm: "‖α f(x)‖" };
-// The view that draws each whole-model method; the others ask for the weights.
-const METHOD_VIEWS = { flow: "averages", grad_rollout: "averages", head_importance: "model" };
+// The views that draw each whole-model method; the others ask for the weights.
+const METHOD_VIEWS = {
+  flow: ["averages"], grad_rollout: ["averages", "generation"], head_importance: ["model"],
+};
 
 function otherMethod() {
   return methodSelect.value !== "attention";
 }
 
 const GRADIENT_METHODS = new Set(["grad_rollout", "head_importance"]);
+// Gradients' scale follows the target's (1e-7 in a tiny random model, 1 in SmolLM2):
+// three significant digits, not two decimals.
+const GRADIENT_FORMAT = { valueName: "relevance", textFormat: "%{z:.3g}", hoverFormat: ".4g" };
 
 function gradientMethod() {
   return GRADIENT_METHODS.has(methodSelect.value);
@@ -886,8 +891,8 @@ function gradientMethod() {
 
 // The method the open view asks the API for.
 function requestedMethod() {
-  const view = METHOD_VIEWS[methodSelect.value];
-  return view && view !== state.view ? "attention" : methodSelect.value;
+  const views = METHOD_VIEWS[methodSelect.value];
+  return views && !views.includes(state.view) ? "attention" : methodSelect.value;
 }
 
 // The target position chosen (#target-index), "" for the default; before the select is
@@ -971,7 +976,7 @@ function showAblation(res) {
     return;
   }
   const heads = a.heads.map(([l, h]) => `L${l}.H${h}`).join(", ");
-  const tokens = queryTokens(res).map(showToken);
+  const tokens = (a.tokens || queryTokens(res)).map(showToken); // an encoder-decoder's targets
   const worst = (values) => values.reduce((best, v, i) => (v > values[best] ? i : best), 0);
   let text = `Heads off: ${heads}. `;
   if (a.kl) {
@@ -1207,9 +1212,13 @@ async function showImportance(container, res, enlarged) {
   const figure = heatmapFigure({
     z: res.head_importance, rowLabels: rows, colLabels: cols, zmin: 0,
     title: "Head importance |∂T/∂ξ| (Michel et al. 2019)", yTitle: "Layer", xTitle: "Head",
-    valueName: "|∂T/∂ξ|",
+    ...GRADIENT_FORMAT, valueName: "|∂T/∂ξ|",
   });
+  // About 22 px a layer (30 for SmolLM2), the figure's own height.
+  const height = Math.round(Math.max(330, 150 + rows.length * 22));
+  figure.layout.height = height;
   const div = addPlot(container, figure, "plot importance-plot");
+  div.style.height = `${height}px`;
   div.dataset.map = "head-importance";
   await div.drawn;
   div.on("plotly_click", (event) => {
@@ -1471,8 +1480,8 @@ async function renderAverages(section, res, l) {
   }
   const plots = [strip.drawn];
   for (const [name, z, rows, cols, title] of figures) {
-    const value = name === "grad-rollout" ? "relevance" : valueName();
-    const div = addPlot(grid, weightFigure(z, rows, cols, title, true, value), "head-plot");
+    const extra = name === "grad-rollout" ? GRADIENT_FORMAT : {};
+    const div = addPlot(grid, weightFigure(z, rows, cols, title, true, extra), "head-plot");
     div.dataset.map = name;
     if (name === "head-mean") div.drawn.then(() => bindSelection(div));
     plots.push(div.drawn);
@@ -1675,7 +1684,25 @@ async function drawQuery(section, res, q) {
   div.dataset.rows = String(rows);
   div.dataset.cols = String(cols);
   nextTokensTable(section.querySelector(".next-tokens"), res, q);
-  await div.drawn;
+  const drawn = [div.drawn];
+  if (res.method === "grad_rollout" && res.method_map) {
+    // The token's row of gradient-weighted rollout, its own residual (the identity) left out.
+    const row = res.method_map[0][q].slice(0, cols).map((v, j) => (j === q ? v - 1 : v));
+    addHint(rowsBox, `${targetText(res)} Below: token ${q}'s row of gradient-weighted ` +
+      "rollout (Chefer et al. 2021), R − I: how much each key token matters to the target " +
+      "through this token.");
+    const strip = heatmapFigure({
+      z: [row], rowLabels: [showToken(queryTokens(res)[q])],
+      colLabels: showTokens(keyTokens(res).slice(0, cols)),
+      title: `Gradient-weighted rollout, row of token ${q} (R − I)`, zmin: 0,
+      xTitle: "Key", yTitle: "Query", ...GRADIENT_FORMAT,
+    });
+    strip.layout.height = 240;
+    const plot = addPlot(rowsBox, strip, "plot rollout-row");
+    plot.dataset.map = "grad-rollout-row";
+    drawn.push(plot.drawn);
+  }
+  await Promise.all(drawn);
 }
 
 // The token explorer of the selected input, with query q (default: defaultQuery).
@@ -1697,6 +1724,7 @@ async function renderGeneration(section, ticket) {
   }
   const res = await queryResponse(q);
   if (res === null || !current()) return false;
+  fillTargets(res);
   summary.textContent = describeQuery(res, q);
   displayNote.textContent = noteForQuery(res);
   const decoder = res.family === "decoder";

@@ -184,4 +184,14 @@ def test_gradient_methods_draw_the_apis_rollout_and_head_importance(page, server
     assert "(3)" in page.locator("#view-averages .target-note").text_content()
     bar = "document.querySelector('#view-averages [data-map=grad-rollout]').data[0].colorbar"
     assert "relevance" in page.evaluate(f"() => {bar}.title.text")
+
+    # The token explorer adds the chosen token's row of it under the token's rows.
+    redraw(page, "generation", lambda: page.click(".tabs button[data-view=generation]"))
+    q = int(page.evaluate("document.getElementById('query-rows').dataset.query"))
+    strip = page.evaluate(
+        "() => document.querySelector('#view-generation [data-map=grad-rollout-row]').data[0].z"
+    )
+    expected_row = np.array(rolled["method_map"][0][q])
+    expected_row[q] -= 1
+    np.testing.assert_allclose(strip[0], expected_row, rtol=1e-5, atol=1e-7)
     assert page.errors == []

@@ -407,12 +407,6 @@ def prepare_sequence(
                 )
     check_method_options(model, request, block)
     if request.ablate:
-        if model.family not in ("encoder", "decoder"):
-            raise field_error(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                "ablate",
-                f"head ablation is for encoders and decoders; {model.name} is {model.described}",
-            )
         for field in ("hide_special_tokens", "merge_words"):
             if getattr(request, field):
                 raise field_error(
@@ -551,6 +545,8 @@ def ablation_fields(
 ) -> dict[str, Any]:
     """What switching ``heads`` off did to the output (the response's ``ablation``)."""
     fields: dict[str, Any] = {"heads": sorted({(layer, head) for layer, head in heads})}
+    # The positions of the per-token fields: an encoder-decoder's targets, else the input.
+    fields["tokens"] = (intact.targets or intact.batch).tokens[0]
     if intact.decoder_head is not None and ablated.decoder_head is not None:
         fields["kl"] = intact.decoder_head.divergence(ablated.decoder_head)[0].tolist()
         for name, result in (("top_before", intact), ("top_after", ablated)):

@@ -282,12 +282,12 @@ class PretrainedAttentionRequest(StrictRequest):
     ablate: list[HeadPair] | None = Field(
         None,
         max_length=MAX_ABLATED_HEADS,
-        description="With sequence_index, encoders and decoders: switch these heads off, "
-        "[[layer, head], ...] of the block (head ablation: the head's output is zeroed "
-        "before the output projection, Michel et al., NeurIPS 2019). The maps are then of "
-        "the ablated model (later layers change too), and `ablation` says what the output "
-        "does: a decoder's next-token distribution at each position (KL from the intact "
-        "model, its top 5 before and after), an encoder's last hidden state (relative "
+        description="With sequence_index: switch these heads off, [[layer, head], ...] of "
+        "the block (head ablation: the head's output is zeroed before the output projection, "
+        "Michel et al., NeurIPS 2019). The maps are then of the ablated model (later layers "
+        "change too), and `ablation` says what the output does: a decoder's or "
+        "encoder-decoder's next-token distribution at each (target) position (KL from the "
+        "intact model, its top 5 before and after), an encoder's last hidden state (relative "
         "change per token). Not with hide_special_tokens or merge_words (positions count "
         "every token).",
     )
@@ -441,10 +441,11 @@ class PretrainedAttentionResponse(BaseModel):
     )
     ablation: dict[str, Any] | None = Field(
         None,
-        description="With ablate: {heads: [[layer, head], ...], and for decoders kl (L,) "
-        "KL(intact || ablated) of the next-token distributions in nats, top_before and "
-        "top_after (L, 5) [{token, id, probability}]; for encoders hidden_change (L,) "
-        "||h' - h|| / ||h|| of the last hidden state}.",
+        description="With ablate: {heads: [[layer, head], ...], tokens (L,) the positions "
+        "of the lists below (an encoder-decoder's targets, else the input), and for decoders "
+        "and encoder-decoders kl (L,) KL(intact || ablated) of the next-token distributions "
+        "in nats, top_before and top_after (L, 5) [{token, id, probability}]; for encoders "
+        "hidden_change (L,) ||h' - h|| / ||h|| of the last hidden state}.",
     )
     method_map: list[list[list[float]]] | EncodedArray | None = Field(
         None,
