@@ -20,7 +20,10 @@ Side by side, in one run:
 * grad_rollout and head_importance: Chefer et al.'s gradient-weighted rollout and Michel et
   al.'s head importance, another target position in each request (so each pays for its
   forward and backward pass with eager attention, which the two methods share when the
-  target is the same).
+  target is the same);
+* value_zeroing: Mohebbi et al.'s context mixing, every layer rerun once per token (only
+  within its bound, N · L² ≤ 2¹⁷), a new input in each request (one to three " ." more), so
+  each pays for its forward pass too: later views of one input reuse its maps.
 
 24 tokens is within attention flow's bound for both models.
 
@@ -36,6 +39,7 @@ from typing import Any
 
 from attnviz.pretrained import MODELS
 from attnviz.pretrained.methods import flow_token_limit
+from attnviz.pretrained.zeroing import value_zeroing_limit
 from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 
@@ -53,6 +57,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "ablate": {"ablate": [[0, 0], [1, 1]]},
     "grad_rollout": {"method": "grad_rollout"},
     "head_importance": {"method": "head_importance"},
+    "value_zeroing": {"method": "value_zeroing"},
 }
 
 
@@ -105,10 +110,17 @@ def main() -> None:
                     if fields.get("method") == "flow" and tokens > flow_token_limit(layers):
                         cells.append("over the bound")
                         continue
+                    if fields.get("method") == "value_zeroing" and tokens > value_zeroing_limit(
+                        layers
+                    ):
+                        cells.append("over the bound")
+                        continue
                     times = []
                     for rep in range(args.reps + 1):
                         if "ablate" in fields:  # other heads each time: nothing kept
                             fields = {"ablate": [[0, rep], [1, rep]]}
+                        if fields.get("method") == "value_zeroing":  # another input each time
+                            fields = {**fields, "texts": [text + " ." * (rep + 2)]}
                         if fields.get("method") in ("grad_rollout", "head_importance"):
                             offset = 0 if fields["method"] == "grad_rollout" else args.reps + 1
                             fields = {**fields, "target_index": rep + offset}  # nothing kept

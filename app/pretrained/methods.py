@@ -36,11 +36,13 @@ from .recorder import AttentionCall, AttentionRecording
 if TYPE_CHECKING:
     from .model import PretrainedAttentions
 
-Method = Literal["attention", "norm", "rollout", "flow", "grad_rollout", "head_importance"]
+Method = Literal[
+    "attention", "norm", "rollout", "flow", "grad_rollout", "head_importance", "value_zeroing"
+]
 """What the maps hold: the softmax weights, Kobayashi et al.'s ‖α f(x)‖ in their place
-("norm"), or the weights with a whole-model quantity beside them: attention rollout and
-flow (Abnar & Zuidema), gradient-weighted rollout (Chefer et al.) and head importance
-(Michel et al.; :mod:`.gradients`)."""
+("norm"), or the weights with another quantity beside them: attention rollout and flow
+(Abnar & Zuidema), gradient-weighted rollout (Chefer et al.) and head importance (Michel et
+al.; :mod:`.gradients`), value zeroing (Mohebbi et al.; :mod:`.zeroing`)."""
 
 GRADIENT_METHODS: Final = frozenset({"grad_rollout", "head_importance"})
 """Methods that need a backward pass from a target (:func:`.gradients.gradient_pass`)."""

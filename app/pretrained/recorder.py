@@ -279,6 +279,7 @@ _ablated: ContextVar[dict[int, tuple[int, ...]] | None] = ContextVar(
     "attnviz_ablated", default=None
 )
 _captured: ContextVar[GradientCapture | None] = ContextVar("attnviz_gradients", default=None)
+_zeroed: ContextVar[tuple[int, torch.Tensor] | None] = ContextVar("attnviz_zeroed", default=None)
 
 
 @dataclass
@@ -349,6 +350,10 @@ def recording_attention(
                 kwargs=dict(kwargs),
             )
         )
+    zeroed = _zeroed.get()
+    if zeroed is not None and zeroed[0] == id(module):  # value zeroing: row b loses token t_b
+        value = value.clone()
+        value[torch.arange(value.shape[0]), :, zeroed[1].to(value.device)] = 0
     ablated = _ablated.get()
     heads = None if ablated is None else ablated.get(id(module))
     capture = _captured.get()
@@ -432,6 +437,22 @@ def ablate_heads(heads: dict[int, tuple[int, ...]] | None) -> Iterator[None]:
         yield
     finally:
         _ablated.reset(token)
+
+
+@contextmanager
+def zero_values(module: nn.Module, tokens: torch.Tensor) -> Iterator[None]:
+    """Zero one key token's value vector per batch row in ``module``'s attention (value zeroing).
+
+    Args:
+        module: the attention module whose calls are changed (others run as they are).
+        tokens: (B,) int64: batch row b has key token ``tokens[b]``'s value states set to
+            0 in every key/value head (Mohebbi et al., EACL 2023).
+    """
+    token = _zeroed.set((id(module), tokens))
+    try:
+        yield
+    finally:
+        _zeroed.reset(token)
 
 
 @contextmanager

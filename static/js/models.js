@@ -869,11 +869,21 @@ METHOD_NOTES.head_importance = "Head importance (Michel, Levy & Neubig, NeurIPS 
   "switched off (for a head already off, on). The model view draws it as a layers × heads " +
   "grid under the thumbnails; a click on a cell enlarges that head." + GRADIENT_NOTE;
 
+METHOD_NOTES.value_zeroing = "Value zeroing (Mohebbi, Zuidema, Chrupała & Alishahi, EACL " +
+  "2023, “Quantifying Context Mixing in Transformers”): in the chosen layer, token j's value " +
+  "vector is set to zero in every head and the layer run again; cell (i, j) is how far token " +
+  "i's output of the layer moves (1 − cosine similarity), each row divided by its sum. Unlike " +
+  "the weights it counts the whole layer: the value vectors, the output projection, the " +
+  "residual connection, the normalisation and the feed-forward network. The Averages view " +
+  "draws it beside the layer's head average; the other views show the weights. The layer is " +
+  "run once per token, so it is computed for short inputs only.";
+
 // What each per-head method's maps hold (methods absent here leave the weights).
 const METHOD_VALUES = { norm: "‖α f(x)‖" };
 // The views that draw each whole-model method; the others ask for the weights.
 const METHOD_VIEWS = {
   flow: ["averages"], grad_rollout: ["averages", "generation"], head_importance: ["model"],
+  value_zeroing: ["averages"],
 };
 
 function otherMethod() {
@@ -1472,6 +1482,10 @@ async function renderAverages(section, res, l) {
     figures.push(["flow", res.method_map[0], queryTokens(res), keyTokens(res),
       "Attention flow (Abnar & Zuidema 2020)"]);
   }
+  if (res.method_map && res.method === "value_zeroing" && res.method_map[l]) {
+    figures.splice(1, 0, ["value-zeroing", res.method_map[l], queryTokens(res), keyTokens(res),
+      `Value zeroing, layer ${l} (Mohebbi et al. 2023)`]);
+  }
   if (res.method_map && res.method === "grad_rollout") {
     // R − I: the identity (each token's own residual) would outshine what attention adds.
     const relevance = res.method_map[0].map((row, i) => row.map((v, j) => (i === j ? v - 1 : v)));
@@ -1480,7 +1494,8 @@ async function renderAverages(section, res, l) {
   }
   const plots = [strip.drawn];
   for (const [name, z, rows, cols, title] of figures) {
-    const extra = name === "grad-rollout" ? GRADIENT_FORMAT : {};
+    const extra = name === "grad-rollout" ? GRADIENT_FORMAT
+      : (name === "value-zeroing" ? { valueName: "context mixing" } : {});
     const div = addPlot(grid, weightFigure(z, rows, cols, title, true, extra), "head-plot");
     div.dataset.map = name;
     if (name === "head-mean") div.drawn.then(() => bindSelection(div));

@@ -195,3 +195,22 @@ def test_gradient_methods_draw_the_apis_rollout_and_head_importance(page, server
     expected_row[q] -= 1
     np.testing.assert_allclose(strip[0], expected_row, rtol=1e-5, atol=1e-7)
     assert page.errors == []
+
+
+def test_value_zeroing_is_drawn_beside_the_layers_head_average(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models#view=averages")
+    page.wait_for_function(
+        "document.getElementById('view-averages').dataset.drawn === 'true'", timeout=30_000
+    )
+    text = page.input_value("#texts").splitlines()[0]
+    redraw(page, "averages", lambda: page.select_option("#method", "value_zeroing"))
+    redraw(page, "averages", lambda: page.select_option("#layer-index", "3"))
+    zeroed = api(server_url, text, method="value_zeroing")
+    drawn = page.evaluate(
+        "() => document.querySelector('#view-averages [data-map=value-zeroing]').data[0].z"
+    )
+    np.testing.assert_allclose(drawn, zeroed["method_map"][3], rtol=1e-6)
+    np.testing.assert_allclose([sum(row) for row in drawn], 1.0, rtol=1e-5)
+    assert "Mohebbi" in page.locator("#method-note").text_content()
+    assert page.locator("#view-averages [data-map=rollout]").count() == 1
+    assert page.errors == []

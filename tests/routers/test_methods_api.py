@@ -401,3 +401,120 @@ def test_encoder_decoder_ablation_equals_transformers_with_the_heads_output_zero
         assert [t["id"] for t in row] == top.indices[position].tolist()
         got_p = [t["probability"] for t in row]
         assert got_p == pytest.approx(top.values[position].tolist(), abs=1e-5)
+
+
+def value_parts(kind: str, model: Any, layer: int, block: str) -> tuple[Any, Any, slice]:
+    """(the value projection, the layer module, the value's columns in its output)."""
+    everything = slice(None)
+    if kind == "llama":
+        owner = model.model.layers[layer]
+        return owner.self_attn.v_proj, owner, everything
+    if kind == "gpt2":
+        owner = model.transformer.h[layer]
+        width = model.config.n_embd
+        return owner.attn.c_attn, owner, slice(2 * width, 3 * width)  # query, key, value
+    if kind == "bert":
+        owner = model.encoder.layer[layer]
+        return owner.attention.self.value, owner, everything
+    assert kind == "t5"
+    if block == "encoder":
+        owner = model.encoder.block[layer]
+        return owner.layer[0].SelfAttention.v, owner, everything
+    owner = model.decoder.block[layer]
+    return owner.layer[1].EncDecAttention.v, owner, everything
+
+
+def layer_output(
+    model: Any, inputs: dict[str, torch.Tensor], owner: Any, zeroed: tuple[Any, slice, int] | None
+) -> torch.Tensor:
+    """``owner``'s output (L_q, d_model) in a run of the whole model; with ``zeroed`` =
+    (value projection, its value columns, token), that token's value row set to 0."""
+    outputs: list[torch.Tensor] = []
+
+    def keep(_m: Any, _i: Any, output: Any) -> None:
+        outputs.append(output[0] if isinstance(output, tuple) else output)
+
+    hooks = [owner.register_forward_hook(keep)]
+    if zeroed is not None:
+        projection, columns, token = zeroed
+
+        def zero(_m: Any, _i: Any, output: torch.Tensor) -> torch.Tensor:
+            output = output.clone()
+            output[:, token, columns] = 0
+            return output
+
+        hooks.append(projection.register_forward_hook(zero))
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return outputs[0][0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "block"),
+    [("llama", "decoder"), ("gpt2", "decoder"), ("t5", "encoder"), ("t5", "cross")],
+)
+def test_value_zeroing_equals_the_model_rerun_with_each_value_zeroed(
+    tiny_models: TestClient, kind: str, block: str
+) -> None:
+    """Mohebbi et al.'s C_ij from whole reruns of transformers' own model, a forward hook
+    zeroing token j's value (the value projection's output row) in one layer, another hook
+    taking that layer's output; AttnViz reruns the layer alone. (Not the tiny BERT or BART:
+    their initialisation, std 0.02 under a LayerNorm, moves a layer's outputs by 1e-7, the
+    size of float32 rounding, which the normalised rows would only amplify.)"""
+    import transformers
+
+    data = ask(tiny_models, kind, method="value_zeroing", block=block)
+    assert data["method"] == "value_zeroing"
+    got = torch.tensor(data["method_map"])  # (N, L_q, L_k)
+    auto = {
+        "llama": transformers.AutoModelForCausalLM,
+        "gpt2": transformers.AutoModelForCausalLM,
+        "t5": transformers.AutoModelForSeq2SeqLM,
+    }[kind]
+    folder = Path(MODELS.get(f"tiny-{kind}").path)
+    model = auto.from_pretrained(folder, attn_implementation="eager", local_files_only=True)
+    model.eval()
+    source = ask(tiny_models, kind, block="encoder" if kind == "t5" else block)["input_ids"][0]
+    inputs = {"input_ids": torch.tensor([source])}
+    if kind == "t5":
+        target = ask(tiny_models, kind, block="decoder")["input_ids"][0]
+        inputs["decoder_input_ids"] = torch.tensor([target])
+    layers, _, length_k = got.shape
+    largest = 0.0
+    for layer in range(layers):
+        projection, owner, columns = value_parts(kind, model, layer, block)
+        original = layer_output(model, inputs, owner, None).double()
+        distances = torch.stack(
+            [
+                1
+                - torch.cosine_similarity(
+                    layer_output(model, inputs, owner, (projection, columns, j)).double(),
+                    original,
+                    dim=-1,
+                )
+                for j in range(length_k)
+            ],
+            dim=1,
+        ).clamp(min=0)  # (L_q, L_k)
+        largest = max(largest, distances.max().item())
+        expected = distances / distances.sum(dim=1, keepdim=True)
+        assert (got[layer] - expected).abs().max().item() <= 1e-4, layer
+    assert largest > 1e-3  # the distances stand far above float32 rounding (1e-7)
+
+
+def test_value_zeroing_is_bounded(tiny_models: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnviz.pretrained.zeroing as zeroing
+
+    monkeypatch.setattr(zeroing, "MAX_VALUE_ZEROING_WORK", 100)
+    body = {"model": "tiny-bert", "sequence_index": 0, "method": "value_zeroing", "texts": TEXTS}
+    response = tiny_models.post(URL, json=body)
+    assert response.status_code == 422
+    detail = response.json()["detail"][0]
+    assert detail["loc"][-1] == "texts" and "value zeroing" in detail["msg"], detail
+    response = tiny_models.post(URL, json={**body, "sequence_index": None})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][-1] == "method"

@@ -35,6 +35,7 @@ from ...pretrained.methods import (
 from ...pretrained.model import MAX_ROLLOUT_TOKENS, Block, Generation, PretrainedAttentions
 from ...pretrained.recorder import Neuron
 from ...pretrained.recordings import RECORDINGS
+from ...pretrained.zeroing import value_zeroing
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc
 from ..executor import computed, held_while_sent
@@ -68,7 +69,7 @@ ONE_INPUT_OPTIONS = (
     "ablate",
 )
 """Request options that apply to one input, so need sequence_index."""
-ONE_INPUT_METHODS: Final = frozenset({"flow", *GRADIENT_METHODS})
+ONE_INPUT_METHODS: Final = frozenset({"flow", "value_zeroing", *GRADIENT_METHODS})
 """Methods computed for one input, so needing sequence_index."""
 TARGET_OPTIONS: Final = ("target_index", "target_token_id")
 """Request options that choose a gradient method's target."""
@@ -328,8 +329,8 @@ class PreparedSequence:
         neuron: with ``neuron``, the step through the head, else None.
         summed_norm: with method "norm" and layer_index, (1, P_q, P_k) the layer's
             ‖Σ_h α f(x)‖ pooled as the head means, else None.
-        method_map: with method "flow" or "grad_rollout", (1, L, L), else None ("rollout"
-            takes the view's).
+        method_map: with method "flow" or "grad_rollout", (1, L, L); "value_zeroing",
+            (N, L_q, L_k); else None ("rollout" takes the view's).
         ablation: with ablate, what switching the heads off changed (``ablation_fields``).
         gradients: with a gradient method, its backward pass, else None.
     """
@@ -491,6 +492,13 @@ def prepare_sequence(
             )
             if request.method == "grad_rollout":
                 method_map = pooled(gradients.rollout(block), MAX_AVERAGE_SIZE)[0]
+        if request.method == "value_zeroing":
+            memo = result.memo.setdefault(("value_zeroing", block), {})
+            if "maps" not in memo:
+                memo["maps"] = value_zeroing(
+                    model, result, block, device=request.device, ablate=switched
+                )
+            method_map = memo["maps"]
     return PreparedSequence(
         result, walk, generation, query_rows, step, summed, method_map, ablation, gradients
     )

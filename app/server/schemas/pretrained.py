@@ -260,7 +260,12 @@ class PretrainedAttentionRequest(StrictRequest):
         "(default 0), token p's last hidden state along the input's mean last hidden state e "
         "(held fixed). Both take one more forward and backward pass with eager attention, "
         "up to N x H x L_q x L_k = 2^27 weights (704 tokens of SmolLM2, 965 of MiniLM; "
-        "more is a 422 naming texts). 'flow', 'grad_rollout' and 'head_importance' need "
+        "more is a 422 naming texts). 'value_zeroing': value zeroing (Mohebbi et al., EACL "
+        "2023): in each layer of the block, key token j's value vector is zeroed in every "
+        "head and the layer rerun; C_ij = 1 - cos(x_i without j, x_i) of the layer's "
+        "outputs, each row divided by its sum, in `method_map` (N, L_q, L_k); up to "
+        "N x L_q x L_k = 2^17 (147 tokens of MiniLM, 66 of SmolLM2; more is a 422 naming "
+        "texts). 'flow', 'grad_rollout', 'head_importance' and 'value_zeroing' need "
         "sequence_index. Methods other than 'attention' are not with neuron, "
         "hide_special_tokens or merge_words (they assume weights).",
     )
@@ -453,7 +458,8 @@ class PretrainedAttentionResponse(BaseModel):
         "row i is how token i after the last layer draws on each input token. With "
         "'rollout': attention rollout ((B, L, L) for the batch). With 'grad_rollout': "
         "(1, L, L) gradient-weighted rollout R (Chefer et al. 2021), block-max pooled as "
-        "layer_mean beyond 512 tokens (average_downsample).",
+        "layer_mean beyond 512 tokens (average_downsample). With 'value_zeroing': (N, L_q, "
+        "L_k) each layer's context-mixing map (Mohebbi et al. 2023), rows summing to 1.",
     )
     head_importance: list[list[float]] | EncodedArray | None = Field(
         None,
