@@ -17,7 +17,7 @@ import torch
 from attnviz.pretrained import MODELS
 from fastapi.testclient import TestClient
 
-from tests.pretrained.tiny import BUILDERS, TARGETS, TEXTS, save_tiny
+from tests.pretrained.tiny import BUILDERS, FAMILIES, TARGETS, TEXTS, save_tiny
 from tests.routers.support import decode, serving_model_dirs
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
@@ -518,3 +518,27 @@ def test_value_zeroing_is_bounded(tiny_models: TestClient, monkeypatch: pytest.M
     response = tiny_models.post(URL, json={**body, "sequence_index": None})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"][-1] == "method"
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_every_method_answers_for_every_family(tiny_models: TestClient, kind: str) -> None:
+    """Each method (and ablation) for each family's first block, with its field's shape; the
+    reference tests above check the numbers family by family."""
+    weights = ask(tiny_models, kind)
+    layers, _, heads, length_q, length_k = np.array(weights["attentions"]).shape
+    shapes = {
+        "norm": ("attentions", (layers, 1, heads, length_q, length_k)),
+        "rollout": ("method_map", (1, length_q, length_k)),
+        "flow": ("method_map", (1, length_q, length_k)),
+        "grad_rollout": ("method_map", (1, length_q, length_k)),
+        "head_importance": ("head_importance", (layers, heads)),
+        "value_zeroing": ("method_map", (layers, length_q, length_k)),
+    }
+    for method, (field, shape) in shapes.items():
+        data = ask(tiny_models, kind, method=method)
+        got = np.array(data[field])
+        assert got.shape == shape, (method, got.shape)
+        assert np.isfinite(got).all() and (got >= 0).all(), method
+    ablated = ask(tiny_models, kind, ablate=[[0, 0]])
+    assert ablated["ablation"]["heads"] == [[0, 0]]
+    assert ("hidden_change" if FAMILIES[kind] == "encoder" else "kl") in ablated["ablation"]
