@@ -67,6 +67,25 @@ def _key(*parts: torch.Tensor | Hashable | None) -> tuple[Hashable, ...]:
     )
 
 
+def _input_key(
+    model: PretrainedModel,
+    batch: TokenizedBatch,
+    targets: TokenizedBatch | None,
+    device: str,
+    ablate: dict[int, tuple[int, ...]] | None,
+) -> tuple[Hashable, ...]:
+    """What identifies a forward pass: the model, the device, the input and the heads off."""
+    return _key(
+        model.name,
+        id(model),
+        device,
+        batch.input_ids,
+        batch.token_type_ids,
+        None if targets is None else targets.input_ids,
+        None if not ablate else tuple(sorted(ablate.items())),
+    )
+
+
 class RecordingCache:
     """Recordings and generations by model and input ids, within a byte budget (LRU)."""
 
@@ -109,15 +128,7 @@ class RecordingCache:
         Raises:
             AttentionInputError: as :meth:`.model.PretrainedModel.run`.
         """
-        key = _key(
-            model.name,
-            id(model),
-            device,
-            batch.input_ids,
-            batch.token_type_ids,
-            None if targets is None else targets.input_ids,
-            None if not ablate else tuple(sorted(ablate.items())),
-        )
+        key = _input_key(model, batch, targets, device, ablate)
         with self._lock:
             kept = self._recordings.get(key)
             if kept is not None:
@@ -155,17 +166,7 @@ class RecordingCache:
         Raises:
             AttentionInputError: as :func:`.gradients.gradient_pass`.
         """
-        key = _key(
-            model.name,
-            id(model),
-            device,
-            batch.input_ids,
-            batch.token_type_ids,
-            None if targets is None else targets.input_ids,
-            None if not ablate else tuple(sorted(ablate.items())),
-            position,
-            token_id,
-        )
+        key = (*_input_key(model, batch, targets, device, ablate), position, token_id)
         with self._lock:
             if key in self._gradients:
                 self._gradients.move_to_end(key)

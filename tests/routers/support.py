@@ -56,3 +56,41 @@ def serving_model_dirs(folders: Sequence[Path]) -> Iterator[Any]:
     }
     with serving(env) as client:
         yield client
+
+
+def ask_tiny(client: Any, kind: str, **fields: Any) -> dict[str, Any]:
+    """POST /api/v1/models/attention for ``tiny-<kind>`` (the ``tiny_models`` fixture): the
+    first of tiny.TEXTS alone (sequence_index 0), an encoder-decoder's first target with it;
+    asserts a 200 and returns the JSON."""
+    from tests.pretrained.tiny import FAMILIES, TARGETS, TEXTS
+
+    body = {"model": f"tiny-{kind}", "texts": TEXTS[:1], "sequence_index": 0, **fields}
+    if FAMILIES[kind] == "encoder-decoder":
+        body["targets"] = TARGETS[:1]
+    response = client.post("/api/v1/models/attention", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def output_projections(kind: str, model: Any) -> dict[str, list[Any]]:
+    """Each block's attention output projections, layer 0 first, in transformers' modules."""
+    if kind in ("bert", "roberta"):
+        return {"encoder": [layer.attention.output.dense for layer in model.encoder.layer]}
+    if kind == "distilbert":
+        return {"encoder": [layer.attention.out_lin for layer in model.transformer.layer]}
+    if kind == "gpt2":
+        return {"decoder": [block.attn.c_proj for block in model.transformer.h]}
+    if kind in ("llama", "mistral", "qwen2"):
+        return {"decoder": [layer.self_attn.o_proj for layer in model.model.layers]}
+    if kind == "t5":
+        return {
+            "encoder": [block.layer[0].SelfAttention.o for block in model.encoder.block],
+            "decoder": [block.layer[0].SelfAttention.o for block in model.decoder.block],
+            "cross": [block.layer[1].EncDecAttention.o for block in model.decoder.block],
+        }
+    assert kind == "bart"
+    return {
+        "encoder": [layer.self_attn.out_proj for layer in model.model.encoder.layers],
+        "decoder": [layer.self_attn.out_proj for layer in model.model.decoder.layers],
+        "cross": [layer.encoder_attn.out_proj for layer in model.model.decoder.layers],
+    }

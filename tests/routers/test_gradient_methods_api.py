@@ -9,7 +9,6 @@ head's slice of its input); the target is formed from the model's own outputs (t
 Michel et al.'s |∂T/∂ξ_h| are then written out on those gradients.
 """
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,8 @@ import torch
 from attnviz.pretrained import MODELS
 from fastapi.testclient import TestClient
 
-from tests.pretrained.tiny import BUILDERS, FAMILIES, TARGETS, TEXTS, save_tiny
-from tests.routers.support import serving_model_dirs
+from tests.pretrained.tiny import BUILDERS, FAMILIES, TARGETS, TEXTS
+from tests.routers.support import ask_tiny, output_projections
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
 
@@ -36,48 +35,6 @@ def assert_close(got: torch.Tensor, expected: torch.Tensor, *, minus: torch.Tens
     scale = (expected if minus is None else expected - minus).abs().max().item()
     assert scale > 1e-12  # something to compare: not all zero (or all the identity)
     torch.testing.assert_close(got.to(expected.dtype), expected, rtol=RTOL, atol=RTOL * scale)
-
-
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    """A server offering a tiny model of every family tests/pretrained/tiny.py builds."""
-    root = tmp_path_factory.mktemp("gradients")
-    folders = [save_tiny(kind, root / f"tiny-{kind}") for kind in BUILDERS]
-    with serving_model_dirs(folders) as client:
-        yield client
-
-
-def ask(client: TestClient, kind: str, **fields: Any) -> dict[str, Any]:
-    body = {"model": f"tiny-{kind}", "texts": TEXTS[:1], "sequence_index": 0, **fields}
-    if FAMILIES[kind] == "encoder-decoder":
-        body["targets"] = TARGETS[:1]
-    response = client.post(URL, json=body)
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
-
-
-def output_projections(kind: str, model: Any) -> dict[str, list[Any]]:
-    """Each block's attention output projections, layer 0 first, in transformers' modules."""
-    if kind in ("bert", "roberta"):
-        return {"encoder": [layer.attention.output.dense for layer in model.encoder.layer]}
-    if kind == "distilbert":
-        return {"encoder": [layer.attention.out_lin for layer in model.transformer.layer]}
-    if kind == "gpt2":
-        return {"decoder": [block.attn.c_proj for block in model.transformer.h]}
-    if kind in ("llama", "mistral", "qwen2"):
-        return {"decoder": [layer.self_attn.o_proj for layer in model.model.layers]}
-    if kind == "t5":
-        return {
-            "encoder": [block.layer[0].SelfAttention.o for block in model.encoder.block],
-            "decoder": [block.layer[0].SelfAttention.o for block in model.decoder.block],
-            "cross": [block.layer[1].EncDecAttention.o for block in model.decoder.block],
-        }
-    assert kind == "bart"
-    return {
-        "encoder": [layer.self_attn.out_proj for layer in model.model.encoder.layers],
-        "decoder": [layer.self_attn.out_proj for layer in model.model.decoder.layers],
-        "cross": [layer.encoder_attn.out_proj for layer in model.model.decoder.layers],
-    }
 
 
 def reference(
@@ -168,10 +125,10 @@ def chefer_rollout(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Ten
 
 def inputs_of(client: TestClient, kind: str) -> tuple[list[int], list[int] | None]:
     if FAMILIES[kind] != "encoder-decoder":
-        return ask(client, kind)["input_ids"][0], None
+        return ask_tiny(client, kind)["input_ids"][0], None
     return (
-        ask(client, kind, block="encoder")["input_ids"][0],
-        ask(client, kind, block="decoder")["input_ids"][0],
+        ask_tiny(client, kind, block="encoder")["input_ids"][0],
+        ask_tiny(client, kind, block="decoder")["input_ids"][0],
     )
 
 
@@ -185,8 +142,8 @@ def test_gradient_rollout_and_head_importance_equal_autograd_on_the_eager_model(
     tiny_models: TestClient, kind: str, block: str
 ) -> None:
     source, target = inputs_of(tiny_models, kind)
-    rolled = ask(tiny_models, kind, method="grad_rollout", block=block)
-    important = ask(tiny_models, kind, method="head_importance", block=block)
+    rolled = ask_tiny(tiny_models, kind, method="grad_rollout", block=block)
+    important = ask_tiny(tiny_models, kind, method="head_importance", block=block)
     position = 0 if FAMILIES[kind] == "encoder" else len(target or source) - 1
     maps, importance, value, token_id = reference(
         kind, rolled, source, target, position=position, token_id=None
@@ -208,7 +165,7 @@ def test_gradient_rollout_and_head_importance_equal_autograd_on_the_eager_model(
 def test_cross_attention_heads_and_a_chosen_target(tiny_models: TestClient) -> None:
     source, target = inputs_of(tiny_models, "bart")
     assert target is not None
-    data = ask(
+    data = ask_tiny(
         tiny_models, "bart", method="head_importance", block="cross", target_index=1,
         target_token_id=7,
     )  # fmt: skip
@@ -227,8 +184,8 @@ def test_switched_off_heads_have_gate_zero_and_a_first_order_importance(
     block = FAMILIES[kind]
     source, _ = inputs_of(tiny_models, kind)
     off = [[0, 1], [1, 2]]
-    data = ask(tiny_models, kind, method="grad_rollout", ablate=off, target_index=2)
-    heads = ask(tiny_models, kind, method="head_importance", ablate=off, target_index=2)
+    data = ask_tiny(tiny_models, kind, method="grad_rollout", ablate=off, target_index=2)
+    heads = ask_tiny(tiny_models, kind, method="head_importance", ablate=off, target_index=2)
     maps, importance, value, _ = reference(
         kind, data, source, None, position=2, token_id=None,
         off=frozenset((block, layer, head) for layer, head in off),
@@ -238,12 +195,12 @@ def test_switched_off_heads_have_gate_zero_and_a_first_order_importance(
     assert_close(torch.tensor(data["method_map"][0]), expected, minus=torch.eye(len(expected)))
     assert_close(torch.tensor(heads["head_importance"]), importance[block])
     assert min(importance[block][layer, head].item() for layer, head in off) > 0
-    intact = ask(tiny_models, kind, method="head_importance", target_index=2)
+    intact = ask_tiny(tiny_models, kind, method="head_importance", target_index=2)
     assert intact["target"]["value"] != pytest.approx(value, rel=1e-6)
 
 
 def test_method_rollout_is_the_rollout_field(tiny_models: TestClient) -> None:
-    one = ask(tiny_models, "llama", method="rollout")
+    one = ask_tiny(tiny_models, "llama", method="rollout")
     assert one["method_map"] == one["rollout"] and one["rollout"] is not None
     body = {"model": "tiny-llama", "texts": TEXTS, "method": "rollout"}
     batch = tiny_models.post(URL, json=body).json()

@@ -7,7 +7,6 @@ projection's weight is read from the module, and every vector α_ij^h f^h(x_j) i
 and measured (no α·‖f‖ shortcut, no Gram matrix), per head and summed over heads.
 """
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,32 +16,14 @@ import torch
 from attnviz.pretrained import MODELS
 from fastapi.testclient import TestClient
 
-from tests.pretrained.tiny import BUILDERS, FAMILIES, TARGETS, TEXTS, save_tiny
-from tests.routers.support import decode, serving_model_dirs
+from tests.pretrained.tiny import BUILDERS, FAMILIES, TARGETS, TEXTS
+from tests.routers.support import ask_tiny, decode, output_projections
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
 
 URL = "/api/v1/models/attention"
 TOLERANCE = 1e-5
 """float32 sums over d_model = 32 and 4 heads, computed in two orders."""
-
-
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    """A server offering a tiny model of every family tests/pretrained/tiny.py builds."""
-    root = tmp_path_factory.mktemp("methods")
-    folders = [save_tiny(kind, root / f"tiny-{kind}") for kind in BUILDERS]
-    with serving_model_dirs(folders) as client:
-        yield client
-
-
-def ask(client: TestClient, kind: str, **fields: Any) -> dict[str, Any]:
-    body = {"model": f"tiny-{kind}", "texts": TEXTS[:1], "sequence_index": 0, **fields}
-    if kind in ("t5", "bart"):
-        body["targets"] = TARGETS[:1]
-    response = client.post(URL, json=body)
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
 
 
 def attention_parts(kind: str, model: Any, layer: int, block: str) -> tuple[Any, Any, Any]:
@@ -110,13 +91,13 @@ def brute_force(
 def test_norm_equals_the_vectors_measured_from_transformers_modules(
     tiny_models: TestClient, kind: str, block: str, layer: int
 ) -> None:
-    data = ask(tiny_models, kind, method="norm", layer_index=layer, block=block)
+    data = ask_tiny(tiny_models, kind, method="norm", layer_index=layer, block=block)
     assert data["method"] == "norm"
     source = data["input_ids"][0]
     target = None
     if kind == "t5":
-        target = ask(tiny_models, kind, block="decoder")["input_ids"][0]
-        source = ask(tiny_models, kind, block="encoder")["input_ids"][0]
+        target = ask_tiny(tiny_models, kind, block="decoder")["input_ids"][0]
+        source = ask_tiny(tiny_models, kind, block="encoder")["input_ids"][0]
     norms, summed = brute_force(
         kind, Path(MODELS.get(f"tiny-{kind}").path), layer, block, source, target
     )
@@ -127,7 +108,7 @@ def test_norm_equals_the_vectors_measured_from_transformers_modules(
     assert (torch.tensor(data["head_mean"][0][0]) - norms.mean(dim=0)).abs().max() <= TOLERANCE
     # Not the weights: a norm map's rows do not sum to 1, and no rollout is made of them.
     weights = torch.tensor(
-        ask(tiny_models, kind, layer_index=layer, block=block)["attentions"][0][0]
+        ask_tiny(tiny_models, kind, layer_index=layer, block=block)["attentions"][0][0]
     )
     assert (got - weights).abs().max().item() > 1e-3
     assert data["rollout"] is None
@@ -139,8 +120,8 @@ def test_every_family_gives_weights_times_the_value_norm_of_each_key(
 ) -> None:
     """‖α_ij f(x_j)‖ = α_ij ‖f(x_j)‖: per head and key, norm / weight is one number down
     every query row (where the weight is not 0), for every family and both encodings."""
-    norms = ask(tiny_models, kind, method="norm", encoding="base64_float32")
-    weights = ask(tiny_models, kind, encoding="base64_float32")
+    norms = ask_tiny(tiny_models, kind, method="norm", encoding="base64_float32")
+    weights = ask_tiny(tiny_models, kind, encoding="base64_float32")
     a = decode(norms["attentions"], expect="f4")[:, 0].astype(np.float64)  # (N, H, L_q, L_k)
     w = decode(weights["attentions"], expect="f4")[:, 0].astype(np.float64)
     assert a.shape == w.shape and (a >= 0).all()
@@ -172,7 +153,7 @@ def test_norm_for_the_whole_batch_and_an_unknown_method(tiny_models: TestClient)
     body = {"model": "tiny-llama", "texts": TEXTS, "method": "norm"}
     data = tiny_models.post(URL, json=body).json()
     assert data["method"] == "norm" and data["rollout"] is None
-    single = ask(tiny_models, "llama", method="norm")
+    single = ask_tiny(tiny_models, "llama", method="norm")
     length = len(single["tokens"][0])
     batch_first = np.array(data["attentions"])[:, 0, :, :length, :length]
     assert np.abs(batch_first - np.array(single["attentions"])[:, 0]).max() <= TOLERANCE
@@ -189,9 +170,9 @@ def test_flow_is_the_max_flow_through_the_apis_own_head_means(
 ) -> None:
     import networkx as nx
 
-    data = ask(tiny_models, kind, method="flow", block=block)
+    data = ask_tiny(tiny_models, kind, method="flow", block=block)
     assert data["method"] == "flow" and data["rollout"] is not None  # the maps stay weights
-    weights = ask(tiny_models, kind, block=block)
+    weights = ask_tiny(tiny_models, kind, block=block)
     assert data["attentions"] == weights["attentions"]
     means = torch.tensor([layer[0] for layer in weights["head_mean"]], dtype=torch.float64)
     layers, length, _ = means.shape
@@ -239,26 +220,18 @@ def test_flow_refuses_the_batch_cross_attention_and_long_inputs(tiny_models: Tes
         assert "flow" in detail["msg"]
 
 
-def zeroing_hooks(kind: str, model: Any, heads: list[list[int]]) -> list[Any]:
-    """Forward pre-hooks that zero each head's slice of the output projection's input, in
-    transformers' own modules: the head's output, switched off."""
-    if kind == "bert":
-        layers = [layer.attention.output.dense for layer in model.encoder.layer]
-    elif kind == "gpt2":
-        layers = [block.attn.c_proj for block in model.transformer.h]
-    else:
-        layers = [layer.self_attn.o_proj for layer in model.model.layers]
-    d = model.config.hidden_size // model.config.num_attention_heads
+def zeroing_hooks(layers: list[Any], width: int, heads: list[list[int]]) -> list[Any]:
+    """Forward pre-hooks that zero each head's slice (``width`` features) of the output
+    projection's input, in transformers' own modules (``layers``: one projection per layer):
+    the head's output, switched off."""
     hooks = []
     for index, projection in enumerate(layers):
         mine = [h for layer, h in heads if layer == index]
-        if not mine:
-            continue
 
         def zero(_module: Any, args: tuple[Any, ...], mine: list[int] = mine) -> tuple[Any, ...]:
             x = args[0].clone()
             for h in mine:
-                x[..., h * d : (h + 1) * d] = 0
+                x[..., h * width : (h + 1) * width] = 0
             return (x, *args[1:])
 
         hooks.append(projection.register_forward_pre_hook(zero))
@@ -272,7 +245,7 @@ def test_ablation_equals_transformers_with_the_heads_output_zeroed(
     import transformers
 
     heads = [[0, 1], [0, 3], [1, 0]]
-    data = ask(tiny_models, kind, ablate=heads)
+    data = ask_tiny(tiny_models, kind, ablate=heads)
     assert data["ablation"]["heads"] == sorted(heads)
     auto = transformers.AutoModel if kind == "bert" else transformers.AutoModelForCausalLM
     folder = Path(MODELS.get(f"tiny-{kind}").path)
@@ -280,7 +253,9 @@ def test_ablation_equals_transformers_with_the_heads_output_zeroed(
     ids = torch.tensor(data["input_ids"])
     with torch.no_grad():
         intact = model(ids, output_attentions=True)
-        hooks = zeroing_hooks(kind, model, heads)
+        layers = output_projections(kind, model)[FAMILIES[kind]]
+        width = model.config.hidden_size // model.config.num_attention_heads
+        hooks = zeroing_hooks(layers, width, heads)
         try:
             ablated = model(ids, output_attentions=True)
         finally:
@@ -344,40 +319,16 @@ def test_encoder_decoder_ablation_equals_transformers_with_the_heads_output_zero
     import transformers
 
     heads = [[0, 1], [1, 2]]
-    data = ask(tiny_models, kind, ablate=heads, block=block)
-    source = ask(tiny_models, kind, block="encoder")["input_ids"][0]
-    target = ask(tiny_models, kind, block="decoder")["input_ids"][0]
+    data = ask_tiny(tiny_models, kind, ablate=heads, block=block)
+    source = ask_tiny(tiny_models, kind, block="encoder")["input_ids"][0]
+    target = ask_tiny(tiny_models, kind, block="decoder")["input_ids"][0]
     folder = Path(MODELS.get(f"tiny-{kind}").path)
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(
         folder, attn_implementation="eager", local_files_only=True
     )
-    if kind == "t5":
-        stacks = {"encoder": model.encoder.block, "decoder": model.decoder.block}
-        layers = {
-            "encoder": [b.layer[0].SelfAttention.o for b in stacks["encoder"]],
-            "decoder": [b.layer[0].SelfAttention.o for b in stacks["decoder"]],
-            "cross": [b.layer[1].EncDecAttention.o for b in stacks["decoder"]],
-        }[block]
-        d = model.config.d_kv
-    else:
-        layers = {
-            "encoder": [x.self_attn.out_proj for x in model.model.encoder.layers],
-            "decoder": [x.self_attn.out_proj for x in model.model.decoder.layers],
-            "cross": [x.encoder_attn.out_proj for x in model.model.decoder.layers],
-        }[block]
-        d = model.config.d_model // model.config.decoder_attention_heads
+    width = model.config.d_kv
     inputs = {"input_ids": torch.tensor([source]), "decoder_input_ids": torch.tensor([target])}
-    hooks = []
-    for index, projection in enumerate(layers):
-        mine = [h for layer, h in heads if layer == index]
-
-        def zero(_module: Any, args: tuple[Any, ...], mine: list[int] = mine) -> tuple[Any, ...]:
-            x = args[0].clone()
-            for h in mine:
-                x[..., h * d : (h + 1) * d] = 0
-            return (x, *args[1:])
-
-        hooks.append(projection.register_forward_pre_hook(zero))
+    hooks = zeroing_hooks(output_projections(kind, model)[block], width, heads)
     with torch.no_grad():
         try:
             ablated = model(**inputs, output_attentions=True)
@@ -390,7 +341,7 @@ def test_encoder_decoder_ablation_equals_transformers_with_the_heads_output_zero
     expected = torch.stack(getattr(ablated, field))[:, 0]
     got = torch.tensor(data["attentions"])[:, 0]
     assert (got - expected).abs().max().item() <= TOLERANCE
-    assert data["ablation"]["tokens"] == ask(tiny_models, kind, block="decoder")["tokens"][0]
+    assert data["ablation"]["tokens"] == ask_tiny(tiny_models, kind, block="decoder")["tokens"][0]
     p = intact.logits[0].log_softmax(dim=-1)
     q = ablated.logits[0].log_softmax(dim=-1)
     kl = (p.exp() * (p - q)).sum(dim=-1)
@@ -467,7 +418,7 @@ def test_value_zeroing_equals_the_model_rerun_with_each_value_zeroed(
     size of float32 rounding, which the normalised rows would only amplify.)"""
     import transformers
 
-    data = ask(tiny_models, kind, method="value_zeroing", block=block)
+    data = ask_tiny(tiny_models, kind, method="value_zeroing", block=block)
     assert data["method"] == "value_zeroing"
     got = torch.tensor(data["method_map"])  # (N, L_q, L_k)
     auto = {
@@ -478,10 +429,10 @@ def test_value_zeroing_equals_the_model_rerun_with_each_value_zeroed(
     folder = Path(MODELS.get(f"tiny-{kind}").path)
     model = auto.from_pretrained(folder, attn_implementation="eager", local_files_only=True)
     model.eval()
-    source = ask(tiny_models, kind, block="encoder" if kind == "t5" else block)["input_ids"][0]
+    source = ask_tiny(tiny_models, kind, block="encoder" if kind == "t5" else block)["input_ids"][0]
     inputs = {"input_ids": torch.tensor([source])}
     if kind == "t5":
-        target = ask(tiny_models, kind, block="decoder")["input_ids"][0]
+        target = ask_tiny(tiny_models, kind, block="decoder")["input_ids"][0]
         inputs["decoder_input_ids"] = torch.tensor([target])
     layers, _, length_k = got.shape
     largest = 0.0
@@ -524,7 +475,7 @@ def test_value_zeroing_is_bounded(tiny_models: TestClient, monkeypatch: pytest.M
 def test_every_method_answers_for_every_family(tiny_models: TestClient, kind: str) -> None:
     """Each method (and ablation) for each family's first block, with its field's shape; the
     reference tests above check the numbers family by family."""
-    weights = ask(tiny_models, kind)
+    weights = ask_tiny(tiny_models, kind)
     layers, _, heads, length_q, length_k = np.array(weights["attentions"]).shape
     shapes = {
         "norm": ("attentions", (layers, 1, heads, length_q, length_k)),
@@ -535,10 +486,10 @@ def test_every_method_answers_for_every_family(tiny_models: TestClient, kind: st
         "value_zeroing": ("method_map", (layers, length_q, length_k)),
     }
     for method, (field, shape) in shapes.items():
-        data = ask(tiny_models, kind, method=method)
+        data = ask_tiny(tiny_models, kind, method=method)
         got = np.array(data[field])
         assert got.shape == shape, (method, got.shape)
         assert np.isfinite(got).all() and (got >= 0).all(), method
-    ablated = ask(tiny_models, kind, ablate=[[0, 0]])
+    ablated = ask_tiny(tiny_models, kind, ablate=[[0, 0]])
     assert ablated["ablation"]["heads"] == [[0, 0]]
     assert ("hidden_change" if FAMILIES[kind] == "encoder" else "kl") in ablated["ablation"]

@@ -1,0 +1,19 @@
+"""Fixtures of the API tests."""
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.pretrained.tiny import BUILDERS, save_tiny
+from tests.routers.support import serving_model_dirs
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """A server offering a tiny model of every family tests/pretrained/tiny.py builds,
+    named ``tiny-<kind>`` (one server per test module)."""
+    root = tmp_path_factory.mktemp("tiny-models")
+    folders = [save_tiny(kind, root / f"tiny-{kind}") for kind in BUILDERS]
+    with serving_model_dirs(folders) as client:
+        yield client
