@@ -198,8 +198,10 @@ def test_an_encoder_decoder_maps_target_queries_to_source_keys(
 ) -> None:
     t5 = models["t5"]
     result = t5.attention(tiny.TEXTS, targets=tiny.TARGETS, device="cpu")
-    assert result.targets is not None and result.next_tokens is None
+    assert result.targets is not None and result.next_tokens is not None
     source, target = result.batch, result.targets
+    # Next tokens are the targets': one row of candidates per decoder position.
+    assert result.next_tokens.ids.shape[:2] == target.input_ids.shape
     assert target.tokens[0][:4] == ["<pad>", "the", "bird", "sang"]  # decoder_start + target
     assert result.queries("cross") is target and result.keys("cross") is source
     assert result.queries("encoder") is source and result.keys("decoder") is target
