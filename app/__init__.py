@@ -6,11 +6,28 @@ In a notebook, the engine and a figure of the heads::
     result = compute_attention([[62, 13, 47], [60, 96]], mask="padding_causal")
     result.attn_weights.shape  # (B, H, L_q, L_k) = (2, 2, 3, 3)
     attention_figure(result, sequence_index=0).show()
+
+Any attention tensor a user has (transformers' ``output_attentions`` included), drawn
+offline::
+
+    import attnviz
+    attnviz.model_view(outputs.attentions, tokens).save("view.html")
 """
 
 __version__ = "0.1.0"
 
 from .attention import AttentionResult, LayerConfig, compute_attention
 from .views.figure import attention_figure
+from .views.notebook import AttentionView, head_view, init_notebook, model_view
 
-__all__ = ["AttentionResult", "LayerConfig", "__version__", "attention_figure", "compute_attention"]
+__all__ = [
+    "AttentionResult",
+    "AttentionView",
+    "LayerConfig",
+    "__version__",
+    "attention_figure",
+    "compute_attention",
+    "head_view",
+    "init_notebook",
+    "model_view",
+]

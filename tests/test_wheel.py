@@ -149,7 +149,7 @@ def test_the_wheel_holds_every_module_template_and_static_file(wheel: Path) -> N
     # The files inside are the repository's, byte for byte.
     with zipfile.ZipFile(wheel) as archive:
         for name, source in (
-            ("attnviz/server/resources.py", "app/server/resources.py"),
+            ("attnviz/resources.py", "app/resources.py"),
             ("attnviz/templates/base.html", "templates/base.html"),
             ("attnviz/static/js/attnviz.js", "static/js/attnviz.js"),
         ):
@@ -163,7 +163,9 @@ def test_the_installed_wheel_is_imported_beside_a_users_own_app(
         """
         import json
         import attnviz, app
-        from attnviz.server import resources
+        from attnviz import resources
+        # A notebook view saved offline, Plotly.js from inside the installed package.
+        attnviz.head_view([[[0.5, 0.5], [1.0, 0.0]]], ["a", "b"]).save("view.html")
         print(json.dumps({
             "attnviz": attnviz.__file__,
             "compute_attention": callable(getattr(attnviz, "compute_attention", None)),
@@ -194,6 +196,7 @@ def test_the_installed_wheel_is_imported_beside_a_users_own_app(
     # The user's own app is theirs: the installed package brings no top-level app.
     assert Path(found["app"]).resolve() == users_folder.resolve() / "app" / "__init__.py"
     assert found["owner"] == "the user"
+    assert "plotly.js (attnviz" in (users_folder / "view.html").read_text(encoding="utf-8")
     assert not (target / "app").exists()
     assert not (target / "app.py").exists()
 

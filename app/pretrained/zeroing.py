@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 MAX_VALUE_ZEROING_WORK: Final = 2**17
 """Value zeroing runs N x L_k layer passes over L_q tokens; the API computes it while
-N x L_q x L_k stays within this (131,072; about 2 s for MiniLM on this 2-core machine):
+N x L_q x L_k stays within this (131,072; about 5 s for MiniLM on this 2-core machine):
 up to 147 tokens through MiniLM's 6 layers, 66 through SmolLM2's 30."""
 
 COPIES_PER_CALL: Final = 32

@@ -16,12 +16,12 @@ from ..attention import compute_attention
 from ..attention.module_cache import MODULES
 from ..pretrained import MODELS
 from ..pretrained.recordings import RECORDINGS
+from ..resources import STATIC_DIR
 from .errors import install_error_handlers, require_valid_unicode
 from .executor import run_compute, start_executor, stop_executor
 from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .openapi import install_openapi
 from .presets import DEFAULT_PRESET
-from .resources import STATIC_DIR
 from .response_cache import RESPONSES
 from .routers import attention, health, lessons, pages, presets, pretrained
 from .schemas import REQUEST_SCHEMAS

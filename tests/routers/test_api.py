@@ -6,7 +6,7 @@ import pytest
 import torch
 from attnviz.attention import LayerConfig, compute_attention
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
-from attnviz.server.resources import STATIC_DIR
+from attnviz.resources import STATIC_DIR
 from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
 from plotly.offline import get_plotlyjs_version

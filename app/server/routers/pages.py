@@ -24,10 +24,10 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from plotly.offline import get_plotlyjs_version
 
+from ...resources import STATIC_DIR, TEMPLATES_DIR
 from ..limits import MAX_LAYERS
 from ..middleware import docs_content_security_policy
 from ..presets import DEFAULT_PRESET, PRESETS
-from ..resources import STATIC_DIR, TEMPLATES_DIR
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 

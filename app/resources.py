@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-_PACKAGE: Final = Path(__file__).resolve().parents[1]
+_PACKAGE: Final = Path(__file__).resolve().parent
 
 
 def _shipped(name: str) -> Path:

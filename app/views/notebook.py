@@ -1,0 +1,412 @@
+"""Attention views for notebooks: the attention tensors a user has in, offline figures out.
+
+``head_view(attention, tokens)`` draws one layer's heads side by side (BertViz's head
+view, CircuitsVis's ``attention_patterns``); ``model_view(attentions, tokens)`` draws
+every layer x head (BertViz's model view). Both take what users have: a torch tensor or
+numpy array of shape (H, L_q, L_k), (B, H, L_q, L_k) or (N, B, H, L_q, L_k), or the tuple
+of per-layer (B, H, L_q, L_k) tensors that transformers returns with
+``output_attentions=True``.
+
+The result, an :class:`AttentionView`, renders in Jupyter (classic, JupyterLab, VS Code,
+nbconvert's HTML) through ``_repr_html_`` with no CDN and no server: the first view of a
+Python process embeds AttnViz's Plotly.js bundle (core + heatmap, 1.2 MB, the one the page
+loads), the later ones draw with it (:func:`init_notebook` embeds it again, e.g. after the
+first output was cleared). ``.save("view.html")`` writes a standalone file that works
+offline; ``.figure`` is the Plotly figure, to restyle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Sequence
+from functools import cache
+from html import escape
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..resources import STATIC_DIR
+from .figure import MASKED_COLOR, WEIGHT_COLORSCALE
+
+PLOTLY_BUNDLE: Final = "vendor/plotly-attnviz.min.js"
+"""AttnViz's Plotly.js bundle inside the package's static files."""
+
+SHAPES: Final = (
+    "(H, L_q, L_k), (B, H, L_q, L_k), (N, B, H, L_q, L_k), or a tuple of N per-layer "
+    "(B, H, L_q, L_k) tensors as transformers' output_attentions"
+)
+"""What the views take, for the messages of :func:`attention_array`."""
+
+_embedded = False  # whether a view of this process has embedded Plotly.js
+
+
+def attention_array(attention: Any) -> np.ndarray:
+    """Any attention input of the views as one (N, B, H, L_q, L_k) float32 array.
+
+    Args:
+        attention: a torch tensor or numpy array (or nested lists) of shape (H, L_q, L_k),
+            (B, H, L_q, L_k) or (N, B, H, L_q, L_k); or a tuple or list of N per-layer
+            tensors of shape (B, H, L_q, L_k) or (H, L_q, L_k).
+
+    Returns:
+        (N, B, H, L_q, L_k) float32 (N = B = 1 where the input had no such axis).
+
+    Raises:
+        ValueError: another shape (the message names the shapes taken), layers of
+            different shapes, or a NaN or infinite weight.
+    """
+    if isinstance(attention, (tuple, list)) and attention and _is_array(attention[0]):
+        layers = [_as_numpy(layer) for layer in attention]
+        shapes = {layer.shape for layer in layers}
+        if len(shapes) != 1:
+            raise ValueError(f"the layers' attention shapes differ: {sorted(shapes)}")
+        array = np.stack(layers)
+        if array.ndim == 4:  # N x (H, L_q, L_k)
+            array = array[:, None]
+        if array.ndim != 5:
+            raise ValueError(f"attention must be {SHAPES}; got layers of shape {layers[0].shape}")
+    else:
+        array = _as_numpy(attention)
+        if array.ndim == 3:
+            array = array[None, None]
+        elif array.ndim == 4:
+            array = array[None]
+        elif array.ndim != 5:
+            raise ValueError(f"attention must be {SHAPES}; got shape {tuple(array.shape)}")
+    if not np.isfinite(array).all():
+        raise ValueError("attention holds a NaN or infinite weight")
+    return array.astype(np.float32, copy=False)
+
+
+def _is_array(value: Any) -> bool:
+    """A tensor or array (nested lists of numbers are one array, not layers)."""
+    return hasattr(value, "shape")
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    """A torch tensor (any dtype or device, autograd or not), an array or nested lists."""
+    if hasattr(value, "detach"):  # torch.Tensor, without importing torch here
+        value = value.detach().float().cpu().numpy()
+    try:
+        return np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"attention must be numbers of shape {SHAPES}: {error}") from None
+
+
+def _labels(tokens: Sequence[Any] | None, length: int, name: str) -> list[str]:
+    """Token strings for one axis of ``length`` positions (their numbers when None)."""
+    if tokens is None:
+        return [str(i) for i in range(length)]
+    labels = [str(token) for token in tokens]
+    if len(labels) != length:
+        raise ValueError(f"{name} has {len(labels)} tokens for an axis of {length} positions")
+    return labels
+
+
+class AttentionView:
+    """Attention maps as a Plotly figure, drawn in Jupyter and saved as offline HTML.
+
+    Attributes:
+        figure: the ``plotly.graph_objects.Figure`` (one heatmap per map), to restyle.
+        maps: (N, H, L_q, L_k) float32, the weights drawn (N = 1 for a head view).
+    """
+
+    def __init__(self, figure: go.Figure, maps: np.ndarray) -> None:
+        self.figure = figure
+        self.maps = maps
+
+    def to_html(self, *, full_html: bool = True, include_plotlyjs: bool = True) -> str:
+        """The view as HTML: a standalone page with Plotly.js inlined, or a fragment.
+
+        Args:
+            full_html: a whole ``<html>`` document (else a ``<div>`` and its script).
+            include_plotlyjs: inline AttnViz's Plotly.js bundle (else the fragment draws with
+                a ``window.Plotly`` already on the page, waiting up to 10 s for one).
+        """
+        element = f"attnviz-{uuid.uuid4().hex}"
+        height = int(self.figure.layout.height or 450)
+        spec = self.figure.to_json()
+        body = (
+            f'<div id="{element}" class="attnviz-view" style="height:{height}px"></div>\n'
+            f"<script>{_plotly_js() if include_plotlyjs else ''}</script>\n"
+            f"<script>{_drawing_script(element, spec)}</script>"
+        )
+        if not full_html:
+            return body
+        title = escape(str(self.figure.layout.title.text or "AttnViz"))
+        return (
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{title}</title></head>\n<body>\n{body}\n</body></html>\n"
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write the view to ``path``, by its suffix.
+
+        ``.html``: a standalone page that works offline; ``.png``, ``.svg``, ``.pdf``:
+        Plotly's image export (kaleido).
+
+        Returns:
+            The path written.
+
+        Raises:
+            ValueError: another suffix.
+            RuntimeError: an image without kaleido or a browser for it (the message says
+                what to install).
+        """
+        target = Path(path)
+        suffix = target.suffix.lower()
+        if suffix in (".html", ".htm"):
+            target.write_text(self.to_html(), encoding="utf-8")
+            return target
+        if suffix not in (".png", ".svg", ".pdf"):
+            raise ValueError(f"save writes .html, .png, .svg or .pdf, not {target.name!r}")
+        try:
+            self.figure.write_image(target)
+        except Exception as error:  # kaleido missing, or no browser for it
+            raise RuntimeError(
+                f"writing {suffix} needs kaleido and a Chromium it can drive "
+                f"(pip install 'attnviz[export]'): {error}"
+            ) from None
+        return target
+
+    def _repr_html_(self) -> str:
+        global _embedded
+        first = not _embedded
+        _embedded = True
+        return self.to_html(full_html=False, include_plotlyjs=first)
+
+    def _repr_mimebundle_(self, **_: Any) -> dict[str, str]:
+        return {"text/html": self._repr_html_(), "text/plain": repr(self)}
+
+    def __repr__(self) -> str:
+        layers, heads, len_q, len_k = self.maps.shape
+        return f"<AttentionView: {layers} layer(s) x {heads} head(s), {len_q} x {len_k}>"
+
+
+def init_notebook() -> None:
+    """Embed Plotly.js in the next view again (after the output that held it was cleared)."""
+    global _embedded
+    _embedded = False
+
+
+@cache
+def _plotly_js() -> str:
+    """AttnViz's Plotly.js bundle, safe inside a ``<script>`` element."""
+    source = (STATIC_DIR / PLOTLY_BUNDLE).read_text("utf-8")
+    return source.replace("</script", "<\\/script")
+
+
+def _drawing_script(element: str, spec: str) -> str:
+    """JavaScript drawing ``spec`` (Plotly JSON) into ``element`` once Plotly.js is there.
+
+    After 10 s without ``window.Plotly`` it says so in the element.
+    """
+    safe = spec.replace("</", "<\\/")
+    return (
+        "(function () {\n"
+        f"  var id = {json.dumps(element)}, spec = {safe}, tries = 0;\n"
+        "  function draw() {\n"
+        "    if (!window.Plotly) return false;\n"
+        "    window.Plotly.newPlot(id, spec.data, spec.layout, {responsive: true});\n"
+        "    return true;\n"
+        "  }\n"
+        "  if (draw()) return;\n"
+        "  var timer = setInterval(function () {\n"
+        "    if (draw()) { clearInterval(timer); return; }\n"
+        "    if (++tries > 100) {\n"
+        "      clearInterval(timer);\n"
+        "      document.getElementById(id).textContent = 'Plotly.js is not on this page: "
+        "run attnviz.init_notebook() and show the view again.';\n"
+        "    }\n"
+        "  }, 100);\n"
+        "})();"
+    )
+
+
+def _maps_figure(
+    maps: np.ndarray,
+    rows: int,
+    columns: int,
+    titles: list[str],
+    query: list[str],
+    key: list[str],
+    title: str,
+    cell_px: int,
+) -> go.Figure:
+    """One heatmap per map in a grid, queries down (first at the top), keys across."""
+    count = len(maps)
+    labelled = count <= 16
+    # Square cells of cell_px, with room for each one's title (and tick labels) around it.
+    gap_x, gap_y = (90, 110) if labelled else (14, 30)
+    width = columns * cell_px + (columns - 1) * gap_x + 120
+    height = rows * cell_px + (rows - 1) * gap_y + 140
+    figure = make_subplots(
+        rows=rows,
+        cols=columns,
+        subplot_titles=titles,
+        horizontal_spacing=gap_x / (width - 120),
+        vertical_spacing=gap_y / (height - 140),
+    )
+    zmax = float(maps.max()) or 1.0
+    small = max(len(query), len(key)) <= 16 and count <= 16
+    for n in range(count):
+        row, col = n // columns + 1, n % columns + 1
+        figure.add_trace(
+            go.Heatmap(
+                z=maps[n].tolist(),
+                x=list(range(len(key))),
+                y=list(range(len(query))),
+                zmin=0,
+                zmax=zmax,
+                colorscale=WEIGHT_COLORSCALE,
+                showscale=n == count - 1,
+                customdata=[
+                    [[query[i], key[j]] for j in range(len(key))] for i in range(len(query))
+                ],
+                hovertemplate=f"{escape(titles[n])}<br>query %{{customdata[0]}}<br>key "
+                "%{customdata[1]}<br>weight %{z:.4f}<extra></extra>",
+                texttemplate="%{z:.2f}" if small else "",
+            ),
+            row=row,
+            col=col,
+        )
+        figure.update_xaxes(
+            tickvals=list(range(len(key))) if labelled else [],
+            ticktext=[escape(t) for t in key] if labelled else [],
+            tickangle=-45,
+            row=row,
+            col=col,
+        )
+        figure.update_yaxes(
+            tickvals=list(range(len(query))) if labelled else [],
+            ticktext=[escape(t) for t in query] if labelled else [],
+            autorange="reversed",
+            row=row,
+            col=col,
+        )
+    figure.update_layout(
+        height=height,
+        width=max(width, 480),
+        plot_bgcolor=MASKED_COLOR,
+        title=escape(title),
+        margin={"t": 80, "l": 70 if labelled else 30, "r": 50, "b": 60 if labelled else 20},
+    )
+    return figure
+
+
+def _selected(array: np.ndarray, sequence_index: int) -> np.ndarray:
+    """(N, H, L_q, L_k): input ``sequence_index`` of the batch."""
+    batch = array.shape[1]
+    if not 0 <= sequence_index < batch:
+        raise IndexError(f"sequence_index {sequence_index} is outside the batch of {batch}")
+    return array[:, sequence_index]
+
+
+def head_view(
+    attention: Any,
+    tokens: Sequence[Any] | None = None,
+    *,
+    target_tokens: Sequence[Any] | None = None,
+    layer: int = 0,
+    sequence_index: int = 0,
+    columns: int = 4,
+    title: str | None = None,
+) -> AttentionView:
+    """One layer's heads side by side, one heatmap each (BertViz's head view).
+
+    Args:
+        attention: any shape :func:`attention_array` takes.
+        tokens: the keys' tokens (and the queries', for self-attention); None numbers them.
+        target_tokens: the queries' tokens for cross attention (L_q of them).
+        layer: which layer of an (N, ...) input or a per-layer tuple.
+        sequence_index: which input of a batch.
+        columns: heads per row.
+        title: the figure's title (default: the layer and input).
+
+    Returns:
+        An :class:`AttentionView`; ``maps`` is (1, H, L_q, L_k).
+
+    Raises:
+        ValueError: a shape or token count that does not fit (the message says which).
+        IndexError: ``layer`` or ``sequence_index`` outside the input.
+    """
+    array = _selected(attention_array(attention), sequence_index)
+    if not 0 <= layer < len(array):
+        raise IndexError(f"layer {layer} is outside the {len(array)} layer(s)")
+    maps = array[layer]  # (H, L_q, L_k)
+    heads, len_q, len_k = maps.shape
+    key = _labels(tokens, len_k, "tokens")
+    query = _labels(target_tokens, len_q, "target_tokens") if target_tokens else None
+    if query is None:
+        if len_q != len_k:
+            raise ValueError(
+                f"the maps are {len_q} x {len_k} (cross attention): give target_tokens for "
+                "the queries"
+            )
+        query = key
+    cols = max(1, min(columns, heads))
+    figure = _maps_figure(
+        maps,
+        math.ceil(heads / cols),
+        cols,
+        [f"Head {h}" for h in range(heads)],
+        query,
+        key,
+        title or f"AttnViz head view: layer {layer}, input {sequence_index}",
+        cell_px=260,
+    )
+    return AttentionView(figure, maps[None])
+
+
+def model_view(
+    attentions: Any,
+    tokens: Sequence[Any] | None = None,
+    *,
+    target_tokens: Sequence[Any] | None = None,
+    sequence_index: int = 0,
+    title: str | None = None,
+) -> AttentionView:
+    """Every layer x head as small heatmaps, layer 0 at the top (BertViz's model view).
+
+    Args:
+        attentions: any shape :func:`attention_array` takes; transformers'
+            ``outputs.attentions`` as it is.
+        tokens: the keys' tokens (and the queries', for self-attention); None numbers them.
+        target_tokens: the queries' tokens for cross attention.
+        sequence_index: which input of a batch.
+        title: the figure's title.
+
+    Returns:
+        An :class:`AttentionView`; ``maps`` is (N, H, L_q, L_k).
+
+    Raises:
+        ValueError: a shape or token count that does not fit.
+        IndexError: ``sequence_index`` outside the batch.
+    """
+    maps = _selected(attention_array(attentions), sequence_index)  # (N, H, L_q, L_k)
+    layers, heads, len_q, len_k = maps.shape
+    key = _labels(tokens, len_k, "tokens")
+    query = _labels(target_tokens, len_q, "target_tokens") if target_tokens else None
+    if query is None:
+        if len_q != len_k:
+            raise ValueError(
+                f"the maps are {len_q} x {len_k} (cross attention): give target_tokens for "
+                "the queries"
+            )
+        query = key
+    figure = _maps_figure(
+        maps.reshape(layers * heads, len_q, len_k),
+        layers,
+        heads,
+        [f"L{n // heads} H{n % heads}" for n in range(layers * heads)],
+        query,
+        key,
+        title or f"AttnViz model view: {layers} layers x {heads} heads, input {sequence_index}",
+        cell_px=max(60, min(200, 1100 // heads)),
+    )
+    return AttentionView(figure, maps)

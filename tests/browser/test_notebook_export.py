@@ -1,0 +1,63 @@
+"""attnviz's saved views open offline in Chromium: every map drawn, nothing fetched.
+
+The file is opened from disk with every request that is not that file aborted and
+recorded: Plotly.js must come from inside the file.
+"""
+
+from pathlib import Path
+
+import attnviz
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.browser
+
+
+def open_offline(browser, path: Path):  # type: ignore[no-untyped-def]
+    """A page showing ``path`` with every other request aborted; (page, outside URLs)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    outside: list[str] = []
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def handle(route) -> None:  # type: ignore[no-untyped-def]
+        if route.request.url == path.as_uri():
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", handle)
+    page.goto(path.as_uri())
+    return page, outside, errors
+
+
+@pytest.mark.parametrize("kind", ["head", "model"])
+def test_a_saved_view_draws_every_map_offline(browser, tmp_path: Path, kind: str) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(1)
+    weights = rng.random((3, 1, 4, 5, 5)).astype(np.float32)  # (N, B, H, L, L)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    tokens = ["The", "cat", "<sat>", "on", "&mat"]
+    if kind == "head":
+        view = attnviz.head_view(weights, tokens, layer=2)
+        expected = weights[2, 0]
+    else:
+        view = attnviz.model_view(weights, tokens)
+        expected = weights[:, 0].reshape(12, 5, 5)
+    path = view.save(tmp_path / f"{kind}.html")
+    page, outside, errors = open_offline(browser, path)
+    page.wait_for_function(
+        "() => document.querySelector('.attnviz-view') && "
+        "document.querySelector('.attnviz-view').data !== undefined",
+        timeout=20_000,
+    )
+    drawn = page.evaluate(
+        "() => document.querySelector('.attnviz-view').data"
+        ".filter((t) => t.type === 'heatmap').map((t) => t.z)"
+    )
+    np.testing.assert_allclose(drawn, expected, rtol=1e-6)
+    # Plotly drew them: one heatmap image layer per map in the SVG.
+    assert page.locator(".attnviz-view .hm").count() == len(expected)
+    assert outside == [] and errors == []
+    page.context.close()
