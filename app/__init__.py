@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 from .attention import AttentionResult, LayerConfig, compute_attention
 from .views.figure import attention_figure
-from .views.notebook import AttentionView, head_view, init_notebook, model_view
+from .views.notebook import AttentionView, head_view, init_notebook, model_view, show
 
 __all__ = [
     "AttentionResult",
@@ -30,4 +30,5 @@ __all__ = [
     "head_view",
     "init_notebook",
     "model_view",
+    "show",
 ]

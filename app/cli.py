@@ -2,12 +2,16 @@
 
     attnviz serve [--host H] [--port P] [--workers N] [--reload]
     attnviz compute (--json FILE | --sequence TEXT ...) [options] [--output FILE]
-    attnviz export  (--json FILE | --sequence TEXT ...) [options] --output FILE.html
+    attnviz export  (--json FILE | --sequence TEXT ...) [options] --output FILE
+    attnviz export  --model NAME --text TEXT [--layer L [--head H]] [--method M] --output FILE
     attnviz models  (load the pretrained models the server would offer; list them)
+    attnviz --version
 
 ``compute`` and ``export`` take the same inputs as POST /api/v1/attention, from flags
 or from a JSON file of that request (flags then override it). A ``--sequence`` whose
-tokens are all integers is token ids; otherwise it is words (as on the page).
+tokens are all integers is token ids; otherwise it is words (as on the page). ``export
+--model`` runs a pretrained model on ``--text`` instead (:func:`attnviz.show`). The
+output's suffix chooses the format: .html (standalone, offline), .png, .svg or .pdf.
 """
 
 from __future__ import annotations
@@ -24,9 +28,24 @@ from pydantic import ValidationError
 from .attention.engine import DEVICE_NAMES
 from .attention.masks import MASK_NAMES
 
+EXPORT_SUFFIXES = (".html", ".htm", ".png", ".svg", ".pdf")
+"""What ``export --output`` writes, by the file's suffix."""
+
+
+class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in --help: argparse's, unless its help already says one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default:" in text:
+            return text
+        return super()._get_help_string(action) or text
+
 
 def _input_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", type=Path, help="a request body as in POST /api/v1/attention")
+    parser.add_argument(
+        "--json", type=Path, help="a request body as in POST /api/v1/attention (default: none)"
+    )
     parser.add_argument(
         "--sequence", action="append", default=[], help="one sequence (repeat the flag for a batch)"
     )
@@ -34,16 +53,33 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
         "--target",
         action="append",
         default=[],
-        help="one target sequence, for cross attention (repeatable)",
+        help="one target sequence, for cross attention (repeatable); with export --model, "
+        "an encoder-decoder's decoder text",
     )
-    parser.add_argument("--d-model", type=int)
-    parser.add_argument("--num-heads", type=int)
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--mask", choices=MASK_NAMES)
-    parser.add_argument("--pad-id", type=int)
-    parser.add_argument("--vocab-size", type=int)
-    parser.add_argument("--device", choices=DEVICE_NAMES)
-    parser.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+    from .server.schemas import AttentionRequest
+
+    fields = AttentionRequest.model_fields
+    for flag, kind, choices, what in (
+        ("--d-model", int, None, "model width d_model"),
+        ("--num-heads", int, None, "heads"),
+        ("--seed", int, None, "the weights' seed"),
+        ("--mask", str, MASK_NAMES, "mask"),
+        ("--pad-id", int, None, "padding id"),
+        ("--vocab-size", int, None, "vocabulary size"),
+        ("--device", str, DEVICE_NAMES, "where to compute"),
+    ):
+        name = flag[2:].replace("-", "_")
+        # Left out, the field is the request's (--json) or the API's default, shown here.
+        parser.add_argument(
+            flag,
+            type=kind,
+            choices=choices,
+            default=argparse.SUPPRESS,
+            help=f"{what} (default: {fields[name].default!s}, or --json's)",
+        )
+    parser.add_argument(
+        "--output", "-o", type=Path, help="write here instead of stdout (default: stdout)"
+    )
 
 
 def _parse_sequence(text: str) -> list[int] | str:
@@ -69,7 +105,7 @@ def build_request(args: argparse.Namespace) -> Any:
     if args.target:
         body["targets"] = [_parse_sequence(s) for s in args.target]
     for name in ("d_model", "num_heads", "seed", "mask", "pad_id", "vocab_size", "device"):
-        value = getattr(args, name)
+        value = getattr(args, name, None)
         if value is not None:
             body[name] = value
     try:
@@ -146,36 +182,68 @@ def cmd_compute(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    """Write a self-contained HTML file (Plotly.js inlined) of the per-head heatmaps."""
+    """Write the heatmaps as a standalone HTML file (Plotly.js inlined) or a PNG, SVG, PDF."""
     from .attention import AttentionInputError, compute_attention
     from .views.figure import attention_figure
+    from .views.notebook import AttentionView, show
 
-    request = build_request(args)
-    if args.output is None or args.output.suffix.lower() not in (".html", ".htm", ".png", ".svg"):
-        raise SystemExit("attnviz: export needs --output FILE.html (or .png / .svg)")
+    if args.output is None or args.output.suffix.lower() not in EXPORT_SUFFIXES:
+        raise SystemExit("attnviz: export needs --output FILE.html (or .png, .svg, .pdf)")
+    if (args.model is None) != (args.text is None):
+        raise SystemExit("attnviz: export --model NAME needs --text TEXT, and --text a --model")
+    if args.head is not None and args.layer is None:
+        raise SystemExit("attnviz: --head needs --layer")
     try:
-        result = compute_attention(
-            request.sequences,
-            targets=request.targets,
-            mask=request.mask,
-            dtype=request.dtype,
-            mask_fill=float(request.mask_fill),
-            scale=request.scale,
-            config=request.layer(),
-        )
-    except AttentionInputError as error:
+        if args.model is not None:
+            view = show(
+                args.text,
+                args.model,
+                layer=args.layer,
+                method=args.method,
+                target=args.target[0] if args.target else None,
+                device=getattr(args, "device", "auto"),
+            )
+            if args.head is not None:
+                view = _one_head(view, args.head)
+        else:
+            if args.layer is not None or args.method != "attention":
+                raise SystemExit("attnviz: --layer, --head and --method are for --model")
+            request = build_request(args)
+            result = compute_attention(
+                request.sequences,
+                targets=request.targets,
+                mask=request.mask,
+                dtype=request.dtype,
+                mask_fill=float(request.mask_fill),
+                scale=request.scale,
+                config=request.layer(),
+            )
+            figure = attention_figure(result, sequence_index=args.sequence_index)
+            view = AttentionView(figure, result.attn_weights[args.sequence_index][None].numpy())
+    except (AttentionInputError, IndexError, ValueError) as error:
         raise SystemExit(f"attnviz: {error}") from None
-    figure = attention_figure(result, sequence_index=args.sequence_index)
-    if args.output.suffix.lower() in (".png", ".svg"):
-        try:
-            figure.write_image(args.output)
-        except (ImportError, ValueError) as error:
-            raise SystemExit(
-                f"attnviz: PNG/SVG export needs kaleido (pip install 'attnviz[export]', or "
-                f"pip install -e '.[export]' in a checkout): {error}"
-            ) from None
-        return
-    figure.write_html(args.output, include_plotlyjs=True, full_html=True)
+    try:
+        view.save(args.output)
+    except RuntimeError as error:
+        raise SystemExit(f"attnviz: {error}") from None
+
+
+def _one_head(view: Any, head: int) -> Any:
+    """A head view's one head, as a view of its own."""
+    from .views.notebook import head_view
+
+    heads = view.maps.shape[1]
+    if not 0 <= head < heads:
+        raise SystemExit(f"attnviz: --head {head} is not below {heads}")
+    layout = view.figure.layout
+    query = list(layout.yaxis.ticktext)
+    key = list(layout.xaxis.ticktext)
+    return head_view(
+        view.maps[:, head : head + 1],
+        key,
+        target_tokens=query if query != key else None,
+        title=f"{layout.title.text}, head {head}",
+    )
 
 
 def cmd_models(args: argparse.Namespace) -> None:
@@ -212,27 +280,65 @@ def cmd_models(args: argparse.Namespace) -> None:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnviz`` command."""
-    main_parser = argparse.ArgumentParser(prog="attnviz", description=__doc__.splitlines()[0])
+    from . import __version__
+
+    formatter = _DefaultsShown
+    main_parser = argparse.ArgumentParser(
+        prog="attnviz", description=__doc__.splitlines()[0], formatter_class=formatter
+    )
+    main_parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
     commands = main_parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="serve the page and the API")
-    serve.add_argument("--host", help="interface (default ATTNVIZ_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default ATTNVIZ_PORT or 8000)")
+    serve = commands.add_parser(
+        "serve", help="serve the page and the API", formatter_class=formatter
+    )
+    serve.add_argument(
+        "--host", default=None, help="interface (default: ATTNVIZ_HOST or 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=None, help="port (default: ATTNVIZ_PORT or 8000)"
+    )
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     serve.add_argument("--reload", action="store_true", help="restart on code changes")
     serve.set_defaults(run=cmd_serve)
 
-    compute = commands.add_parser("compute", help="write the attention response JSON")
+    compute = commands.add_parser(
+        "compute", help="write the attention response JSON", formatter_class=formatter
+    )
     _input_arguments(compute)
     compute.set_defaults(run=cmd_compute)
 
-    export = commands.add_parser("export", help="write a self-contained HTML of the heatmaps")
+    export = commands.add_parser(
+        "export",
+        help="write the heatmaps: standalone HTML (offline), PNG, SVG or PDF",
+        formatter_class=formatter,
+    )
     _input_arguments(export)
     export.add_argument("--sequence-index", type=int, default=0, help="which sequence to draw")
+    export.add_argument(
+        "--model",
+        default=None,
+        help="a pretrained model (a packaged name such as all-MiniLM-L6-v2, or a local "
+        "Hugging Face directory or .gguf file) to run on --text instead of the toy engine",
+    )
+    export.add_argument("--text", default=None, help="the text for --model")
+    export.add_argument(
+        "--layer", type=int, default=None, help="one layer's heads (default: every layer)"
+    )
+    export.add_argument(
+        "--head", type=int, default=None, help="with --layer, that head alone (default: all)"
+    )
+    export.add_argument(
+        "--method",
+        choices=("attention", "norm"),
+        default="attention",
+        help="the weights, or norm-based attention ||alpha f(x)|| (Kobayashi et al. 2020)",
+    )
     export.set_defaults(run=cmd_export)
 
     models = commands.add_parser(
         "models",
+        formatter_class=formatter,
         help="load and list the pretrained models (ATTNVIZ_PACKAGED_MODELS, "
         "ATTNVIZ_MODEL_DIRS), filling the cache of GGUF models (ATTNVIZ_CACHE_DIR)",
     )

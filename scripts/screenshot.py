@@ -1,7 +1,9 @@
-"""Regenerate docs/screenshot.png and docs/models.png in Debian's Chromium.
+"""Regenerate docs/screenshot.png, docs/models.png and docs/notebook.png in Debian's Chromium.
 
 docs/screenshot.png: the page with the default preset. docs/models.png: the
 pretrained-model page (/models) with its default sentence (needs the pretrained extra).
+docs/notebook.png: docs/attnviz.ipynb executed by an IPython kernel (nbclient) and
+converted to HTML (nbconvert), its top as a reader sees it.
 
 Usage: .venv/bin/python scripts/screenshot.py [OUTPUT_DIR]
 """
@@ -35,8 +37,31 @@ def main() -> None:
         page.wait_for_selector("#view-model[data-drawn='true']", timeout=30_000)
         page.wait_for_timeout(300)
         page.screenshot(path=str(directory / "models.png"))
+        page.goto(notebook_html(directory).as_uri())
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.attnviz-view')].every((v) => v.data)"
+        )
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(directory / "notebook.png"))
         browser.close()
-    print(f"wrote {directory / 'screenshot.png'} and {directory / 'models.png'}")
+    print(f"wrote {directory / 'screenshot.png'}, {directory / 'models.png'} and notebook.png")
+
+
+def notebook_html(directory: Path) -> Path:
+    """docs/attnviz.ipynb executed in a temporary folder and converted to HTML there."""
+    import tempfile
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+
+    folder = Path(tempfile.mkdtemp())
+    notebook = nbformat.read(REPO_ROOT / "docs" / "attnviz.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=600, resources={"metadata": {"path": folder}}).execute()
+    html, _ = HTMLExporter().from_notebook_node(notebook)
+    path = folder / "attnviz.html"
+    path.write_text(html, encoding="utf-8")
+    return path
 
 
 if __name__ == "__main__":

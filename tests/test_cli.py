@@ -24,11 +24,27 @@ def attnviz(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["compute"], ["export"]])
-def test_every_command_has_help(command: list[str]) -> None:
+@pytest.mark.parametrize("command", [[], ["serve"], ["compute"], ["export"], ["models"]])
+def test_every_command_has_help_with_every_options_default(command: list[str]) -> None:
+    import re
+
     result = attnviz(*command, "--help")
     assert result.returncode == 0
     assert result.stdout.startswith("usage: attnviz")
+    options = result.stdout.split("options:", 1)[1]
+    # Each option's entry (from its flag to the next flag) says its default.
+    entries = re.split(r"\n  (?=-)", options)[1:]
+    for entry in entries:
+        if entry.startswith(("-h, --help", "--version")):
+            continue
+        assert "(default:" in " ".join(entry.split()), entry
+
+
+def test_version() -> None:
+    from attnviz import __version__
+
+    result = attnviz("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"attnviz {__version__}"
 
 
 def test_compute_writes_the_api_response(tmp_path: Path) -> None:
@@ -109,7 +125,7 @@ def test_export_opens_offline_and_draws_every_head(tmp_path: Path, browser) -> N
         str(output),
     )
     assert result.returncode == 0, result.stderr
-    assert "plotly.js v" in output.read_text()
+    assert "plotly.js (attnviz" in output.read_text()  # inlined: nothing to fetch
     context = browser.new_context(offline=True)  # no network: everything is in the file
     page = context.new_page()
     page.goto(output.as_uri())
@@ -163,3 +179,53 @@ def test_serve_runs_several_workers_that_agree(tmp_path: Path) -> None:
         server.terminate()
         server.wait(timeout=20)
         log.close()
+
+
+@pytest.mark.usefixtures("pretrained_extra")
+def test_export_a_pretrained_models_layer_head_and_method(tmp_path: Path) -> None:
+    """export --model: the maps are the model's own (attnviz.show, checked against the
+    registry's run), in HTML, SVG, PNG and PDF; bad combinations are refused."""
+    import xml.etree.ElementTree as ElementTree
+
+    from attnviz import show
+    from attnviz.pretrained import ModelRegistry
+    from attnviz.pretrained.methods import with_method
+
+    text = "The cat sat on the mat."
+    svg = tmp_path / "head.svg"
+    result = attnviz("export", "--model", "all-MiniLM-L6-v2", "--text", text, "--layer", "2",
+                     "--head", "3", "--method", "norm", "-o", str(svg))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    images = [e for e in ElementTree.parse(svg).getroot().iter() if e.tag.endswith("image")]
+    assert len(images) == 1  # one head's heatmap
+    html = tmp_path / "model.html"
+    result = attnviz("export", "--model", "all-MiniLM-L6-v2", "--text", text, "-o", str(html))
+    assert result.returncode == 0, result.stderr
+    assert html.read_text().count("query %{customdata[0]}") == 6 * 12  # one hover per map
+    png = tmp_path / "layer.png"
+    result = attnviz("export", "--model", "all-MiniLM-L6-v2", "--text", text, "--layer", "0",
+                     "-o", str(png))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:4] == b"\x89PNG"  # PDF: tests/browser/test_notebook_export.py
+    # The same maps in Python: attnviz.show equals the registry's own run, norm included.
+    registry = ModelRegistry()
+    registry.configure([], packaged=["all-MiniLM-L6-v2"])
+    registry.load()
+    model = registry.get("all-MiniLM-L6-v2")
+    run = with_method(model.attention([text]), model.on(torch.device("cpu")), "norm")
+    view = show(text, "all-MiniLM-L6-v2", layer=2, method="norm", device="cpu")
+    expected = run.layer_weights("encoder", 2)[0].numpy()
+    drawn = [trace.z for trace in view.figure.data]
+    assert torch.allclose(torch.tensor(drawn), torch.tensor(expected), atol=1e-6)
+    from attnviz.attention import AttentionInputError
+
+    with pytest.raises(AttentionInputError, match="9 is not below 6"):
+        show(text, "all-MiniLM-L6-v2", layer=9)
+    for args, message in (
+        (["--model", "all-MiniLM-L6-v2"], "needs --text"),
+        (["--model", "all-MiniLM-L6-v2", "--text", text, "--head", "1"], "--head needs --layer"),
+        (["--sequence", "1 2", "--layer", "0"], "are for --model"),
+        (["--model", "no-such-model", "--text", text], "no-such-model"),
+    ):
+        result = attnviz("export", *args, "-o", str(tmp_path / "x.html"))
+        assert result.returncode == 1 and message in result.stderr, (args, result.stderr)

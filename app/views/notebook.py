@@ -144,11 +144,24 @@ class AttentionView:
             f"<title>{title}</title></head>\n<body>\n{body}\n</body></html>\n"
         )
 
-    def save(self, path: str | Path) -> Path:
+    def save(
+        self,
+        path: str | Path,
+        *,
+        width: int | None = None,
+        height: int | None = None,
+        scale: float = 1.0,
+    ) -> Path:
         """Write the view to ``path``, by its suffix.
 
         ``.html``: a standalone page that works offline; ``.png``, ``.svg``, ``.pdf``:
-        Plotly's image export (kaleido).
+        Plotly's image export (kaleido, which drives the Chromium on the machine).
+
+        Args:
+            path: where to write.
+            width: an image's width in px (default the figure's).
+            height: an image's height in px (default the figure's).
+            scale: a PNG's pixels per px (2 for print).
 
         Returns:
             The path written.
@@ -166,7 +179,7 @@ class AttentionView:
         if suffix not in (".png", ".svg", ".pdf"):
             raise ValueError(f"save writes .html, .png, .svg or .pdf, not {target.name!r}")
         try:
-            self.figure.write_image(target)
+            self.figure.write_image(target, width=width, height=height, scale=scale)
         except Exception as error:  # kaleido missing, or no browser for it
             raise RuntimeError(
                 f"writing {suffix} needs kaleido and a Chromium it can drive "
@@ -410,3 +423,72 @@ def model_view(
         cell_px=max(60, min(200, 1100 // heads)),
     )
     return AttentionView(figure, maps)
+
+
+_registry: Any = None  # the models show() has loaded, kept for the next call
+
+
+def show(
+    text: str,
+    model: str | None = None,
+    *,
+    layer: int | None = None,
+    method: str = "attention",
+    target: str | None = None,
+    device: str = "auto",
+) -> AttentionView:
+    """Run a pretrained model on ``text`` and view its attention (needs the pretrained extra).
+
+    Args:
+        text: one input, tokenised by the model's own tokenizer.
+        model: a packaged model's name (``all-MiniLM-L6-v2``, ``SmolLM2-135M-Instruct``) or
+            a local Hugging Face directory or ``.gguf`` file; None for the first packaged one.
+        layer: one layer's heads (:func:`head_view`); None for every layer
+            (:func:`model_view`).
+        method: "attention" (the softmax weights) or "norm" (Kobayashi et al.'s
+            ‖α f(x)‖, :mod:`attnviz.pretrained.methods`).
+        target: an encoder-decoder's decoder text (required there, refused elsewhere).
+        device: "auto", "cpu" or "cuda".
+
+    Returns:
+        An :class:`AttentionView` of the model's first block (an encoder-decoder's encoder).
+
+    Raises:
+        AttentionInputError: no such model, method or layer; a text the model cannot take.
+    """
+    global _registry
+    import torch
+
+    from ..attention.errors import AttentionInputError
+    from ..pretrained import ModelRegistry
+    from ..pretrained.methods import PER_HEAD_METHODS, with_method
+
+    if method != "attention" and method not in PER_HEAD_METHODS:
+        raise AttentionInputError("method", f"{method!r}: show draws 'attention' or 'norm'")
+    local = model is not None and Path(model).exists()
+    name = Path(model).name.removesuffix(".gguf") if local and model else model
+    if _registry is None or (name is not None and name not in _registry.names()):
+        registry = ModelRegistry()
+        registry.configure(
+            [Path(model)] if local and model else [],
+            packaged=[] if local else ([model] if model else True),
+        )
+        registry.load()
+        _registry = registry
+    pretrained = _registry.get(name)
+    targets = None if target is None else [target]
+    result = pretrained.attention([text], targets=targets, device=device)
+    network = pretrained.on(torch.device(result.device))
+    result = with_method(result, network, method)  # type: ignore[arg-type]
+    block = result.first_block
+    maps = np.stack(
+        [result.layer_weights(block, n).numpy() for n in range(result.num_layers(block))]
+    )  # (N, 1, H, L, L)
+    tokens = result.queries(block).tokens[0]
+    what = "‖α f(x)‖" if method == "norm" else "attention"
+    title = f"{pretrained.name}: {what}"
+    if layer is None:
+        return model_view(maps, tokens, title=f"{title}, {len(maps)} layers")
+    if not 0 <= layer < len(maps):
+        raise AttentionInputError("layer", f"{layer} is not below {len(maps)}")
+    return head_view(maps, tokens, layer=layer, title=f"{title}, layer {layer}")

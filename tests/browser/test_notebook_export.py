@@ -61,3 +61,21 @@ def test_a_saved_view_draws_every_map_offline(browser, tmp_path: Path, kind: str
     assert page.locator(".attnviz-view .hm").count() == len(expected)
     assert outside == [] and errors == []
     page.context.close()
+
+
+def test_images_for_papers_png_svg_pdf(tmp_path: Path) -> None:
+    """Plotly's image export (kaleido driving the machine's Chromium): a PNG of the size
+    asked, an SVG with one heatmap image per head, a PDF."""
+    import struct
+    import xml.etree.ElementTree as ElementTree
+
+    weights = np.tril(np.ones((3, 4, 4), dtype=np.float32))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    view = attnviz.head_view(weights, ["I", "saw", "a", "cat"])
+    png = view.save(tmp_path / "heads.png", width=900, height=420).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", png[16:24]) == (900, 420)  # IHDR: width, height
+    svg = ElementTree.parse(view.save(tmp_path / "heads.svg")).getroot()
+    images = [e for e in svg.iter() if e.tag.endswith("image")]  # a heatmap is drawn as one
+    assert len(images) == 3
+    assert view.save(tmp_path / "heads.pdf").read_bytes()[:5] == b"%PDF-"
