@@ -182,8 +182,9 @@ class AttentionView:
             self.figure.write_image(target, width=width, height=height, scale=scale)
         except Exception as error:  # kaleido missing, or no browser for it
             raise RuntimeError(
-                f"writing {suffix} needs kaleido and a Chromium it can drive "
-                f"(pip install 'attnviz[export]'): {error}"
+                f"writing {suffix} needs kaleido and a Chrome or Chromium for it to drive: "
+                "pip install 'attnviz[export]' (make install adds it), and a browser "
+                f"(Debian: apt-get install chromium; make browser does it). Details: {error}"
             ) from None
         return target
 

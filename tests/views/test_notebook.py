@@ -145,3 +145,20 @@ def test_import_attnviz_and_save_from_another_directory(tmp_path: Path) -> None:
     )
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, timeout=120)
     assert (tmp_path / "x.html").stat().st_size > 1_000_000  # Plotly.js inlined
+
+
+def test_an_image_without_kaleido_or_a_browser_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import plotly.graph_objects as go
+
+    def no_browser(*_: object, **__: object) -> None:
+        raise RuntimeError("Kaleido requires Google Chrome to be installed.")
+
+    monkeypatch.setattr(go.Figure, "write_image", no_browser)
+    view = attnviz.head_view(np.ones((1, 2, 2), dtype=np.float32) / 2)
+    with pytest.raises(RuntimeError) as error:
+        view.save(tmp_path / "view.pdf")
+    message = str(error.value)
+    assert "pip install 'attnviz[export]'" in message and "apt-get install chromium" in message
+    assert not (tmp_path / "view.pdf").exists()
