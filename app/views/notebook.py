@@ -108,6 +108,25 @@ def _labels(tokens: Sequence[Any] | None, length: int, name: str) -> list[str]:
     return labels
 
 
+def _axes(
+    tokens: Sequence[Any] | None, target_tokens: Sequence[Any] | None, len_q: int, len_k: int
+) -> tuple[list[str], list[str]]:
+    """(query labels, key labels): the keys' tokens, and the targets' for cross attention.
+
+    Raises:
+        ValueError: a token count that is not the axis's, or non-square maps without
+            ``target_tokens``.
+    """
+    key = _labels(tokens, len_k, "tokens")
+    if target_tokens:
+        return _labels(target_tokens, len_q, "target_tokens"), key
+    if len_q != len_k:
+        raise ValueError(
+            f"the maps are {len_q} x {len_k} (cross attention): give target_tokens for the queries"
+        )
+    return key, key
+
+
 class AttentionView:
     """Attention maps as a Plotly figure, drawn in Jupyter and saved as offline HTML.
 
@@ -354,15 +373,7 @@ def head_view(
         raise IndexError(f"layer {layer} is outside the {len(array)} layer(s)")
     maps = array[layer]  # (H, L_q, L_k)
     heads, len_q, len_k = maps.shape
-    key = _labels(tokens, len_k, "tokens")
-    query = _labels(target_tokens, len_q, "target_tokens") if target_tokens else None
-    if query is None:
-        if len_q != len_k:
-            raise ValueError(
-                f"the maps are {len_q} x {len_k} (cross attention): give target_tokens for "
-                "the queries"
-            )
-        query = key
+    query, key = _axes(tokens, target_tokens, len_q, len_k)
     cols = max(1, min(columns, heads))
     figure = _maps_figure(
         maps,
@@ -404,15 +415,7 @@ def model_view(
     """
     maps = _selected(attention_array(attentions), sequence_index)  # (N, H, L_q, L_k)
     layers, heads, len_q, len_k = maps.shape
-    key = _labels(tokens, len_k, "tokens")
-    query = _labels(target_tokens, len_q, "target_tokens") if target_tokens else None
-    if query is None:
-        if len_q != len_k:
-            raise ValueError(
-                f"the maps are {len_q} x {len_k} (cross attention): give target_tokens for "
-                "the queries"
-            )
-        query = key
+    query, key = _axes(tokens, target_tokens, len_q, len_k)
     figure = _maps_figure(
         maps.reshape(layers * heads, len_q, len_k),
         layers,
