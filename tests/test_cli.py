@@ -138,6 +138,13 @@ def test_export_opens_offline_and_draws_every_head(tmp_path: Path, browser) -> N
     context.close()
     assert heads == 4
     assert titles[:4] == ["Head 0", "Head 1", "Head 2", "Head 3"]
+    # The same figure for a paper: a PDF (kaleido, driving the machine's Chromium).
+    pdf = tmp_path / "attention.pdf"
+    result = attnviz("export", "--sequence", "the cat sat", "--num-heads", "4", "-o", str(pdf))
+    assert result.returncode == 0, result.stderr
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    result = attnviz("export", "--sequence", "the cat sat", "-o", str(tmp_path / "x.txt"))
+    assert result.returncode == 1 and ".pdf" in result.stderr
 
 
 def test_serve_runs_several_workers_that_agree(tmp_path: Path) -> None:
