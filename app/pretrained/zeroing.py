@@ -47,33 +47,36 @@ def value_zeroing_limit(num_layers: int) -> int:
     return int((MAX_VALUE_ZEROING_WORK / max(1, num_layers)) ** 0.5)
 
 
-def layer_of(root: nn.Module, module: nn.Module) -> nn.Module:
-    """The transformer layer that holds attention ``module``: its ancestor in a ModuleList.
+def layers_of(root: nn.Module, modules: list[nn.Module]) -> list[nn.Module]:
+    """The transformer layer that holds each attention module: its ancestor in a ModuleList.
 
     The outermost such ancestor: a T5 block (in ``encoder.block``), not its self-attention
-    sublayer (in the block's own ``layer`` list).
+    sublayer (in the block's own ``layer`` list). The model's tree is walked once.
 
     Raises:
-        AttentionInputError: (field ``method``) no ancestor is an item of a ModuleList.
+        AttentionInputError: (field ``method``) a module with no ancestor in a ModuleList.
     """
     parents: dict[int, nn.Module] = {}
     for parent in root.modules():
         for child in parent.children():
             parents[id(child)] = parent
-    found = None
-    current = module
-    while id(current) in parents:  # the outermost list: T5's blocks, not a block's sublayers
-        parent = parents[id(current)]
-        if isinstance(parent, nn.ModuleList):
-            found = current
-        current = parent
-    if found is not None:
-        return found
-    raise AttentionInputError(
-        "method",
-        f"value zeroing reruns the layer that holds {type(module).__name__}, and AttnViz "
-        "finds none (no ModuleList of layers above it)",
-    )
+    layers = []
+    for module in modules:
+        found = None
+        current = module
+        while id(current) in parents:  # the outermost list: T5's blocks, not a block's sublayers
+            parent = parents[id(current)]
+            if isinstance(parent, nn.ModuleList):
+                found = current
+            current = parent
+        if found is None:
+            raise AttentionInputError(
+                "method",
+                f"value zeroing reruns the layer that holds {type(module).__name__}, and "
+                "AttnViz finds none (no ModuleList of layers above it)",
+            )
+        layers.append(found)
+    return layers
 
 
 def value_zeroing(
@@ -114,7 +117,7 @@ def value_zeroing(
         )
     run_on = resolve_device(device)
     network = model.on(run_on)
-    layers = [layer_of(network, call.module) for call in calls]
+    layers = layers_of(network, [call.module for call in calls])
     maps = []
     with ablate_heads(ablate), torch.inference_mode():
         inputs = _layer_inputs(model, network, result, layers, run_on)
