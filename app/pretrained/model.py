@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 import torch
 from torch import nn
@@ -74,6 +74,8 @@ MAX_ROLLOUT_TOKENS: Final = 2048
 """Views of longer inputs leave rollout out: N products of L^3 (30 x 137 GFLOP at 4096)."""
 TOP_K: Final = 10
 """How many next-token candidates a decoder's result keeps per position."""
+WARM_UP_TEXT: Final = "Attention is all you need."
+"""The short input :meth:`PretrainedModel.warm_up` runs through a text model."""
 _LOGIT_CHUNK: Final = 256  # positions per chunk when turning hidden states into top-k
 
 
@@ -426,6 +428,14 @@ class PretrainedModel:
     load_s: float
     _copies: dict[str, PreTrainedModel] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    modality: ClassVar[str] = "text"
+    """What the model reads: "text", "speech" (:mod:`.speech`) or "image" (:mod:`.vision`)."""
+
+    def warm_up(self) -> None:
+        """One short input through the model once it is loaded (torch's lazy start-up)."""
+        warm = self.tokenize([WARM_UP_TEXT])
+        targets = self.decoder_inputs([WARM_UP_TEXT]) if self.family == "encoder-decoder" else None
+        self.run(warm, targets, device="cpu")
 
     @property
     def config(self) -> Any:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Literal
 
 from ..attention.errors import AttentionInputError
 from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, default_cache_dir, load_model
@@ -22,8 +22,6 @@ from .model import ModelFormatError, PretrainedModel
 
 ModelState = Literal["loading", "ready", "failed"]
 _LOADING = threading.Lock()
-WARM_UP_TEXT: Final = "Attention is all you need."
-"""One short input run through each model once it is loaded (torch's lazy start-up)."""
 
 
 class ModelNotReady(Exception):  # noqa: N818  (a state, not an error of the caller)
@@ -142,13 +140,7 @@ class ModelRegistry:
                 continue
             try:
                 model = load_model(entry.name, entry.path, self._cache_dir, entry.source)
-                warm = model.tokenize([WARM_UP_TEXT])
-                targets = (
-                    model.decoder_inputs([WARM_UP_TEXT])
-                    if model.family == "encoder-decoder"
-                    else None
-                )
-                model.run(warm, targets, device="cpu")
+                model.warm_up()
             except ImportError as error:
                 entry.state, entry.error = "failed", f"{error}: {PRETRAINED_EXTRA}"
             except Exception as error:

@@ -1,0 +1,267 @@
+"""Images in, attention over patches out: any local ViT, DeiT or DINOv2 directory.
+
+A vision transformer cuts the image into p x p patches (a rows x cols grid, row-major)
+and reads them as tokens after one or more prefix tokens: ViT's [CLS], DeiT's [CLS] and
+distillation token, DINOv2-with-registers' [CLS] and register tokens. Token i >= P
+(P prefix tokens) is patch (r, c) = divmod(i - P, cols). :class:`ImageModel` runs the
+model with AttnViz's recorder, like every other model: each head's weights come from
+the model's own eager attention, to 1e-5 of transformers' ``output_attentions``.
+
+The image goes through the model's own image processor (resize, crop, normalise;
+transformers' PIL backend, so no torchvision is needed); the picture returned is that
+processed image, un-normalised, so an overlay lies exactly on what the model saw.
+Attention rollout (Abnar & Zuidema, ACL 2020; :func:`.model.attention_rollout`) is
+given after every layer.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import numpy as np
+import torch
+
+from ..attention.engine import resolve_device
+from ..attention.errors import AttentionInputError
+from .model import ModelFormatError, PretrainedModel, rollout_step
+from .recorder import AttentionRecording, record_attention
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+VISION_TYPES: Final = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "vit_msn"})
+"""transformers ``model_type``s loaded as image models (their attention goes through
+transformers' attention interface)."""
+MAX_IMAGE_PIXELS: Final = 40_000_000
+"""The largest image decoded (Pillow's own decompression-bomb guard is 89 M)."""
+TOP_LABELS: Final = 5
+IMAGE_FIELD: Final = "image"
+
+
+class ImageError(AttentionInputError):
+    """The upload is not an image Pillow can read, or is too large (field ``image``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(IMAGE_FIELD, message)
+
+
+def decode_image(data: bytes) -> Image.Image:
+    """Read an image file (PNG, JPEG, WebP, GIF's first frame, BMP, ...) as RGB.
+
+    Raises:
+        ImageError: not an image Pillow reads, or over :data:`MAX_IMAGE_PIXELS` pixels.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            if width * height > MAX_IMAGE_PIXELS:
+                raise ImageError(
+                    f"the image is {width} x {height} pixels, over {MAX_IMAGE_PIXELS:,}"
+                )
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as error:
+        raise ImageError(f"not an image Pillow can read: {error}") from error
+
+
+@dataclass
+class ImageAttention:
+    """One image through a vision transformer, its attention recorded.
+
+    Attributes:
+        pixel_values: (1, 3, height, width) the processor's output.
+        grid: (rows, cols) of patches.
+        prefix: the prefix tokens' names ("[CLS]", "[DIST]", "[REG1]", ...).
+        recording: one call per layer.
+        labels: a classifier's top labels and probabilities, else [].
+        compute_ms: the forward pass's wall time, in ms.
+        device: where it ran.
+    """
+
+    pixel_values: torch.Tensor
+    grid: tuple[int, int]
+    prefix: list[str]
+    recording: AttentionRecording
+    labels: list[tuple[str, float]]
+    compute_ms: float
+    device: str
+    image_mean: tuple[float, ...]
+    image_std: tuple[float, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        """L = prefix tokens + rows x cols patches."""
+        return len(self.prefix) + self.grid[0] * self.grid[1]
+
+    @property
+    def num_layers(self) -> int:
+        """N, the layers recorded."""
+        return len(self.recording.calls)
+
+    def weights(self, layer: int) -> torch.Tensor:
+        """Every head of one layer: (H, L, L) float32 on the CPU."""
+        return self.recording.layer_weights(layer)[0]
+
+    def query_rows(self, query: int) -> torch.Tensor:
+        """One token's row in every layer and head: (N, H, L) float32."""
+        return torch.stack(
+            [self.recording.layer_weights(n, query=query)[0, :, 0] for n in range(self.num_layers)]
+        )
+
+    def rollout_rows(self, query: int) -> torch.Tensor:
+        """Row ``query`` of attention rollout through layers 0..n, for each n: (N, L) float32."""
+        rows = []
+        rollout = None
+        for n in range(self.num_layers):
+            rollout = rollout_step(rollout, self.weights(n).mean(dim=0, keepdim=True))
+            rows.append(rollout[0, query].float())
+        return torch.stack(rows)
+
+    def picture(self) -> str:
+        """The processed image (what the model saw), un-normalised, as a PNG data URL."""
+        from PIL import Image
+
+        mean = torch.tensor(self.image_mean).view(3, 1, 1)
+        std = torch.tensor(self.image_std).view(3, 1, 1)
+        pixels = (self.pixel_values[0].cpu().float() * std + mean).clamp(0, 1)
+        array = (pixels.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        buffer = io.BytesIO()
+        Image.fromarray(array).save(buffer, format="PNG")
+        return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+@dataclass
+class ImageModel(PretrainedModel):
+    """A vision transformer (ViT, DeiT, DINOv2) recording its attention over patches.
+
+    Attributes (besides :class:`.model.PretrainedModel`'s; ``tokenizer`` is None):
+        image_processor: its transformers image processor (PIL backend).
+    """
+
+    image_processor: Any = None
+    modality: ClassVar[str] = "image"
+
+    @property
+    def patch_size(self) -> int:
+        """p, the side of a patch in pixels."""
+        size = self.config.patch_size
+        return int(size[0] if isinstance(size, (list, tuple)) else size)
+
+    @property
+    def prefix_names(self) -> list[str]:
+        """The tokens before the patches: [CLS], DeiT's [DIST], DINOv2's registers."""
+        names = ["[CLS]"]
+        if self.architecture == "deit":
+            names.append("[DIST]")
+        registers = int(getattr(self.config, "num_register_tokens", 0) or 0)
+        return names + [f"[REG{i + 1}]" for i in range(registers)]
+
+    @property
+    def vocab_size(self) -> int:
+        """0: an image model has no token vocabulary."""
+        return 0
+
+    def warm_up(self) -> None:
+        """A grey image through the model (torch's lazy start-up)."""
+        from PIL import Image
+
+        self.analyse(Image.new("RGB", (64, 64), (128, 128, 128)), device="cpu")
+
+    def analyse(self, image: Image.Image, *, device: str = "auto") -> ImageAttention:
+        """Process ``image`` as the model's own processor does and run it, recording.
+
+        Raises:
+            AttentionInputError: (field ``device``) as
+                :func:`attnviz.attention.engine.resolve_device`.
+            ModelFormatError: the patches and tokens do not add up (an architecture
+                whose token layout this module does not know).
+        """
+        run_on = resolve_device(device)
+        model = self.on(run_on)
+        pixels = self.image_processor(images=image, return_tensors="pt")["pixel_values"].float()
+        rows, cols = (side // self.patch_size for side in pixels.shape[-2:])
+        start = time.perf_counter()
+        with torch.inference_mode(), record_attention() as recording:
+            outputs = model(pixel_values=pixels.to(run_on))
+        compute_ms = (time.perf_counter() - start) * 1000.0
+        prefix = self.prefix_names
+        if not recording.calls:
+            raise ModelFormatError(f"{self.name}: no attention layer was recorded")
+        length = recording.calls[0].key.shape[-2]
+        if length != len(prefix) + rows * cols:
+            raise ModelFormatError(
+                f"{self.name}: {length} tokens are not {len(prefix)} prefix tokens and "
+                f"{rows} x {cols} patches"
+            )
+        labels: list[tuple[str, float]] = []
+        logits = getattr(outputs, "logits", None)
+        id2label = getattr(self.config, "id2label", None) or {}
+        if logits is not None:
+            probabilities = logits[0].float().softmax(-1).cpu()
+            top = probabilities.topk(min(TOP_LABELS, probabilities.numel()))
+            labels = [
+                (str(id2label.get(int(i), f"LABEL_{int(i)}")), float(p))
+                for p, i in zip(top.values, top.indices, strict=True)
+            ]
+        processor = self.image_processor
+        return ImageAttention(
+            pixel_values=pixels,
+            grid=(rows, cols),
+            prefix=prefix,
+            recording=recording,
+            labels=labels,
+            compute_ms=compute_ms,
+            device=run_on.type,
+            image_mean=tuple(getattr(processor, "image_mean", None) or (0.0, 0.0, 0.0)),
+            image_std=tuple(getattr(processor, "image_std", None) or (1.0, 1.0, 1.0)),
+        )
+
+
+def load_vision_dir(
+    name: str, folder: Path, config: Any, *, source: str | None = None
+) -> ImageModel:
+    """Load a local ViT / DeiT / DINOv2 directory with its image processor.
+
+    A directory whose ``architectures`` name an image classifier loads with its head
+    (``AutoModelForImageClassification``: the top labels come too); any other loads as
+    the backbone (``AutoModel``). The caller puts the model in eval mode and on the
+    recorder (as :func:`.loading.load_model_dir` does).
+
+    Raises:
+        ModelFormatError: transformers cannot load the weights or the image processor
+            (``preprocessor_config.json``), or Pillow is not installed.
+    """
+    import transformers
+
+    start = time.perf_counter()
+    architectures = getattr(config, "architectures", None) or []
+    auto = (
+        transformers.AutoModelForImageClassification
+        if any(a.endswith("ForImageClassification") for a in architectures)
+        else transformers.AutoModel
+    )
+    try:
+        processor = transformers.AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+            folder, local_files_only=True, backend="pil"
+        )
+        model = auto.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+    except ImportError as error:
+        raise ModelFormatError(f"{folder}: reading images needs Pillow: {error}") from error
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ModelFormatError(f"{folder}: transformers cannot load it: {error}") from error
+    return ImageModel(
+        name=name,
+        source=source or str(folder),
+        path=folder,
+        family="encoder",
+        model=model,
+        tokenizer=None,  # type: ignore[arg-type]
+        load_s=time.perf_counter() - start,
+        image_processor=processor,
+    )
