@@ -207,6 +207,23 @@ class ModelRegistry:
             raise ModelNotReady(entry.name, time.monotonic() - entry.queued_at)
         return entry.model
 
+    def first_of(self, modality: str) -> str:
+        """The name of the first ready model reading ``modality`` ("speech", "image").
+
+        Raises:
+            AttentionInputError: (field ``model``) none on offer reads it.
+            ModelNotReady: none is ready yet, and one still loading may read it.
+        """
+        for entry in self._entries.values():
+            if entry.model is not None and entry.model.modality == modality:
+                return entry.name
+        loading = [e for e in self._entries.values() if e.state == "loading"]
+        if loading:
+            raise ModelNotReady(loading[0].name, time.monotonic() - loading[0].queued_at)
+        raise AttentionInputError(
+            "model", f"no model on offer reads {modality}; name one in ATTNVIZ_MODEL_DIRS"
+        )
+
     def clear(self) -> None:
         """Forget every model (they stay cached in :func:`.loading.load_model`)."""
         self._entries = {}

@@ -99,8 +99,13 @@ def decode_audio(data: bytes, *, max_s: float = MAX_AUDIO_S) -> np.ndarray:
                     )
             for out in resampler.resample(None):
                 chunks.append(out.to_ndarray().reshape(-1))
-    except (av.error.FFmpegError, ValueError, EOFError) as error:
-        raise AudioError(f"not an audio file FFmpeg can decode: {error}") from error
+    except av.error.FFmpegError as error:
+        raise AudioError(
+            f"not an audio file FFmpeg can decode (WAV, FLAC, MP3, Ogg, WebM, ...): "
+            f"{error.strerror or type(error).__name__}"
+        ) from error
+    except (ValueError, EOFError) as error:
+        raise AudioError(f"the audio cannot be decoded: {error}") from error
     samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
     if samples.size == 0:
         raise AudioError("the file holds no audio samples")

@@ -66,8 +66,12 @@ def decode_image(data: bytes) -> Image.Image:
                     f"the image is {width} x {height} pixels, over {MAX_IMAGE_PIXELS:,}"
                 )
             return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as error:
-        raise ImageError(f"not an image Pillow can read: {error}") from error
+    except UnidentifiedImageError as error:
+        raise ImageError(
+            "not an image Pillow can read (PNG, JPEG, WebP, GIF, BMP, TIFF, ...)"
+        ) from error
+    except (OSError, ValueError, Image.DecompressionBombError) as error:
+        raise ImageError(f"the image cannot be read: {error}") from error
 
 
 @dataclass

@@ -199,6 +199,8 @@ async def require_valid_unicode(request: Request) -> None:
             )
     if request.method not in ("POST", "PUT", "PATCH"):
         return
+    if request.headers.get("content-type", "").startswith("multipart/"):
+        return  # a file upload (its form was already read): no JSON to check
     body = await request.body()
     if not _SURROGATE_ESCAPE.search(body):
         return

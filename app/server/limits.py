@@ -48,6 +48,11 @@ MAX_MODEL_NAME_CHARS: Final = 200
 """The longest model name a request may send."""
 MAX_BODY_BYTES: Final = 4 * 2**20
 """The largest request body (ATTNVIZ_MAX_BODY_BYTES's default), in bytes."""
+MAX_UPLOAD_BYTES: Final = 32 * 2**20
+"""The largest upload to POST /api/v1/speech and /api/v1/vision (ATTNVIZ_MAX_UPLOAD_BYTES's
+default), in bytes: 30 s of 48 kHz stereo WAV is 11 MB, a phone photo 5 to 10 MB."""
+UPLOAD_PATHS: Final = ("/api/v1/speech", "/api/v1/vision")
+"""The routes whose bodies are files, allowed up to the upload limit."""
 MAX_WEIGHT_CELLS: Final = 32 * 2**20
 """The most numbers one response may carry (ATTNVIZ_MAX_WEIGHT_CELLS's default)."""
 MAX_D_FF: Final = 4096
@@ -80,8 +85,10 @@ __all__ = [
     "MAX_TEMPERATURE",
     "MAX_TEXT_CHARS",
     "MAX_TOKENS",
+    "MAX_UPLOAD_BYTES",
     "MAX_VOCAB_SIZE",
     "MAX_WEIGHT_CELLS",
+    "UPLOAD_PATHS",
     "check_cells",
     "check_limit",
     "check_limits",

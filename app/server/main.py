@@ -19,11 +19,12 @@ from ..pretrained.recordings import RECORDINGS
 from ..resources import STATIC_DIR
 from .errors import install_error_handlers, require_valid_unicode
 from .executor import run_compute, start_executor, stop_executor
+from .limits import UPLOAD_PATHS
 from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .openapi import install_openapi
 from .presets import DEFAULT_PRESET
 from .response_cache import RESPONSES
-from .routers import attention, health, lessons, pages, presets, pretrained
+from .routers import attention, health, lessons, media, pages, presets, pretrained
 from .schemas import REQUEST_SCHEMAS
 from .settings import get_settings
 
@@ -98,7 +99,12 @@ def create_app() -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["content-type"],
         )
-    application.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    application.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        upload_bytes=settings.max_upload_bytes,
+        upload_paths=UPLOAD_PATHS,
+    )
     if settings.access_log:
         configure_access_log()
         application.add_middleware(AccessLogMiddleware)
@@ -110,6 +116,7 @@ def create_app() -> FastAPI:
     application.include_router(attention.router)
     application.include_router(lessons.router)
     application.include_router(pretrained.router)
+    application.include_router(media.router)
     return application
 
 

@@ -51,14 +51,13 @@ def docs_content_security_policy(inline_scripts: list[str]) -> str:
     )
 
 
-def _too_large(limit: int) -> bytes:
+def _too_large(limit: int, setting: str) -> bytes:
     return orjson.dumps(
         {
             "detail": [
                 {
                     "loc": ["body"],
-                    "msg": f"the request body is over the limit of {limit} bytes "
-                    "(ATTNVIZ_MAX_BODY_BYTES)",
+                    "msg": f"the request body is over the limit of {limit} bytes ({setting})",
                     "type": "value_error",
                 }
             ]
@@ -69,24 +68,37 @@ def _too_large(limit: int) -> bytes:
 class BodyLimitMiddleware:
     """Refuse request bodies over ``max_bytes`` with 413 before the app parses them.
 
+    The ``upload_paths`` (file uploads) have their own limit, ``upload_bytes``.
+
     A Content-Length over the limit is refused at once. A body without one
     (chunked) is read up to the limit first and refused as soon as it passes it;
     a body within the limit is then handed to the app as it came.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        upload_bytes: int | None = None,
+        upload_paths: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.upload_bytes = max_bytes if upload_bytes is None else upload_bytes
+        self.upload_paths = upload_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: D102
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        upload = scope.get("path", "") in self.upload_paths
+        limit = self.upload_bytes if upload else self.max_bytes
+        setting = "ATTNVIZ_MAX_UPLOAD_BYTES" if upload else "ATTNVIZ_MAX_BODY_BYTES"
         headers = dict(scope.get("headers", []))
         declared = headers.get(b"content-length")
         if declared is not None:
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                await self._refuse(send)
+            if declared.isdigit() and int(declared) > limit:
+                await self._refuse(send, limit, setting)
                 return
             await self.app(scope, receive, send)  # the server enforces the declared length
             return
@@ -98,8 +110,8 @@ class BodyLimitMiddleware:
             if message["type"] != "http.request":
                 break
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                await self._refuse(send)
+            if seen > limit:
+                await self._refuse(send, limit, setting)
                 return
             if not message.get("more_body", False):
                 break
@@ -109,8 +121,8 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
-        body = _too_large(self.max_bytes)
+    async def _refuse(self, send: Send, limit: int, setting: str) -> None:
+        body = _too_large(limit, setting)
         await send(
             {
                 "type": "http.response.start",

@@ -19,6 +19,7 @@ from .limits import (
     MAX_LAYERS,
     MAX_NUM_HEADS,
     MAX_TOKENS,
+    MAX_UPLOAD_BYTES,
     MAX_WEIGHT_CELLS,
 )
 from .response_cache import RESPONSE_CACHE_BYTES, RESPONSE_CACHE_ITEM_BYTES
@@ -49,6 +50,8 @@ class Settings(BaseSettings):
         max_layers: the most encoder (and decoder) layers of the layers lesson.
         max_body_bytes: request bodies larger than this are refused (413) before
             they are parsed.
+        max_upload_bytes: the same for the file uploads (POST /api/v1/speech and
+            /api/v1/vision).
         compute_timeout_s: a computation running longer is answered with 503; its
             thread finishes in the background and its result is dropped.
         torch_threads: torch's intra-op threads (``torch.set_num_threads``), set at
@@ -92,6 +95,7 @@ class Settings(BaseSettings):
     max_num_heads: int = Field(MAX_NUM_HEADS, ge=1)
     max_layers: int = Field(MAX_LAYERS, ge=1)
     max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024)
+    max_upload_bytes: int = Field(MAX_UPLOAD_BYTES, ge=1024)
     compute_timeout_s: float = Field(60.0, gt=0)
     torch_threads: int | None = Field(None, ge=1)
     cors_origins: list[str] = Field(default_factory=list)

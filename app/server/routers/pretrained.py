@@ -86,6 +86,7 @@ def model_info(entry: ModelEntry) -> ModelInfo:
         return info
     return info.model_copy(
         update={
+            "modality": model.modality,
             "family": model.family,
             "architecture": model.architecture,
             "blocks": list(model.blocks),
@@ -94,7 +95,7 @@ def model_info(entry: ModelEntry) -> ModelInfo:
             "num_key_value_heads": model.num_key_value_heads,
             "d_model": model.d_model,
             "d_ff": model.d_ff,
-            "vocab_size": model.vocab_size,
+            "vocab_size": model.vocab_size or None,
             "max_tokens": model.max_tokens,
             "num_parameters": model.num_parameters,
             "chat_template": model.chat_template,
@@ -120,19 +121,42 @@ def list_models() -> ModelListResponse:
     )
 
 
-def ready_model(name: str | None) -> PretrainedModel:
+MODALITY_ROUTES: Final = {
+    "text": "POST /api/v1/models/attention",
+    "speech": "POST /api/v1/speech (multipart: audio)",
+    "image": "POST /api/v1/vision (multipart: image)",
+}
+"""Where each kind of model takes its input, for the 422 of a model sent the wrong kind."""
+
+
+def ready_model(
+    name: str | None, modality: str = "text", location: str = "body"
+) -> PretrainedModel:
     """The model a request names, or an HTTP error: 422 unknown or failed, 503 loading.
+
+    A model of another modality (a speech model sent text) is a 422 too. With ``name``
+    None: the default (first) model for text, the first ready model of
+    the modality otherwise.
 
     Raises:
         HTTPException: as above; the 503 carries Retry-After.
     """
     try:
-        with engine_errors("cpu"):
-            return MODELS.get(name)
+        with engine_errors("cpu", location):
+            if name is None and modality != "text":
+                name = MODELS.first_of(modality)
+            model = MODELS.get(name)
+            if model.modality != modality:
+                raise AttentionInputError(
+                    "model",
+                    f"{model.name} reads {model.modality}, not {modality}: "
+                    f"{MODALITY_ROUTES[model.modality]}",
+                )
+            return model
     except ModelNotReady as error:
         raise HTTPException(
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-            detail=[{"loc": field_loc("model", "body"), "msg": str(error), "type": "loading"}],
+            detail=[{"loc": field_loc("model", location), "msg": str(error), "type": "loading"}],
             headers={"Retry-After": str(RETRY_AFTER_S)},
         ) from error
 

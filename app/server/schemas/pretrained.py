@@ -57,6 +57,11 @@ class ModelInfo(BaseModel):
         "loading is a 503 with Retry-After; one that failed is a 422 with the reason."
     )
     error: str | None = Field(None, description="Why it failed to load.")
+    modality: Literal["text", "speech", "image"] | None = Field(
+        None,
+        description="What it reads: text (POST /api/v1/models/attention), speech (POST "
+        "/api/v1/speech) or images (POST /api/v1/vision).",
+    )
     family: Literal["encoder", "decoder", "encoder-decoder"] | None = None
     architecture: str | None = Field(
         None, description="The config's model_type (bert, llama, ...)."
