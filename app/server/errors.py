@@ -179,6 +179,10 @@ def _lone_surrogate_at(value: Any) -> list[str | int] | None:
     return None
 
 
+FORM_TYPES: Final = ("multipart/form-data", "application/x-www-form-urlencoded")
+"""Bodies that are forms, not JSON (POST /api/v1/speech and /api/v1/vision)."""
+
+
 async def require_valid_unicode(request: Request) -> None:
     r"""Refuse any request whose JSON body or query holds a lone UTF-16 surrogate (422).
 
@@ -199,8 +203,8 @@ async def require_valid_unicode(request: Request) -> None:
             )
     if request.method not in ("POST", "PUT", "PATCH"):
         return
-    if request.headers.get("content-type", "").startswith("multipart/"):
-        return  # a file upload (its form was already read): no JSON to check
+    if request.headers.get("content-type", "").startswith(FORM_TYPES):
+        return  # a form (a file upload), already read by its route: no JSON to check
     body = await request.body()
     if not _SURROGATE_ESCAPE.search(body):
         return

@@ -136,6 +136,7 @@ def speech_response(
             "frame_s": FRAME_S,
             "num_frames": result.num_frames,
             "decoder_tokens": [decode([i]) for i in result.decoder_ids],
+            "decoder_ids": result.decoder_ids,
             "next_tokens": [decode([i]) for i in result.next_ids],
             "first_text_row": result.prompt_length - 1,
             "alignment_heads": [list(pair) for pair in model.alignment_heads],

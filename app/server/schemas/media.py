@@ -41,6 +41,7 @@ class SpeechResponse(BaseModel):
         description="The decoder's input tokens (prompt, then transcript): rows and "
         "columns of the decoder block, rows of the cross block."
     )
+    decoder_ids: list[int] = Field(description="The ids of decoder_tokens.")
     next_tokens: list[str] = Field(
         description="What each decoder position produced; row i of the cross block is the "
         "attention over the audio that produced next_tokens[i]."
