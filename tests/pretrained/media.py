@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 import torch
 
-SENTENCE = "The quick brown fox jumps over the lazy dog."
-"""What :func:`speak` says in the tests; Whisper tiny.en hears most of its words."""
+SENTENCE = "The cat sat on the mat because it was tired."
+"""What :func:`speak` says in the tests (the page's default sentence, and its sample)."""
 
 
-def speak(text: str, rate: int = 150) -> bytes:
-    """``text`` spoken by espeak-ng, as WAV bytes (22.05 kHz mono).
+def speak(text: str, rate: int = 140, voice: str = "en-us") -> bytes:
+    """``text`` spoken by espeak-ng in ``voice`` at ``rate`` words a minute, as WAV bytes
+    (22.05 kHz mono).
 
     Skips without espeak-ng; with CI=true (``make test`` installs it) fails.
     """
@@ -33,7 +34,7 @@ def speak(text: str, rate: int = 150) -> bytes:
             pytest.fail(f"{message}; with CI=true the speech tests must run")
         pytest.skip(message)
     return subprocess.run(
-        [espeak, "--stdout", "-s", str(rate), text], check=True, capture_output=True
+        [espeak, "--stdout", "-v", voice, "-s", str(rate), text], check=True, capture_output=True
     ).stdout
 
 

@@ -157,7 +157,8 @@ def test_greedy_tokens_and_every_steps_logits_equal_ctranslate2s(
 
 def test_speech_is_transcribed(heard: Transcription) -> None:
     words = heard.text.lower()
-    assert sum(w in words for w in ("quick", "fox", "over", "lazy", "dog")) >= 4, heard.text
+    expected = ("cat", "sat", "on", "the", "mat", "because", "it", "was", "tired")
+    assert sum(w in words.split() or f"{w}." in words.split() for w in expected) >= 7, heard.text
     assert heard.next_ids[-1] == 50256  # it stopped by itself: <|endoftext|>
     assert heard.next_ids[:-1] == heard.decoder_ids[1:]
     assert heard.num_frames == int(np.ceil(heard.samples.size / 320))

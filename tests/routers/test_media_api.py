@@ -54,7 +54,7 @@ def test_speech_comes_back_transcribed_with_one_cross_row_per_token(media: TestC
     response = transcribe(media, speak(SENTENCE))
     assert response.status_code == 200, response.text
     body = response.json()
-    assert "lazy" in body["text"].lower()
+    assert "mat" in body["text"].lower()
     t, f = len(body["decoder_tokens"]), body["num_frames"]
     assert f == int(np.ceil(body["duration_s"] / 0.02))
     assert body["decoder_tokens"][:2] == ["<|startoftranscript|>", "<|notimestamps|>"]
