@@ -1,9 +1,11 @@
-"""Regenerate docs/screenshot.png, docs/models.png and docs/notebook.png in Debian's Chromium.
+"""Regenerate docs/screenshot.png, models.png, notebook.png, speech.png and vision.png.
 
 docs/screenshot.png: the page with the default preset. docs/models.png: the
 pretrained-model page (/models) with its default sentence (needs the pretrained extra).
 docs/notebook.png: docs/attnviz.ipynb executed by an IPython kernel (nbclient) and
-converted to HTML (nbconvert), its top as a reader sees it.
+converted to HTML (nbconvert), its top as a reader sees it. docs/speech.png: /models with
+Whisper tiny.en on the sample sentence. docs/vision.png: /models with the demo ViT
+(scripts/demo_vit.py, trained here, about a minute) on its example picture.
 
 Usage: .venv/bin/python scripts/screenshot.py [OUTPUT_DIR]
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from attnviz.devtools import CHROMIUM_ARGS, chromium_path, live_server
+from attnviz.devtools import CHROMIUM_ARGS, chromium_path, live_process, live_server
 from playwright.sync_api import sync_playwright
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +29,9 @@ def main() -> None:
         sys.exit("chromium is not installed; run `make browser` first")
     with live_server() as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 620})
+        page = browser.new_context(
+            viewport={"width": 1280, "height": 620}, bypass_csp=True
+        ).new_page()
         page.goto(url + "/")
         page.wait_for_function("document.getElementById('heads').dataset.drawnHeads === '2'")
         page.wait_for_timeout(300)
@@ -44,7 +48,44 @@ def main() -> None:
         page.wait_for_timeout(300)
         page.screenshot(path=str(directory / "notebook.png"))
         browser.close()
-    print(f"wrote {directory / 'screenshot.png'}, {directory / 'models.png'} and notebook.png")
+    media_pictures(directory, executable)
+    print(f"wrote screenshot, models, notebook, speech and vision .png in {directory}")
+
+
+def media_pictures(directory: Path, executable: str) -> None:
+    """docs/speech.png and docs/vision.png, from a server offering Whisper and the demo ViT."""
+    import json
+    import subprocess
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp()) / "demo-vit"
+    script = REPO_ROOT / "scripts" / "demo_vit.py"
+    subprocess.run([sys.executable, str(script), str(folder)], check=True)
+    env = {
+        "ATTNVIZ_MODEL_DIRS": json.dumps([str(folder)]),
+        "ATTNVIZ_PACKAGED_MODELS": '["whisper-tiny.en"]',
+    }
+    with live_process(timeout_s=120, env=env) as (url, _), sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_context(
+            viewport={"width": 1280, "height": 900}, bypass_csp=True
+        ).new_page()
+        page.goto(url + "/models")
+        for name in ("whisper-tiny.en", "demo-vit"):
+            page.wait_for_selector(
+                f'#model option[value="{name}"][data-state="ready"]', state="attached"
+            )
+        page.select_option("#model", "whisper-tiny.en")
+        page.click("#sample-audio")
+        page.wait_for_selector(".speech-cross .main-svg", timeout=120_000)
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(directory / "speech.png"))
+        page.select_option("#model", "demo-vit")
+        page.set_input_files("#image-file", str(folder / "shapes.png"))
+        page.wait_for_selector(".overlay .main-svg", timeout=60_000)
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(directory / "vision.png"))
+        browser.close()
 
 
 def notebook_html(directory: Path) -> Path:

@@ -14,9 +14,10 @@ const ALIGNMENT = "alignment";
 const MEAN = "mean";
 const ROLLOUT = "rollout";
 // Transparent at 0, so the image shows through where a patch gets no attention.
+// At most 60% opaque: the picture stays visible under the most attended patches.
 const OVERLAY_COLORSCALE = [
-  [0, "rgba(255,255,255,0)"], [0.25, "rgba(254,217,118,0.45)"], [0.5, "rgba(253,141,60,0.6)"],
-  [0.75, "rgba(227,26,28,0.72)"], [1, "rgba(128,0,38,0.85)"],
+  [0, "rgba(255,255,255,0)"], [0.25, "rgba(254,217,118,0.3)"], [0.5, "rgba(253,141,60,0.42)"],
+  [0.75, "rgba(227,26,28,0.52)"], [1, "rgba(128,0,38,0.6)"],
 ];
 const WEIGHT_SCALE = [
   [0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"],
@@ -460,7 +461,12 @@ function drawVision() {
   const info = document.createElement("p");
   info.className = "media-labels";
   info.textContent = `Attention of ${res.query_name}; to the tokens that are not patches: ${prefixText}.`;
-  head.append(info);
+  const picture = document.createElement("img");
+  picture.className = "media-picture";
+  picture.src = res.image;
+  picture.alt = "The image as the model saw it";
+  picture.title = `The image as the model saw it (${res.width} × ${res.height} px), without the overlay`;
+  head.append(picture, info);
   if (res.labels.length) {
     const labels = document.createElement("p");
     labels.className = "media-labels";

@@ -139,3 +139,18 @@ def test_the_registry_offers_a_local_vit_directory(
     model = registry.get("dinov2")
     assert (model.modality, model.family, model.architecture) == ("image", "encoder", "dinov2")
     assert registry.first_of("image") == "dinov2"
+
+
+def test_the_demo_vit_script_makes_a_directory_attnviz_loads(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    folder = tmp_path / "demo-vit"
+    script = Path(__file__).parents[2] / "scripts" / "demo_vit.py"
+    subprocess.run([sys.executable, str(script), str(folder), "--steps", "3"], check=True)
+    model = load_model("demo-vit", folder, tmp_path / "cache", None)
+    assert isinstance(model, ImageModel)
+    result = model.analyse(decode_image((folder / "shapes.png").read_bytes()), device="cpu")
+    assert result.grid == (8, 8)
+    assert [label for label, _ in result.labels] != []
+    assert {label for label, _ in result.labels} == {"red", "green", "blue"}
