@@ -29,7 +29,8 @@ from __future__ import annotations
 import io
 import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 import numpy as np
@@ -162,7 +163,6 @@ class Transcription:
     transcribe_ms: float
     compute_ms: float
     device: str
-    _cache: dict[tuple[Block, int], torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def duration_s(self) -> float:
@@ -179,22 +179,32 @@ class Transcription:
         Raises:
             IndexError: no such layer.
         """
-        key = (block, layer)
-        if key not in self._cache:
-            calls = self.block_calls[block]
-            if not 0 <= layer < len(calls):
-                raise IndexError(f"{block} layer {layer} is not in 0..{len(calls) - 1}")
-            weights = self.recording.layer_weights(calls[layer])[0]
-            if block == "encoder":
-                weights = weights[:, : self.num_frames, : self.num_frames]
-            elif block == "cross":
-                weights = weights[:, :, : self.num_frames]
-            self._cache[key] = weights.contiguous()
-        return self._cache[key]
+        calls = self.block_calls[block]
+        if not 0 <= layer < len(calls):
+            raise IndexError(f"{block} layer {layer} is not in 0..{len(calls) - 1}")
+        weights = self.recording.layer_weights(calls[layer])[0]
+        if block == "encoder":
+            weights = weights[:, : self.num_frames, : self.num_frames]
+        elif block == "cross":
+            weights = weights[:, :, : self.num_frames]
+        return weights.contiguous()
 
-    def block(self, block: Block) -> torch.Tensor:
-        """Every layer of a block: (N, H, L_q, L_k) float32, as :meth:`weights`."""
-        return torch.stack([self.weights(block, i) for i in range(len(self.block_calls[block]))])
+    def block(
+        self, block: Block, each: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Every layer of a block: (N, H, L_q, L_k) float32, as :meth:`weights`.
+
+        Args:
+            each: applied to each layer's (H, L_q, L_k) as it is computed (the encoder's
+                pooling), so that one layer's full maps are held at a time (13.5 M
+                floats for 30 s of audio), not all of them.
+        """
+        layers = range(len(self.block_calls[block]))
+        return torch.stack([(each or _same)(self.weights(block, i)) for i in layers])
+
+
+def _same(weights: torch.Tensor) -> torch.Tensor:
+    return weights
 
 
 @dataclass

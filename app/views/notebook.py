@@ -446,7 +446,8 @@ def show(
     Args:
         text: one input, tokenised by the model's own tokenizer.
         model: a packaged model's name (``all-MiniLM-L6-v2``, ``SmolLM2-135M-Instruct``) or
-            a local Hugging Face directory or ``.gguf`` file; None for the first packaged one.
+            a local Hugging Face directory or ``.gguf`` file of a text model; None for
+            all-MiniLM-L6-v2 (the first packaged one).
         layer: one layer's heads (:func:`head_view`); None for every layer
             (:func:`model_view`).
         method: "attention" (the softmax weights) or "norm" (Kobayashi et al.'s
@@ -464,22 +465,27 @@ def show(
     import torch
 
     from ..attention.errors import AttentionInputError
-    from ..pretrained import ModelRegistry
+    from ..pretrained import PACKAGED_MODELS, ModelRegistry
     from ..pretrained.methods import PER_HEAD_METHODS, with_method
 
     if method != "attention" and method not in PER_HEAD_METHODS:
         raise AttentionInputError("method", f"{method!r}: show draws 'attention' or 'norm'")
-    local = model is not None and Path(model).exists()
-    name = Path(model).name.removesuffix(".gguf") if local and model else model
-    if _registry is None or (name is not None and name not in _registry.names()):
+    if model is None:  # the default text model, not whichever model a registry holds
+        model = PACKAGED_MODELS[0].name
+    local = Path(model).exists()
+    name = Path(model).name.removesuffix(".gguf") if local else model
+    if _registry is None or name not in _registry.names():
         registry = ModelRegistry()
-        registry.configure(
-            [Path(model)] if local and model else [],
-            packaged=[] if local else ([model] if model else True),
-        )
+        registry.configure([Path(model)] if local else [], packaged=[] if local else [model])
         registry.load()
         _registry = registry
     pretrained = _registry.get(name)
+    if pretrained.modality != "text":
+        raise AttentionInputError(
+            "model",
+            f"{pretrained.name} reads {pretrained.modality}, not text: use /models or "
+            f"POST /api/v1/{'speech' if pretrained.modality == 'speech' else 'vision'}",
+        )
     targets = None if target is None else [target]
     result = pretrained.attention([text], targets=targets, device=device)
     network = pretrained.on(torch.device(result.device))

@@ -1312,7 +1312,8 @@ async function renderCompare(section, res, l) {
 // requests take the same fields); returns the chosen other model's listing, or null.
 function fillCompareModels(res) {
   const others = state.models.filter((m) => (
-    m.name !== res.model && m.family === res.family && m.state === "ready"));
+    m.name !== res.model && m.family === res.family && m.state === "ready"
+    && !mediaModality(m)));
   const previous = compareModel.value;
   compareModel.replaceChildren(option("", "this model, another sentence"),
     ...others.map((m) => option(m.name, `${m.name}, the same sentence`)));
@@ -2072,7 +2073,8 @@ async function start() {
   modelSelect.value = request.model;
   fillForm(request);
   describeModel();
-  await compute();
+  // A speech or image model waits for its file (its note says what to do).
+  if (!mediaModality(modelInfo(request.model))) await compute();
 }
 
 bindMedia(() => compute());

@@ -209,3 +209,23 @@ def test_a_missing_file_is_a_422_naming_it(media: TestClient) -> None:
     response = media.post("/api/v1/vision", data={"model": "tiny-vit"})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"][-1] == "image"
+
+
+@pytest.mark.parametrize(("frames", "k"), [(7, 1), (7, 3), (10, 5), (601, 3)])
+def test_frame_pooling_averages_queries_and_sums_keys(frames: int, k: int) -> None:
+    from attnviz.server.routers.media import pool_frames
+
+    weights = torch.rand(2, 3, frames, frames, dtype=torch.float64)
+    pooled = pool_frames(weights, k)
+    cells = -(-frames // k)
+    assert pooled.shape == (2, 3, cells, cells)
+    for i in range(cells):
+        for j in range(0, cells, max(1, cells // 5)):
+            block = weights[..., i * k : (i + 1) * k, j * k : (j + 1) * k]
+            torch.testing.assert_close(pooled[..., i, j], block.sum(-1).mean(-1))
+    # Each pooled row holds its queries' mean total weight.
+    rows = weights.sum(-1)
+    for i in range(cells):
+        torch.testing.assert_close(
+            pooled[..., i, :].sum(-1), rows[..., i * k : (i + 1) * k].mean(-1)
+        )

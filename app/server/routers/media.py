@@ -52,26 +52,22 @@ EncodingField = Annotated[
 ]
 
 
-def pool_frames(weights: torch.Tensor, size: int) -> tuple[torch.Tensor, int]:
-    """Pool (N, H, F, F) frame maps to at most ``size`` x ``size`` cells.
+def pool_frames(weights: torch.Tensor, k: int) -> torch.Tensor:
+    """Pool (..., F, F) frame maps by ``k`` frames per cell: (..., ceil(F/k), ceil(F/k)).
 
-    k = ceil(F / size) frames per cell: queries averaged, keys summed, so each row
-    still holds the same total weight.
-
-    Returns:
-        (N, H, ceil(F/k), ceil(F/k)) and k.
+    Queries are averaged and keys summed, so each row still holds the same total weight.
     """
-    frames = weights.shape[-1]
-    k = max(1, math.ceil(frames / size))
     if k == 1:
-        return weights, 1
+        return weights
+    frames = weights.shape[-1]
     cells = math.ceil(frames / k)
-    padded = weights.new_zeros((*weights.shape[:2], cells * k, cells * k))
+    lead = weights.shape[:-2]
+    padded = weights.new_zeros((*lead, cells * k, cells * k))
     padded[..., :frames, :frames] = weights
-    summed = padded.reshape(*weights.shape[:2], cells, k, cells, k).sum(dim=(3, 5))
+    summed = padded.reshape(*lead, cells, k, cells, k).sum(dim=(-3, -1))
     counts = torch.full((cells,), float(k))
     counts[-1] = frames - (cells - 1) * k
-    return summed / counts[:, None], k
+    return summed / counts[:, None]
 
 
 @router.post(
@@ -120,7 +116,8 @@ def speech_response(
     with engine_errors(device):
         samples = decode_audio(data)
         result = model.transcribe(samples, device=device)
-        encoder, per_cell = pool_frames(result.block("encoder"), MAX_ENCODER_CELLS)
+        per_cell = max(1, math.ceil(result.num_frames / MAX_ENCODER_CELLS))
+        encoder = result.block("encoder", lambda heads: pool_frames(heads, per_cell))
         blocks = {
             "encoder": {"weights": encode_floats(encoder, encoding), "frames_per_cell": per_cell},
             "decoder": {"weights": encode_floats(result.block("decoder"), encoding)},
