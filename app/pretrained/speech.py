@@ -50,6 +50,8 @@ MAX_AUDIO_S: Final = 30.0
 """The most audio one transcription takes: Whisper's window, in seconds."""
 MAX_TRANSCRIPT_TOKENS: Final = 224
 """The most tokens one transcription produces (Whisper's own ``sample_len``)."""
+ROUNDING_SAMPLES: Final = SAMPLE_RATE // 100
+"""10 ms past :data:`MAX_AUDIO_S` still accepted (a codec's padding, a recorder's latency)."""
 AUDIO_FIELD: Final = "audio"
 
 
@@ -78,7 +80,7 @@ def decode_audio(data: bytes, *, max_s: float = MAX_AUDIO_S) -> np.ndarray:
 
     chunks: list[np.ndarray] = []
     total = 0
-    limit = int(max_s * SAMPLE_RATE) + SAMPLE_RATE // 100  # 10 ms of rounding
+    limit = int(max_s * SAMPLE_RATE) + ROUNDING_SAMPLES
     try:
         with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as container:
             if not container.streams.audio:
@@ -100,6 +102,8 @@ def decode_audio(data: bytes, *, max_s: float = MAX_AUDIO_S) -> np.ndarray:
                     )
             for out in resampler.resample(None):
                 chunks.append(out.to_ndarray().reshape(-1))
+    except AudioError:
+        raise
     except av.error.FFmpegError as error:
         raise AudioError(
             f"not an audio file FFmpeg can decode (WAV, FLAC, MP3, Ogg, WebM, ...): "
@@ -116,6 +120,10 @@ def decode_audio(data: bytes, *, max_s: float = MAX_AUDIO_S) -> np.ndarray:
 
 def waveform_envelope(samples: np.ndarray, points: int = 1200) -> dict[str, Any]:
     """The waveform's min and max over ``points`` equal spans, for drawing it.
+
+    Args:
+        samples: (S,) float32 at :data:`SAMPLE_RATE`, S >= 1.
+        points: the most spans.
 
     Returns:
         ``{"min": (P,), "max": (P,), "step_s": seconds per span}``, P <= points.
@@ -272,11 +280,14 @@ class SpeechModel(PretrainedModel):
             device: "auto", "cpu" or "cuda".
             max_new_tokens: the most tokens to produce.
 
+        Returns:
+            A :class:`Transcription`, its attention recorded for every block.
+
         Raises:
             AttentionInputError: (field ``audio``) longer than 30 s; (``device``) as
                 :func:`attnviz.attention.engine.resolve_device`.
         """
-        if samples.size > MAX_AUDIO_S * SAMPLE_RATE + SAMPLE_RATE // 100:
+        if samples.size > MAX_AUDIO_S * SAMPLE_RATE + ROUNDING_SAMPLES:
             raise AudioError(f"{samples.size / SAMPLE_RATE:.1f} s is over {MAX_AUDIO_S:g} s")
         run_on = resolve_device(device)
         model = self.on(run_on)
@@ -291,7 +302,7 @@ class SpeechModel(PretrainedModel):
         start = time.perf_counter()
         with torch.inference_mode():
             encoder_outputs = model.get_encoder()(features)
-            produced, cache, fed = eot, None, ids
+            produced, cache, fed, cut = eot, None, ids, False
             for step in range(limit):
                 out = model(
                     encoder_outputs=encoder_outputs,
@@ -309,7 +320,8 @@ class SpeechModel(PretrainedModel):
                 ids = [*ids, produced]
                 fed = [produced]
             else:  # out of tokens: the last one becomes what the last position produced
-                if len(ids) > prompt_length:
+                cut = len(ids) > prompt_length
+                if cut:
                     ids = ids[:-1]
         transcribe_ms = (time.perf_counter() - start) * 1000.0
         start = time.perf_counter()
@@ -320,7 +332,7 @@ class SpeechModel(PretrainedModel):
                 use_cache=False,
             )
         compute_ms = (time.perf_counter() - start) * 1000.0
-        text_ids = ids[prompt_length:]
+        text_ids = [*ids[prompt_length:], produced] if cut else ids[prompt_length:]
         return Transcription(
             text=str(self.tokenizer.decode(text_ids, skip_special_tokens=True)).strip(),
             samples=samples,

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -53,10 +55,17 @@ class ImageError(AttentionInputError):
 def decode_image(data: bytes) -> Image.Image:
     """Read an image file (PNG, JPEG, WebP, GIF's first frame, BMP, ...) as RGB.
 
+    Greyscale, palette and RGBA images become RGB (transparency on black, as Pillow
+    converts); a photo's EXIF orientation is applied, so it is upright as shown.
+
+    Returns:
+        A PIL RGB image of the file's size (width x height pixels).
+
     Raises:
-        ImageError: not an image Pillow reads, or over :data:`MAX_IMAGE_PIXELS` pixels.
+        ImageError: not an image Pillow reads, a damaged one, or over
+            :data:`MAX_IMAGE_PIXELS` pixels.
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(data)) as image:
@@ -65,12 +74,24 @@ def decode_image(data: bytes) -> Image.Image:
                 raise ImageError(
                     f"the image is {width} x {height} pixels, over {MAX_IMAGE_PIXELS:,}"
                 )
-            return image.convert("RGB")
+            upright = ImageOps.exif_transpose(image) or image
+            return upright.convert("RGB")
+    except ImageError:
+        raise
     except UnidentifiedImageError as error:
         raise ImageError(
             "not an image Pillow can read (PNG, JPEG, WebP, GIF, BMP, TIFF, ...)"
         ) from error
-    except (OSError, ValueError, Image.DecompressionBombError) as error:
+    # Pillow reports a damaged file in many ways (a broken PNG chunk is a SyntaxError).
+    except (
+        OSError,
+        ValueError,
+        SyntaxError,
+        EOFError,
+        struct.error,
+        zlib.error,
+        Image.DecompressionBombError,
+    ) as error:
         raise ImageError(f"the image cannot be read: {error}") from error
 
 
@@ -86,6 +107,8 @@ class ImageAttention:
         labels: a classifier's top labels and probabilities, else [].
         compute_ms: the forward pass's wall time, in ms.
         device: where it ran.
+        image_mean: the processor's per-channel mean (undone for :meth:`picture`).
+        image_std: the processor's per-channel standard deviation.
     """
 
     pixel_values: torch.Tensor
@@ -109,7 +132,7 @@ class ImageAttention:
         return len(self.recording.calls)
 
     def weights(self, layer: int) -> torch.Tensor:
-        """Every head of one layer: (H, L, L) float32 on the CPU."""
+        """Every head of one layer: (H, L, L) float32 on the CPU, rows summing to 1."""
         return self.recording.layer_weights(layer)[0]
 
     def query_rows(self, query: int) -> torch.Tensor:
@@ -180,10 +203,13 @@ class ImageModel(PretrainedModel):
     def analyse(self, image: Image.Image, *, device: str = "auto") -> ImageAttention:
         """Process ``image`` as the model's own processor does and run it, recording.
 
+        Returns:
+            An :class:`ImageAttention` (one recorded call per layer).
+
         Raises:
             AttentionInputError: (field ``device``) as
-                :func:`attnviz.attention.engine.resolve_device`.
-            ModelFormatError: the patches and tokens do not add up (an architecture
+                :func:`attnviz.attention.engine.resolve_device`; (field ``model``) nothing
+                was recorded, or the patches and tokens do not add up (an architecture
                 whose token layout this module does not know).
         """
         run_on = resolve_device(device)
@@ -196,12 +222,13 @@ class ImageModel(PretrainedModel):
         compute_ms = (time.perf_counter() - start) * 1000.0
         prefix = self.prefix_names
         if not recording.calls:
-            raise ModelFormatError(f"{self.name}: no attention layer was recorded")
+            raise AttentionInputError("model", f"{self.name}: no attention layer was recorded")
         length = recording.calls[0].key.shape[-2]
         if length != len(prefix) + rows * cols:
-            raise ModelFormatError(
+            raise AttentionInputError(
+                "model",
                 f"{self.name}: {length} tokens are not {len(prefix)} prefix tokens and "
-                f"{rows} x {cols} patches"
+                f"{rows} x {cols} patches",
             )
         labels: list[tuple[str, float]] = []
         logits = getattr(outputs, "logits", None)

@@ -77,6 +77,9 @@ class CTranslate2Model:
 def read_ctranslate2(path: Path) -> CTranslate2Model:
     """Read a CTranslate2 ``model.bin`` (format in the module docstring).
 
+    Returns:
+        A :class:`CTranslate2Model`; the file is read whole (75 MB for tiny.en).
+
     Raises:
         ModelFormatError: not a file of a known binary version, or cut short.
     """
@@ -164,12 +167,20 @@ def whisper_state_dict(ct2: CTranslate2Model) -> dict[str, torch.Tensor]:
         (``proj_out.weight`` tied to ``model.decoder.embed_tokens.weight``).
 
     Raises:
-        ModelFormatError: not a WhisperSpec, a variable missing, or a key bias that is
-            not zero (transformers' Whisper has no key bias).
+        ModelFormatError: not a WhisperSpec, quantized (int8, int16) weights, a variable
+            missing, or a key bias that is not zero (transformers' Whisper has no key bias).
     """
     if ct2.spec != "WhisperSpec":
         raise ModelFormatError(f"a {ct2.spec or 'version-1'} model, not a WhisperSpec")
     v = ct2.variables
+    quantized = sorted(
+        {str(t.dtype) for n, t in v.items() if t.ndim >= 2 and not t.is_floating_point()}
+    )
+    if quantized:
+        raise ModelFormatError(
+            f"a quantized CTranslate2 model ({', '.join(quantized)} weights): convert it with "
+            "--quantization float16 or float32 (AttnViz does not dequantize CTranslate2 scales)"
+        )
     out: dict[str, torch.Tensor] = {}
 
     def linear(target: str, source: str, *, bias: bool = True) -> None:

@@ -123,14 +123,32 @@ async def computed(
     """Run ``function`` on the compute pool within ``settings.compute_timeout_s``.
 
     Raises:
-        HTTPException: 503 naming the time budget when it runs out.
+        HTTPException: 503 naming the time budget (and ``sequences``) when it runs out.
+    """
+    return await computed_for(
+        "sequences", "fewer or shorter sequences", settings, function, *args, **kwargs
+    )
+
+
+async def computed_for(
+    field: str,
+    advice: str,
+    settings: Settings,
+    function: Callable[P, R],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> R:
+    """:func:`computed` for a request whose size lies in ``field`` (``audio``, ``image``).
+
+    Raises:
+        HTTPException: 503 naming ``field``, the time budget and ``advice`` ("try ...").
     """
     try:
         return await run_within(settings.compute_timeout_s, function, *args, **kwargs)
     except TimeoutError as error:
         raise field_error(
             status.HTTP_503_SERVICE_UNAVAILABLE,
-            "sequences",
+            field,
             f"the computation took longer than {settings.compute_timeout_s:g} s "
-            "(ATTNVIZ_COMPUTE_TIMEOUT_S); try fewer or shorter sequences",
+            f"(ATTNVIZ_COMPUTE_TIMEOUT_S); try {advice}",
         ) from error

@@ -42,7 +42,7 @@ function ticks(labels) {
 const MASKED_COLOR = "#c8c8c8";
 // ColorBrewer "Blues" (9 classes), white at 0: Plotly's own "Blues" ends in gray,
 // which would look like a masked cell.
-const WEIGHT_COLORSCALE = [
+export const WEIGHT_COLORSCALE = [
   [0.0, "#f7fbff"], [0.125, "#deebf7"], [0.25, "#c6dbef"], [0.375, "#9ecae1"],
   [0.5, "#6baed6"], [0.625, "#4292c6"], [0.75, "#2171b5"], [0.875, "#08519c"],
   [1.0, "#08306b"],

@@ -4,12 +4,14 @@
 // decoder's over tokens); a vision transformer shows one token's attention (the [CLS]
 // token, or a clicked patch) as an overlay on the image, per layer and head, with rollout.
 import { decodeArrays, option } from "./api.js";
-import { addPlot, clearPlots, escapeForPlotly } from "./heatmap.js";
+import {
+  WEIGHT_COLORSCALE, addPlot, clearPlots, escapeForPlotly, scaledWeights,
+} from "./heatmap.js";
 
 const SPEECH_URL = "/api/v1/speech";
 const VISION_URL = "/api/v1/vision";
 const SAMPLE_URL = "/static/samples/the-cat-sat.flac";
-const MAX_RECORD_MS = 30000; // Whisper's window
+const MAX_RECORD_MS = 29500; // within Whisper's 30 s window, with the recorder's latency
 const ALIGNMENT = "alignment";
 const MEAN = "mean";
 const ROLLOUT = "rollout";
@@ -18,9 +20,6 @@ const ROLLOUT = "rollout";
 const OVERLAY_COLORSCALE = [
   [0, "rgba(255,255,255,0)"], [0.25, "rgba(254,217,118,0.3)"], [0.5, "rgba(253,141,60,0.42)"],
   [0.75, "rgba(227,26,28,0.52)"], [1, "rgba(128,0,38,0.6)"],
-];
-const WEIGHT_SCALE = [
-  [0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"],
 ];
 const SMALL = { l: 4, r: 4, t: 22, b: 4 };
 
@@ -243,7 +242,13 @@ function drawSpeech() {
   const res = media.speech;
   const numLayers = res.blocks.cross.weights.length;
   const numHeads = res.blocks.cross.weights[0].length;
-  if (speechView.block !== "cross" && speechView.layer === ALIGNMENT) speechView.layer = "0";
+  const aligned = res.alignment_heads.length > 0;
+  // The choices of another model, or of a block without alignment heads, fall back.
+  if (speechView.layer === ALIGNMENT && (speechView.block !== "cross" || !aligned)) {
+    speechView.layer = "0";
+  }
+  if (speechView.layer !== ALIGNMENT && Number(speechView.layer) >= numLayers) speechView.layer = "0";
+  if (speechView.head !== MEAN && Number(speechView.head) >= numHeads) speechView.head = MEAN;
   controls.replaceChildren();
   select("speech-block", "Block", [
     ["cross", "cross: each token over the audio"],
@@ -251,7 +256,7 @@ function drawSpeech() {
     ["decoder", "decoder: tokens over tokens"],
   ], speechView.block, (v) => { speechView.block = v; drawSpeech(); });
   const layers = range(numLayers).map((l) => [String(l), `layer ${l}`]);
-  if (speechView.block === "cross") layers.unshift([ALIGNMENT, "alignment heads (mean)"]);
+  if (speechView.block === "cross" && aligned) layers.unshift([ALIGNMENT, "alignment heads (mean)"]);
   select("speech-layer", "Layer", layers, speechView.layer, (v) => {
     speechView.layer = v;
     drawSpeech();
@@ -316,10 +321,7 @@ function crossFigure(res, map, which) {
   const rows = map.slice(res.first_text_row);
   const labels = res.next_tokens.slice(res.first_text_row);
   const times = frameTimes(res.num_frames, 1, res.frame_s);
-  const scaled = rows.map((row) => {
-    const top = Math.max(...row) || 1;
-    return row.map((v) => v / top);
-  });
+  const scaled = scaledWeights(rows, "row");
   const wave = res.waveform;
   const waveTimes = range(wave.max.length).map((i) => (i + 0.5) * wave.step_s);
   const traces = [
@@ -327,7 +329,7 @@ function crossFigure(res, map, which) {
     { type: "scatter", mode: "lines", x: waveTimes, y: wave.min, yaxis: "y2", fill: "tonexty", fillcolor: "rgba(100,116,139,0.45)", line: { width: 0.5, color: "#64748b" }, hoverinfo: "skip", showlegend: false },
     {
       type: "heatmap", x: times, y: range(rows.length), z: scaled, customdata: rows,
-      colorscale: WEIGHT_SCALE, zmin: 0, zmax: 1, showscale: true,
+      colorscale: WEIGHT_COLORSCALE, zmin: 0, zmax: 1, showscale: true,
       colorbar: { title: { text: "÷ row max" }, len: 0.7, y: 0.37 },
       text: rows.map((row, i) => row.map(() => escapeForPlotly(labels[i]))),
       hovertemplate: "%{text}<br>t = %{x:.2f} s<br>weight %{customdata:.4f}<extra></extra>",
@@ -361,7 +363,7 @@ function encoderFigure(res, map, which) {
   const times = frameTimes(map.length, perCell, res.frame_s);
   return {
     traces: [{
-      type: "heatmap", x: times, y: times, z: map, colorscale: WEIGHT_SCALE, zmin: 0,
+      type: "heatmap", x: times, y: times, z: map, colorscale: WEIGHT_COLORSCALE, zmin: 0,
       hovertemplate: "query %{y:.2f} s<br>key %{x:.2f} s<br>weight %{z:.4f}<extra></extra>",
     }],
     layout: {
@@ -378,7 +380,7 @@ function decoderFigure(res, map, which) {
   const n = labels.length;
   return {
     traces: [{
-      type: "heatmap", x: range(n), y: range(n), z: map, colorscale: WEIGHT_SCALE, zmin: 0, zmax: 1,
+      type: "heatmap", x: range(n), y: range(n), z: map, colorscale: WEIGHT_COLORSCALE, zmin: 0, zmax: 1,
       text: map.map((row, i) => row.map((_, j) => `${labels[i]} → ${labels[j]}`)),
       hovertemplate: "%{text}<br>weight %{z:.4f}<extra></extra>",
     }],
@@ -399,7 +401,10 @@ function drawSpeechGrid(res, numLayers, numHeads) {
       if (block === "cross") map = map.slice(res.first_text_row);
       const alignment = block === "cross" && isAlignment(res, l, h);
       const div = addPlot(grid, {
-        traces: [{ type: "heatmap", z: block === "cross" ? map.map((row) => { const top = Math.max(...row) || 1; return row.map((v) => v / top); }) : map, colorscale: WEIGHT_SCALE, zmin: 0, showscale: false, hoverinfo: "skip" }],
+        traces: [{
+          type: "heatmap", z: block === "cross" ? scaledWeights(map, "row") : map,
+          colorscale: WEIGHT_COLORSCALE, zmin: 0, showscale: false, hoverinfo: "skip",
+        }],
         layout: {
           title: { text: `L${l} H${h}${alignment ? " ★" : ""}`, font: { size: 11 } },
           xaxis: { visible: false }, yaxis: { visible: false, autorange: "reversed" },
@@ -441,6 +446,9 @@ function visionRow(res, layer, show) {
 function drawVision() {
   const res = media.vision;
   if (visionView.layer === null || visionView.layer >= res.num_layers) visionView.layer = res.num_layers - 1;
+  if (![MEAN, ROLLOUT].includes(visionView.show) && Number(visionView.show) >= res.num_heads) {
+    visionView.show = MEAN;
+  }
   controls.replaceChildren();
   select("vision-layer", "Layer", range(res.num_layers).map((l) => [String(l), `layer ${l}`]),
     visionView.layer, (v) => { visionView.layer = Number(v); drawVision(); });

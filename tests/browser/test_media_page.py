@@ -129,7 +129,11 @@ def test_a_recording_from_the_microphone_is_transcribed(browser, media_url: str)
         page.wait_for_timeout(2000)
         page.click("#record")
         rows = drawn_rows(page)
-        assert len(rows) >= 1
+        heard = page.evaluate("() => window.attnvizMedia.speech")
+        # About 2 s of WebM/Opus, decoded by the server; every row the page drew is its own.
+        assert 1.0 < heard["duration_s"] < 4.0
+        assert heard["num_frames"] == -(-round(heard["duration_s"] * 16_000) // 320)
+        assert rows == heard["next_tokens"][heard["first_text_row"] :]
         status = page.inner_text("#audio-status")
         assert "Recorded" in status and "webm" in status
         assert errors == []

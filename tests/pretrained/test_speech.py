@@ -210,10 +210,30 @@ def test_a_tone_runs_end_to_end(whisper: SpeechModel) -> None:
 
 
 def test_audio_over_30_s_is_refused(whisper: SpeechModel) -> None:
-    with pytest.raises(AudioError, match="longer than 30 s"):
+    with pytest.raises(AudioError) as caught:
         decode_audio(wav_bytes(tone(MAX_AUDIO_S + 1)))
+    assert caught.value.message.startswith("the audio is longer than 30 s")
     with pytest.raises(AudioError, match="over 30 s"):
         whisper.transcribe(tone(MAX_AUDIO_S + 1), device="cpu")
+
+
+def test_exactly_30_s_of_silence_is_transcribed(whisper: SpeechModel) -> None:
+    samples = decode_audio(wav_bytes(np.zeros(int(MAX_AUDIO_S * SAMPLE_RATE), np.float32)))
+    result = whisper.transcribe(samples, device="cpu")
+    assert result.num_frames == 1500
+    assert result.block("cross").shape[-1] == 1500
+    assert result.next_ids[-1] == 50256 or len(result.decoder_ids) == 448
+
+
+def test_a_transcript_cut_short_keeps_its_last_token(whisper: SpeechModel, spoken) -> None:  # type: ignore[no-untyped-def]
+    full = whisper.transcribe(spoken, device="cpu")
+    cut = whisper.transcribe(spoken, device="cpu", max_new_tokens=3)
+    first_three = full.decoder_ids[2:5]
+    # The last position produced the third token: it is a row, not an input.
+    assert cut.decoder_ids == full.decoder_ids[:4]
+    assert cut.next_ids == [*full.decoder_ids[1:4], first_three[-1]]
+    assert cut.text == whisper.tokenizer.decode(first_three).strip()
+    assert cut.block("cross").shape[2] == 4
 
 
 @pytest.mark.parametrize(

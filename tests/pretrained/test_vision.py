@@ -122,7 +122,15 @@ def test_a_classifier_gives_its_top_labels(folders: dict[str, Path], tmp_path: P
     assert [p for _, p in result.labels] == sorted(labels.values(), reverse=True)
 
 
-@pytest.mark.parametrize("data", [b"", b"GIF89a not really", png_bytes()[:100]])
+def broken_png() -> bytes:
+    """A PNG whose image data chunk is corrupted (Pillow raises SyntaxError or zlib's error)."""
+    data = bytearray(png_bytes(64, 64))
+    start = data.index(b"IDAT") + 8
+    data[start : start + 40] = bytes(40)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("data", [b"", b"GIF89a not really", png_bytes()[:100], broken_png()])
 def test_what_is_not_an_image_is_refused_by_name(data: bytes) -> None:
     require_modules("Pillow", "PIL")
     with pytest.raises(ImageError) as caught:
@@ -154,3 +162,40 @@ def test_the_demo_vit_script_makes_a_directory_attnviz_loads(tmp_path: Path) -> 
     assert result.grid == (8, 8)
     assert [label for label, _ in result.labels] != []
     assert {label for label, _ in result.labels} == {"red", "green", "blue"}
+
+
+@pytest.mark.parametrize("mode", ["L", "LA", "P", "RGBA", "I;16", "CMYK"])
+def test_any_pillow_mode_becomes_rgb(mode: str) -> None:
+    import io
+
+    from PIL import Image
+
+    require_modules("Pillow", "PIL")
+    image = Image.open(io.BytesIO(png_bytes(40, 30))).convert(mode)
+    buffer = io.BytesIO()
+    image.save(buffer, format="TIFF" if mode in ("I;16", "CMYK") else "PNG")
+    decoded = decode_image(buffer.getvalue())
+    assert (decoded.mode, decoded.size) == ("RGB", (40, 30))
+
+
+def test_a_photos_exif_orientation_is_applied() -> None:
+    import io
+
+    from PIL import Image
+
+    require_modules("Pillow", "PIL")
+    image = Image.open(io.BytesIO(png_bytes(60, 20))).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to display
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", exif=exif)
+    assert decode_image(buffer.getvalue()).size == (20, 60)
+
+
+def test_an_image_over_the_pixel_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnviz.pretrained import vision
+
+    require_modules("Pillow", "PIL")
+    monkeypatch.setattr(vision, "MAX_IMAGE_PIXELS", 50 * 70 - 1)
+    with pytest.raises(ImageError, match="50 x 70 pixels, over 3,499"):
+        decode_image(png_bytes(50, 70))

@@ -56,7 +56,7 @@ def test_speech_comes_back_transcribed_with_one_cross_row_per_token(media: TestC
     body = response.json()
     assert "mat" in body["text"].lower()
     t, f = len(body["decoder_tokens"]), body["num_frames"]
-    assert f == int(np.ceil(body["duration_s"] / 0.02))
+    assert f == -(-round(body["duration_s"] * 16_000) // 320)
     assert body["decoder_tokens"][:2] == ["<|startoftranscript|>", "<|notimestamps|>"]
     assert body["next_tokens"][-1] == "<|endoftext|>"
     assert "".join(body["next_tokens"][body["first_text_row"] : -1]).strip() == body["text"]
@@ -229,3 +229,20 @@ def test_frame_pooling_averages_queries_and_sums_keys(frames: int, k: int) -> No
         torch.testing.assert_close(
             pooled[..., i, :].sum(-1), rows[..., i * k : (i + 1) * k].mean(-1)
         )
+
+
+def test_a_response_over_the_weight_cells_limit_is_a_413_naming_audio(media: TestClient) -> None:
+    from attnviz.pretrained import MODELS
+    from attnviz.server.routers.media import speech_response
+    from attnviz.server.settings import Settings
+    from fastapi import HTTPException
+
+    from tests.pretrained.media import wav_bytes
+
+    whisper: Any = MODELS.get("whisper-tiny.en")
+    with pytest.raises(HTTPException) as caught:
+        speech_response(
+            whisper, wav_bytes(tone(1.0)), "cpu", "json", Settings(max_weight_cells=1000)
+        )
+    assert caught.value.status_code == 413
+    assert caught.value.detail[0]["loc"][-1] == "audio"

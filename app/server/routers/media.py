@@ -23,8 +23,8 @@ from ...pretrained.speech import FRAME_S, SAMPLE_RATE, SpeechModel, decode_audio
 from ...pretrained.vision import ImageAttention, ImageModel, decode_image
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors
-from ..executor import computed, held_while_sent
-from ..limits import MAX_MODEL_NAME_CHARS
+from ..executor import computed_for, held_while_sent
+from ..limits import MAX_MODEL_NAME_CHARS, check_cells
 from ..schemas.media import SpeechResponse, VisionResponse
 from ..settings import Settings
 from ..transport import Encoding, encode_floats, respond
@@ -55,7 +55,9 @@ EncodingField = Annotated[
 def pool_frames(weights: torch.Tensor, k: int) -> torch.Tensor:
     """Pool (..., F, F) frame maps by ``k`` frames per cell: (..., ceil(F/k), ceil(F/k)).
 
-    Queries are averaged and keys summed, so each row still holds the same total weight.
+    Queries are averaged and keys summed, so each row still holds the same total weight
+    (the page's text views pool by block maximum instead, :mod:`attnviz.pretrained.display`;
+    here a cell of 3 frames is 60 ms of audio, whose weights add up). Same dtype as given.
     """
     if k == 1:
         return weights
@@ -100,7 +102,17 @@ async def transcribe_speech(
     assert isinstance(speech, SpeechModel)
     data = await audio.read()
     return await held_while_sent(
-        computed(settings, speech_response, speech, data, device, encoding, settings)
+        computed_for(
+            "audio",
+            "a shorter clip",
+            settings,
+            speech_response,
+            speech,
+            data,
+            device,
+            encoding,
+            settings,
+        )
     )
 
 
@@ -117,6 +129,21 @@ def speech_response(
         samples = decode_audio(data)
         result = model.transcribe(samples, device=device)
         per_cell = max(1, math.ceil(result.num_frames / MAX_ENCODER_CELLS))
+        t, f, cells = (
+            len(result.decoder_ids),
+            result.num_frames,
+            math.ceil(result.num_frames / per_cell),
+        )
+        counts = {
+            block: len(calls) * model.block_heads(block)
+            for block, calls in result.block_calls.items()
+        }
+        check_cells(
+            counts["encoder"] * cells**2 + counts["decoder"] * t * t + counts["cross"] * t * f,
+            settings.max_weight_cells,
+            "audio",
+            "a shorter clip, or raise ATTNVIZ_MAX_WEIGHT_CELLS",
+        )
         encoder = result.block("encoder", lambda heads: pool_frames(heads, per_cell))
         blocks = {
             "encoder": {"weights": encode_floats(encoder, encoding), "frames_per_cell": per_cell},
@@ -180,7 +207,18 @@ async def image_attention(
     assert isinstance(vision, ImageModel)
     data = await image.read()
     return await held_while_sent(
-        computed(settings, vision_response, vision, data, query, device, encoding, settings)
+        computed_for(
+            "image",
+            "a smaller model",
+            settings,
+            vision_response,
+            vision,
+            data,
+            query,
+            device,
+            encoding,
+            settings,
+        )
     )
 
 
