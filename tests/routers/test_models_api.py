@@ -244,7 +244,12 @@ def test_model_dirs_setting_registers_local_directories(minilm, tmp_path, monkey
     try:
         with TestClient(create_app()) as client:
             names = [m["name"] for m in client.get("/api/v1/models").json()["models"]]
-            assert names == ["all-MiniLM-L6-v2", "SmolLM2-135M-Instruct", "my-bert"]
+            assert names == [
+                "all-MiniLM-L6-v2",
+                "SmolLM2-135M-Instruct",
+                "whisper-tiny.en",
+                "my-bert",
+            ]
             assert MODELS.wait(300)
             data = client.post(URL, json={"model": "my-bert", "texts": ["Local."]}).json()
             assert data["model"] == "my-bert" and data["shape"][0] == 6
