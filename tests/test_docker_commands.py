@@ -314,4 +314,6 @@ def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
     full = build_image(build_args)
     cached = list((root / "opt/cache/attnviz").glob("SmolLM2-135M-Instruct*/model.safetensors"))
     assert len(cached) == 1, "the build dequantizes SmolLM2 into the image's cache"
-    start_and_check(full, ["all-MiniLM-L6-v2", SMOLLM2], tmp_path / "full.log")
+    whisper = list((root / "opt/cache/attnviz").glob("whisper-tiny.en*/model.safetensors"))
+    assert len(whisper) == 1, "the build converts Whisper tiny.en into the image's cache"
+    start_and_check(full, ["all-MiniLM-L6-v2", SMOLLM2, "whisper-tiny.en"], tmp_path / "full.log")
