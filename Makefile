@@ -53,11 +53,13 @@ bench: install browser
 
 # One 32-token sentence through the pretrained all-MiniLM-L6-v2: engine, API, page;
 # then SmolLM2-135M-Instruct at 256, 1024 and 4096 tokens; then the methods (norm, flow,
-# ablation) on both at 24, 128 and 512 tokens (about 15 minutes in all).
+# ablation) on both at 24, 128 and 512 tokens; then Whisper and vision transformers (about 20
+# minutes in all).
 bench-models: install browser
 	$(BIN)/python -m benchmarks.pretrained
 	$(BIN)/python -m benchmarks.decoder
 	$(BIN)/python -m benchmarks.methods
+	$(BIN)/python -m benchmarks.media
 
 # 32 concurrent clients for 60 s against a real server (loopback only).
 load: install

@@ -6,7 +6,8 @@ Speech is the page's sample sentence (espeak-ng), repeated to fill 10 and 30 s. 
 the median of N in-process requests to POST /api/v1/speech (base64 float32, as the page
 asks), split as the response reports it: greedy transcription with the key/value cache,
 the recorded teacher-forced pass, and the whole request (decoding the file, every block's
-maps, pooling and serialising included), with the response's size. Images: the demo ViT
+maps, pooling and serialising included), with the response's size (float32; the page
+asks for float16, half of it). Images: the demo ViT
 (scripts/demo_vit.py, 3 training steps: its speed does not depend on its training) and a
 ViT-Base-sized random model (12 layers x 12 heads, d_model 768, 224 px in 16 px patches),
 a new picture per request, then the same picture with another query (the pass reused).

@@ -173,7 +173,9 @@ async function post(url, fields) {
     if (value && value.blob) form.append(key, value.blob, value.name);
     else if (value !== null && value !== undefined) form.append(key, String(value));
   }
-  form.append("encoding", "base64_float32");
+  // Speech's maps are large (30 s: 4.4 M cross-attention weights): float16 halves them,
+  // and its 3 significant digits are more than a colour and a 4-decimal hover show.
+  form.append("encoding", url === SPEECH_URL ? "base64_float16" : "base64_float32");
   const response = await fetch(url, { method: "POST", body: form });
   let data = null;
   try {

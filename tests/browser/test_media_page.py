@@ -79,8 +79,9 @@ def test_an_uploaded_sentence_gets_one_cross_attention_row_per_token(  # type: i
     # The default: the mean of the alignment heads, its rows the API's rows.
     cross = np.array(api["blocks"]["cross"]["weights"])
     expected = np.mean([cross[layer, head] for layer, head in api["alignment_heads"]], axis=0)
+    # The page asks for float16 (half the bytes): 2^-11 relative.
     np.testing.assert_allclose(
-        heatmap["customdata"], expected[api["first_text_row"] :], rtol=1e-5, atol=1e-7
+        heatmap["customdata"], expected[api["first_text_row"] :], rtol=1e-3, atol=1e-7
     )
     # The config's alignment heads are outlined among the layers x heads thumbnails.
     assert page.locator(".media-grid .plot").count() == 24
