@@ -167,17 +167,16 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
             _ready(vision.model)
             return vision
         family = family_of(config)
+        speech = config.model_type == "whisper"
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         model = (
-            transformers.AutoModelForSpeechSeq2Seq
-            if config.model_type == "whisper"
-            else _auto_class(family)
+            transformers.AutoModelForSpeechSeq2Seq if speech else _auto_class(family)
         ).from_pretrained(folder, dtype=torch.float32, local_files_only=True)
         extractor = (
             transformers.AutoFeatureExtractor.from_pretrained(  # type: ignore[no-untyped-call]
                 folder, local_files_only=True
             )
-            if config.model_type == "whisper"
+            if speech
             else None
         )
     except (OSError, ValueError, KeyError, TypeError) as error:

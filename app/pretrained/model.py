@@ -431,6 +431,22 @@ class PretrainedModel:
     modality: ClassVar[str] = "text"
     """What the model reads: "text", "speech" (:mod:`.speech`) or "image" (:mod:`.vision`)."""
 
+    def require(self, modality: str, where: str) -> None:
+        """Refuse this model where a model reading ``modality`` is needed.
+
+        Args:
+            modality: "text", "speech" or "image".
+            where: what to do instead (the route or view this model's input goes to),
+                at the end of the message.
+
+        Raises:
+            AttentionInputError: (field ``model``) the model reads another modality.
+        """
+        if self.modality != modality:
+            raise AttentionInputError(
+                "model", f"{self.name} reads {self.modality}, not {modality}: {where}"
+            )
+
     def warm_up(self) -> None:
         """One short input through the model once it is loaded (torch's lazy start-up)."""
         warm = self.tokenize([WARM_UP_TEXT])

@@ -17,6 +17,7 @@ given after every layer.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import struct
 import time
@@ -141,17 +142,30 @@ class ImageAttention:
             [self.recording.layer_weights(n, query=query)[0, :, 0] for n in range(self.num_layers)]
         )
 
-    def rollout_rows(self, query: int) -> torch.Tensor:
-        """Row ``query`` of attention rollout through layers 0..n, for each n: (N, L) float32."""
-        rows = []
+    @functools.cached_property
+    def rollouts(self) -> torch.Tensor:
+        """Attention rollout through layers 0..n, for each n: (N, L, L) float32.
+
+        Computed once per image (every layer's maps, N products of L^3), so that a click
+        on another patch of the same image reads rows of it.
+        """
+        out = []
         rollout = None
         for n in range(self.num_layers):
             rollout = rollout_step(rollout, self.weights(n).mean(dim=0, keepdim=True))
-            rows.append(rollout[0, query].float())
-        return torch.stack(rows)
+            out.append(rollout[0].float())
+        return torch.stack(out)
 
+    def rollout_rows(self, query: int) -> torch.Tensor:
+        """Row ``query`` of attention rollout through layers 0..n, for each n: (N, L) float32."""
+        return self.rollouts[:, query]
+
+    @functools.cached_property
     def picture(self) -> str:
-        """The processed image (what the model saw), un-normalised, as a PNG data URL."""
+        """The processed image (what the model saw), un-normalised, as a PNG data URL.
+
+        Made once per image, as :attr:`rollouts`.
+        """
         from PIL import Image
 
         mean = torch.tensor(self.image_mean).view(3, 1, 1)

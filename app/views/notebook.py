@@ -480,12 +480,7 @@ def show(
         registry.load()
         _registry = registry
     pretrained = _registry.get(name)
-    if pretrained.modality != "text":
-        raise AttentionInputError(
-            "model",
-            f"{pretrained.name} reads {pretrained.modality}, not text: use /models or "
-            f"POST /api/v1/{'speech' if pretrained.modality == 'speech' else 'vision'}",
-        )
+    pretrained.require("text", "use /models, or POST the file to /api/v1/speech or /vision")
     targets = None if target is None else [target]
     result = pretrained.attention([text], targets=targets, device=device)
     network = pretrained.on(torch.device(result.device))

@@ -26,13 +26,16 @@ function formatLoc(loc) {
     .join("");
 }
 
-// POST `body` (or GET without one) and decode typed arrays. On an HTTP error the
-// API's message, one "<field>: <message>" line per error, goes to showError and the
-// result is null; so does "Request failed: ..." when the request does not complete.
+// POST `body` as JSON, or as a multipart form when it is FormData (an upload), or GET
+// without one, and decode typed arrays. On an HTTP error the API's message, one
+// "<field>: <message>" line per error, goes to showError and the result is null; so
+// does "Request failed: ..." when the request does not complete.
 async function fetchJson(url, body, showError) {
-  const init = body === undefined
-    ? {}
-    : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+  let init = {};
+  if (body instanceof FormData) init = { method: "POST", body };
+  else if (body !== undefined) {
+    init = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+  }
   try {
     const response = await fetch(url, init);
     const data = decodeArrays(await response.json().catch(() => null));

@@ -3,7 +3,7 @@
 // the waveform, with time in seconds (and the encoder's self-attention over frames, the
 // decoder's over tokens); a vision transformer shows one token's attention (the [CLS]
 // token, or a clicked patch) as an overlay on the image, per layer and head, with rollout.
-import { decodeArrays, option } from "./api.js";
+import { jsonFetcher, option } from "./api.js";
 import {
   WEIGHT_COLORSCALE, addPlot, clearPlots, escapeForPlotly, scaledWeights,
 } from "./heatmap.js";
@@ -176,21 +176,10 @@ async function post(url, fields) {
   // Speech's maps are large (30 s: 4.4 M cross-attention weights): float16 halves them,
   // and its 3 significant digits are more than a colour and a 4-decimal hover show.
   form.append("encoding", url === SPEECH_URL ? "base64_float16" : "base64_float32");
-  const response = await fetch(url, { method: "POST", body: form });
-  let data = null;
-  try {
-    data = await response.json();
-  } catch {
-    throw new Error(`The server answered ${response.status} without JSON.`);
-  }
-  if (!response.ok) {
-    const detail = Array.isArray(data.detail) ? data.detail : [{ msg: String(data.detail) }];
-    throw new Error(detail.map((d) => {
-      const field = Array.isArray(d.loc) ? d.loc[d.loc.length - 1] : null;
-      return field && field !== "body" ? `${field}: ${d.msg}` : d.msg;
-    }).join("; "));
-  }
-  return decodeArrays(data);
+  let message = null;
+  const res = await jsonFetcher((text) => { message = text; })(url, form);
+  if (res === null) throw new Error(message);
+  return res;
 }
 
 function select(id, label, choices, value, onChange) {

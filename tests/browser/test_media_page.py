@@ -149,11 +149,20 @@ def test_the_sample_sentence_needs_no_file(page, media_url: str) -> None:  # typ
     assert "".join(rows).strip().lower().startswith("the cat sat on the mat")
 
 
-def test_a_speech_model_without_a_file_says_what_to_do(page, media_url: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_speech_model_without_a_file_says_what_to_do(  # type: ignore[no-untyped-def]
+    page, media_url: str, tmp_path: Path
+) -> None:
     open_model(page, media_url, "whisper-tiny.en")
     page.click("#compute")
     page.wait_for_selector("#error:not([hidden])")
     assert "audio file" in page.inner_text("#error")
+    # A file the server cannot decode: its 422 is shown, naming the field.
+    notes = tmp_path / "notes.wav"
+    notes.write_bytes(b"not audio at all" * 20)
+    page.set_input_files("#audio-file", str(notes))
+    page.wait_for_function(
+        "document.getElementById('error').textContent.includes('audio: not an audio file')"
+    )
 
 
 def test_an_uploaded_image_shows_the_patch_overlay(page, media_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -98,7 +98,7 @@ def test_the_picture_is_what_the_model_saw(folders: dict[str, Path], tmp_path: P
     model = loaded(folders, "vit", tmp_path)
     image = decode_image(png_bytes(64, 64))
     result = model.analyse(image, device="cpu")
-    data = result.picture()
+    data = result.picture
     assert data.startswith("data:image/png;base64,")
     shown = Image.open(io.BytesIO(base64.b64decode(data.split(",", 1)[1])))
     assert shown.size == (32, 32)

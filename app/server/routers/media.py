@@ -264,7 +264,7 @@ def vision_response(
     payload: dict[str, Any] = {
         "model": model.name,
         "architecture": model.architecture,
-        "image": result.picture(),
+        "image": result.picture,
         "width": int(result.pixel_values.shape[-1]),
         "height": int(result.pixel_values.shape[-2]),
         "patch_size": model.patch_size,

@@ -129,9 +129,7 @@ MODALITY_ROUTES: Final = {
 """Where each kind of model takes its input, for the 422 of a model sent the wrong kind."""
 
 
-def ready_model(
-    name: str | None, modality: str = "text", location: str = "body"
-) -> PretrainedModel:
+def ready_model(name: str | None, modality: str = "text") -> PretrainedModel:
     """The model a request names, or an HTTP error: 422 unknown or failed, 503 loading.
 
     A model of another modality (a speech model sent text) is a 422 too. With ``name``
@@ -142,21 +140,16 @@ def ready_model(
         HTTPException: as above; the 503 carries Retry-After.
     """
     try:
-        with engine_errors("cpu", location):
+        with engine_errors("cpu"):
             if name is None and modality != "text":
                 name = MODELS.first_of(modality)
             model = MODELS.get(name)
-            if model.modality != modality:
-                raise AttentionInputError(
-                    "model",
-                    f"{model.name} reads {model.modality}, not {modality}: "
-                    f"{MODALITY_ROUTES[model.modality]}",
-                )
+            model.require(modality, MODALITY_ROUTES[model.modality])
             return model
     except ModelNotReady as error:
         raise HTTPException(
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-            detail=[{"loc": field_loc("model", location), "msg": str(error), "type": "loading"}],
+            detail=[{"loc": field_loc("model", "body"), "msg": str(error), "type": "loading"}],
             headers={"Retry-After": str(RETRY_AFTER_S)},
         ) from error
 
