@@ -2049,6 +2049,7 @@ async function computeSpeechOrImage(model) {
     try {
       summary.textContent = await computeMedia(model, deviceSelect.value);
     } catch (error) {
+      summary.textContent = ""; // not the summary of what was drawn before
       showError(error.message);
     }
   }, label, computeButton);

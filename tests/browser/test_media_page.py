@@ -163,6 +163,7 @@ def test_a_speech_model_without_a_file_says_what_to_do(  # type: ignore[no-untyp
     page.wait_for_function(
         "document.getElementById('error').textContent.includes('audio: not an audio file')"
     )
+    assert page.inner_text("#summary") == ""
 
 
 def test_an_uploaded_image_shows_the_patch_overlay(page, media_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
