@@ -19,3 +19,17 @@ class AttentionInputError(ValueError):
         super().__init__(message if message.startswith(field) else f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class UnsupportedInputError(AttentionInputError):
+    """An input in a format not accepted at all (an image outside the accepted formats).
+
+    The server answers 415 naming ``field``.
+    """
+
+
+class InputTooLargeError(AttentionInputError):
+    """An input whose computation would need more than a configured budget (memory).
+
+    The server answers 413 naming ``field``, with the estimate and the limit in the message.
+    """

@@ -27,6 +27,7 @@ from typing import Final, Literal, get_args
 import torch
 from torch import nn
 
+from .cancellation import check_cancelled
 from .engine import DTYPES, LayerConfig, check_dtype, resolve_device
 from .errors import AttentionInputError
 from .masks import causal_mask, padding_mask
@@ -294,6 +295,7 @@ def compute_transformer(
         x = embed(src_ids)
         encoder_weights = []
         for enc_layer in stack.encoder:
+            check_cancelled()
             x, weights = enc_layer(x, src_mask)
             encoder_weights.append(weights)
         memory = x
@@ -304,6 +306,7 @@ def compute_transformer(
             y = embed(trg_ids)
             self_list, cross_list = [], []
             for dec_layer in stack.decoder:
+                check_cancelled()
                 y, self_weights, cross_weights = dec_layer(y, memory, trg_mask, src_mask)
                 self_list.append(self_weights)
                 cross_list.append(cross_weights)

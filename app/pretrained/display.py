@@ -34,6 +34,7 @@ from typing import Final
 import torch
 from torch.nn import functional
 
+from ..attention.cancellation import check_cancelled
 from ..attention.errors import AttentionInputError
 from .model import MAX_ROLLOUT_TOKENS, Block, PretrainedAttentions, TokenizedBatch, rollout_step
 
@@ -341,6 +342,7 @@ class LayerWalk:
                 else range(self.layer_index, self.layer_index + 1)
             )
         for layer in every:
+            check_cancelled()
             num_heads = self.result.num_heads(self.block, layer)
             if self.head_index is not None and not 0 <= self.head_index < num_heads:
                 raise AttentionInputError(

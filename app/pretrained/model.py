@@ -27,6 +27,7 @@ import functools
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
@@ -34,9 +35,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 import torch
 from torch import nn
 
+from ..attention.cancellation import check_cancelled
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
-from .recorder import AttentionRecording, Neuron, ablate_heads, neuron, record_attention
+from .recorder import (
+    AttentionRecording,
+    Neuron,
+    StepwiseRecording,
+    ablate_heads,
+    neuron,
+    record_attention,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -192,6 +201,7 @@ class DecoderHead:
                 torch.split(other.hidden, _LOGIT_CHUNK, dim=1),
                 strict=True,
             ):
+                check_cancelled()
                 p = torch.log_softmax(self.head(mine).float(), dim=-1)
                 q = torch.log_softmax(other.head(theirs).float(), dim=-1)
                 parts.append((p.exp() * (p - q)).sum(dim=-1).clamp_min(0).cpu())
@@ -205,6 +215,7 @@ class DecoderHead:
         ids, values = [], []
         with torch.inference_mode():
             for chunk in torch.split(self.hidden, _LOGIT_CHUNK, dim=1):
+                check_cancelled()
                 probabilities = torch.softmax(self.head(chunk).float(), dim=-1)
                 top = probabilities.topk(min(TOP_K, probabilities.shape[-1]), dim=-1)
                 ids.append(top.indices.cpu())
@@ -371,6 +382,8 @@ class Generation:
         num_layers: N.
         recording: N calls for the prompt pass, then N per fed-back token.
         compute_ms: wall time of the whole generation, in ms.
+        result: with ``record_pass``, the recorded causal pass over prompt + new tokens
+            taken while generating (:class:`PretrainedAttentions`), else None.
     """
 
     prompt_length: int
@@ -379,6 +392,7 @@ class Generation:
     num_layers: int
     recording: AttentionRecording
     compute_ms: float
+    result: PretrainedAttentions | None = None
 
     def step_row(self, step: int, layer: int, head: int) -> torch.Tensor:
         """The attention row of the query fed at ``step`` (1 = the first added token).
@@ -880,13 +894,17 @@ class PretrainedModel:
         temperature: float = 0.0,
         seed: int = 0,
         device: str = "auto",
+        record_steps: bool = True,
+        record_pass: bool = False,
     ) -> Generation:
         """Continue one prompt token by token with the key/value cache, recording each step.
 
         The prompt runs in one pass; then each new token is fed alone, its query
         attending to the cached keys of every earlier token (the tutorials' step-by-step
         decoding, tutorial 002 section 3.4, on a real model). Generation stops early at
-        the tokenizer's end-of-sequence token.
+        the tokenizer's end-of-sequence token. Only the last position's logits are
+        computed (``logits_to_keep``, where the model takes it): the prompt's whole
+        (L, vocab) logits would be 0.8 GB for SmolLM2 at 4096 tokens.
 
         Args:
             batch: one prompt (B = 1) from :meth:`tokenize`.
@@ -895,9 +913,21 @@ class PretrainedModel:
                 softmax(logits / temperature).
             seed: the RNG seed of the sampling.
             device: as :meth:`run`.
+            record_steps: keep every step's attention calls (:meth:`Generation.step_row`).
+                Each step's call holds the whole key/value cache, so this costs
+                N * steps * L * d numbers (11 GB for SmolLM2 at 4,000 + 64 tokens):
+                the server passes False and records one pass over prompt + new tokens
+                instead (``record_pass``).
+            record_pass: record, while generating, what one causal pass over prompt +
+                new tokens records (:class:`.recorder.StepwiseRecording`: the prompt's
+                calls, then each step's query row and new key), so that the maps of the
+                generated text cost no second forward pass; the last token is fed once
+                more for its query and key. Not with ``record_steps``; a model without a
+                separate backbone and output head gives no pass.
 
         Returns:
-            A :class:`Generation`.
+            A :class:`Generation` (its recording empty without ``record_steps``; its
+            ``result`` the recorded pass with ``record_pass``, else None).
 
         Raises:
             AttentionInputError: (field ``max_new_tokens``) a model that does not
@@ -922,35 +952,69 @@ class PretrainedModel:
         start = time.perf_counter()
         from transformers import DynamicCache
 
-        with torch.inference_mode(), record_attention() as recording:
+        backbone, head = model.base_model, model.get_output_embeddings()  # type: ignore[no-untyped-call]
+        joining = record_pass and not record_steps and backbone is not model and head is not None
+        recording: AttentionRecording = AttentionRecording()
+        if joining:
+            recording = StepwiseRecording(self.num_layers)
+        hidden: list[torch.Tensor] = []
+        last = {"logits_to_keep": 1} if "logits_to_keep" in self._forward_arguments else {}
+
+        def forward(ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+            """The next-token logits (vocab,) after ``ids``, and the cache."""
+            if joining:  # the backbone's states are the recorded pass's decoder head
+                out = backbone(ids, past_key_values=cache, use_cache=True)
+                hidden.append(out.last_hidden_state)
+                return head(out.last_hidden_state[0, -1]), out.past_key_values
+            out = model(ids, past_key_values=cache, use_cache=True, **last)
+            return out.logits[0, -1], out.past_key_values
+
+        recorded = record_steps or joining
+        with (
+            torch.inference_mode(),
+            record_attention(recording) if recorded else nullcontext(recording),
+        ):
             # A cache without the model's config keeps every key, also beyond a sliding
             # window (the mask still hides the old ones): each step's row then covers
             # every earlier position, as one causal pass does.
-            output = model(
-                batch.input_ids.to(run_on), past_key_values=DynamicCache(), use_cache=True
-            )
+            logits, cache = forward(batch.input_ids.to(run_on), DynamicCache())
             for step in range(max_new_tokens):
-                logits = output.logits[0, -1].float().cpu()
+                check_cancelled()
+                logits = logits.float().cpu()
                 if temperature == 0:
                     token = int(logits.argmax())
                 else:
                     probabilities = torch.softmax(logits / temperature, dim=-1)
                     token = int(torch.multinomial(probabilities, 1, generator=generator))
                 new_ids.append(token)
-                if token == stop or step + 1 == max_new_tokens:
+                done = token == stop or step + 1 == max_new_tokens
+                if done and not joining:
                     break  # the last token is never fed back
-                output = model(
-                    torch.tensor([[token]], device=run_on),
-                    past_key_values=output.past_key_values,
-                    use_cache=True,
-                )
+                logits, cache = forward(torch.tensor([[token]], device=run_on), cache)
+                if done:  # fed once more: its query, key and state complete the pass
+                    break
+        compute_ms = (time.perf_counter() - start) * 1000.0
+        result = None
+        if isinstance(recording, StepwiseRecording) and recording.complete:
+            joined = recording.finish()
+            recording = AttentionRecording()
+            result = PretrainedAttentions(
+                batch=self.extended(batch, new_ids),
+                targets=None,
+                recording=joined,
+                block_calls=self.block_calls(model, joined),
+                decoder_head=DecoderHead(torch.cat(hidden, dim=1), head),
+                compute_ms=compute_ms,
+                device=run_on.type,
+            )
         return Generation(
             prompt_length=int(batch.input_ids.shape[1]),
             new_ids=new_ids,
             new_tokens=self.token_strings(new_ids),
             num_layers=self.num_layers,
-            recording=recording,
-            compute_ms=(time.perf_counter() - start) * 1000.0,
+            recording=recording if record_steps else AttentionRecording(),
+            compute_ms=compute_ms,
+            result=result,
         )
 
     def weight_cells(self, batch: TokenizedBatch, targets: TokenizedBatch | None = None) -> int:

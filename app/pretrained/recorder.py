@@ -28,6 +28,8 @@ from typing import Any, Final
 import torch
 from torch import nn
 
+from ..attention.cancellation import check_cancelled
+
 RECORDER: Final = "attnviz_recorder"
 """The name AttnViz's attention function is registered under (``attn_implementation``)."""
 
@@ -93,6 +95,10 @@ class AttentionRecording:
 
     calls: list[AttentionCall] = field(default_factory=list)
 
+    def add(self, call: AttentionCall) -> None:
+        """Keep one attention call (:func:`recording_attention` calls this)."""
+        self.calls.append(call)
+
     def head_weights(self, layer: int, head: int) -> torch.Tensor:
         """Softmax weights of one head, computed by the model's own eager attention.
 
@@ -152,6 +158,7 @@ class AttentionRecording:
                 f"key/value heads {first}..{first + count - 1} are not in "
                 f"0..{call.num_key_value_heads - 1}"
             )
+        check_cancelled()
         heads = slice(first * call.group_size, (first + count) * call.group_size)
         queries = call.query[:, heads]
         key = call.key[:, first : first + count]
@@ -199,6 +206,113 @@ class AttentionRecording:
         for kv in range(1, call.num_key_value_heads):
             weights[:, kv * size : (kv + 1) * size] = self.group_weights(layer, kv, query=query)
         return weights
+
+
+class StepwiseRecording(AttentionRecording):
+    """The recording of one causal pass over prompt + generated tokens, taken while generating.
+
+    Generation runs the prompt in one pass, then each new token alone with the key/value
+    cache. The first ``num_layers`` calls (the prompt's) are kept whole; each later call
+    adds only what is new: its query row, the last key and value (the fed token's; the
+    cache holds the others) and its row of the mask. :meth:`finish` concatenates them into
+    ``num_layers`` calls over every position, what one causal pass over the same tokens
+    records, so the recorded pass costs no second forward. Rows equal that pass's to
+    float rounding (the cache's keys are the same projections of the same states).
+
+    A call this cannot extend (a step without a mask, or with a position bias of its own)
+    marks the recording :attr:`complete` False: the caller runs the pass instead. The other
+    keyword arguments are the prompt's (a sliding window, a softcap, sinks: the same at
+    every step; ``position_ids``, which the eager functions do not read).
+
+    Attributes:
+        num_layers: attention calls per forward pass.
+        complete: whether :meth:`finish` gives a faithful recording.
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        super().__init__()
+        self.num_layers = num_layers
+        self.complete = True
+        self._steps: list[list[AttentionCall]] = []
+
+    def add(self, call: AttentionCall) -> None:
+        """The prompt's calls whole; later calls cut to what the fed token adds."""
+        if len(self.calls) < self.num_layers:
+            self.calls.append(call)
+            return
+        if not self._steps or len(self._steps[-1]) == self.num_layers:
+            self._steps.append([])
+        if call.attention_mask is None or call.kwargs.get(POSITION_BIAS) is not None:
+            self.complete = False
+        mask = call.attention_mask
+        self._steps[-1].append(  # copies: a view would keep the whole key/value cache alive
+            AttentionCall(
+                module=call.module,
+                query=call.query[:, :, -1:].clone(),
+                key=call.key[:, :, -1:].clone(),
+                value=call.value[:, :, -1:].clone(),
+                attention_mask=None if mask is None else mask[..., -1:, :].clone(),
+                scaling=call.scaling,
+                kwargs={},
+            )
+        )
+
+    def finish(self) -> AttentionRecording:
+        """The ``num_layers`` calls of one causal pass over every position.
+
+        Raises:
+            ValueError: not :attr:`complete`, or no prompt pass was recorded.
+        """
+        if not self.complete or len(self.calls) != self.num_layers:
+            raise ValueError("the generation's calls cannot be joined into one pass")
+        joined = AttentionRecording()
+        masks: dict[int, torch.Tensor] = {}  # one joined mask per mask the layers shared
+        firsts: list[AttentionCall | None] = list(self.calls)
+        self.calls = []
+        for layer in range(len(firsts)):
+            first = firsts[layer]
+            assert first is not None
+            firsts[layer] = None  # its states are freed once joined: one layer held twice
+            steps = [step[layer] for step in self._steps if len(step) > layer]
+            mask = first.attention_mask
+            if mask is None:
+                raise ValueError("the prompt's pass had no mask")
+            if id(mask) in masks:
+                full = masks[id(mask)]
+            else:
+                full = masks[id(mask)] = self._joined_mask(mask, steps)
+            joined.add(
+                AttentionCall(
+                    module=first.module,
+                    query=torch.cat([first.query, *(s.query for s in steps)], dim=2),
+                    key=torch.cat([first.key, *(s.key for s in steps)], dim=2),
+                    value=torch.cat([first.value, *(s.value for s in steps)], dim=2),
+                    attention_mask=full,
+                    scaling=first.scaling,
+                    kwargs=first.kwargs,
+                )
+            )
+            del first
+        self._steps = []  # the pieces are in ``joined`` now
+        return joined
+
+    @staticmethod
+    def _joined_mask(mask: torch.Tensor, steps: list[AttentionCall]) -> torch.Tensor:
+        """The prompt's (…, L, L) mask and each step's row, as one (…, L + T, L + T) mask."""
+        length = mask.shape[-1] + len(steps)
+        full = torch.full(
+            (*mask.shape[:-2], length, length),
+            False if mask.dtype == torch.bool else torch.finfo(mask.dtype).min,
+            dtype=mask.dtype,
+            device=mask.device,
+        )
+        prompt = mask.shape[-1]
+        full[..., :prompt, :prompt] = mask
+        for i, step in enumerate(steps):
+            assert step.attention_mask is not None
+            row = step.attention_mask
+            full[..., prompt + i : prompt + i + 1, : row.shape[-1]] = row
+        return full
 
 
 @dataclass(frozen=True)
@@ -337,9 +451,10 @@ def recording_attention(
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    check_cancelled()  # between layers: a given-up request stops here
     recording = _active.get()
     if recording is not None:
-        recording.calls.append(
+        recording.add(
             AttentionCall(
                 module=module,
                 query=query.detach(),
@@ -407,7 +522,10 @@ def use_recorder(model: nn.Module) -> None:
 
     Registers the function (and transformers' eager mask builder, so that every layer
     gets an explicit (B, 1, L_q, L_k) mask rather than SDPA's implicit causal flag) under
-    :data:`RECORDER`, then sets the model's ``attn_implementation`` to it.
+    :data:`RECORDER`, then sets the model's ``attn_implementation`` to it. Every module
+    of the model also checks, before it runs, whether its computation was given up
+    (:func:`attnviz.attention.cancellation.check_cancelled`): a pass over 4,000 tokens
+    then stops within one projection's time (a tenth of a second), not one layer's.
 
     Raises:
         ValueError: transformers' own, when the model's class does not support the
@@ -419,6 +537,13 @@ def use_recorder(model: nn.Module) -> None:
     AttentionInterface.register(RECORDER, recording_attention)
     AttentionMaskInterface.register(RECORDER, eager_mask)
     model.set_attn_implementation(RECORDER)  # type: ignore[operator]
+    for module in model.modules():
+        module.register_forward_pre_hook(_stop_if_cancelled)
+
+
+def _stop_if_cancelled(module: nn.Module, args: Any) -> None:
+    """A forward pre-hook: :func:`check_cancelled` before every module runs."""
+    check_cancelled()
 
 
 @contextmanager
@@ -471,13 +596,19 @@ def capture_gradients() -> Iterator[GradientCapture]:
 
 
 @contextmanager
-def record_attention() -> Iterator[AttentionRecording]:
+def record_attention(
+    recording: AttentionRecording | None = None,
+) -> Iterator[AttentionRecording]:
     """Keep the attention calls of the forward passes run inside the block.
 
     The recording is context-local (a ContextVar): forward passes in other threads or
     tasks are not mixed in. The model must have gone through :func:`use_recorder`.
+
+    Args:
+        recording: where the calls go (a :class:`StepwiseRecording` while generating);
+            default a new :class:`AttentionRecording`.
     """
-    recording = AttentionRecording()
+    recording = AttentionRecording() if recording is None else recording
     token = _active.set(recording)
     try:
         yield recording

@@ -6,9 +6,11 @@ token's rows: each is a view of the same forward pass. The recording of that pas
 layers x L x d numbers) is kept here, least recently used first out, within a byte
 budget (``ATTNVIZ_RECORDING_CACHE_BYTES``), so that a head costs its own eager
 attention (milliseconds) and not a forward pass (seconds for SmolLM2 at 1024 tokens).
-The latest recording is kept even when it alone is over the budget (0 keeps none): it
-is in memory anyway while its views are computed, and its next click is the likeliest.
-Generations (deterministic: greedy, or sampled from a seed) are kept the same way.
+A recording larger than the whole budget is used by its own request and not kept (so
+the idle server never holds more than the budget: SmolLM2's recording at 4,096 tokens is
+540 MB, over the default; its next click runs the pass again, about 6 s; raise
+``ATTNVIZ_RECORDING_CACHE_BYTES`` to keep it). Generations (deterministic: greedy, or
+sampled from a seed) are kept too, by their token ids.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import torch
 
 from .gradients import GradientPass, gradient_pass
 from .model import Generation, PretrainedAttentions, PretrainedModel, TokenizedBatch
-from .recorder import AttentionRecording
 
 RECORDING_CACHE_BYTES: Final = 256 * 2**20
 """The default budget of kept recordings, in bytes (ATTNVIZ_RECORDING_CACHE_BYTES).
@@ -139,12 +140,9 @@ class RecordingCache:
         result = model.run(batch, targets, device=device, ablate=ablate)
         size = recording_bytes(result)
         with self._lock:
-            if self.max_bytes > 0:
+            if 0 < size <= self.max_bytes:
                 self._recordings[key] = (result, size)
-                while (
-                    len(self._recordings) > 1
-                    and sum(s for _, s in self._recordings.values()) > self.max_bytes
-                ):
+                while sum(s for _, s in self._recordings.values()) > self.max_bytes:
                     self._recordings.popitem(last=False)
         return result
 
@@ -194,8 +192,12 @@ class RecordingCache:
     ) -> Generation:
         """:meth:`.model.PretrainedModel.generate`, or the kept generation of the same prompt.
 
-        Only the generated ids matter to the page; the generation's own recording is
-        dropped once kept (:meth:`run` records the prompt + generated tokens).
+        The steps are not recorded one by one (``record_steps=False``): generating
+        records, as it goes, the one causal pass over prompt + new tokens
+        (``record_pass``), returned in the generation's ``result`` and kept here as
+        :meth:`run` keeps passes, so the maps of a generated text cost no second forward
+        pass. A kept generation (a repeated request) has no ``result``: :meth:`run` gives
+        its pass.
 
         Raises:
             AttentionInputError: as :meth:`.model.PretrainedModel.generate`.
@@ -208,11 +210,26 @@ class RecordingCache:
                 self._generations.move_to_end(key)
                 return self._generations[key]
         generation = model.generate(
-            batch, max_new_tokens, temperature=temperature, seed=seed, device=device
+            batch,
+            max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            device=device,
+            record_steps=False,
+            record_pass=True,
         )
-        generation = dataclasses.replace(generation, recording=AttentionRecording())
+        result = generation.result
         with self._lock:
-            self._generations[key] = generation
+            self._generations[key] = dataclasses.replace(generation, result=None)
+            if result is not None:  # the recorded pass of prompt + new tokens, kept as run()'s
+                size = recording_bytes(result)
+                if 0 < size <= self.max_bytes:
+                    self._recordings[_input_key(model, result.batch, None, device, None)] = (
+                        result,
+                        size,
+                    )
+                    while sum(s for _, s in self._recordings.values()) > self.max_bytes:
+                        self._recordings.popitem(last=False)
             while len(self._generations) > MAX_GENERATIONS:
                 self._generations.popitem(last=False)
         return generation

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Final
 import numpy as np
 import torch
 
+from ..attention.cancellation import check_cancelled
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
 from .model import Block, ModelFormatError, PretrainedModel
@@ -52,6 +53,16 @@ MAX_TRANSCRIPT_TOKENS: Final = 224
 """The most tokens one transcription produces (Whisper's own ``sample_len``)."""
 ROUNDING_SAMPLES: Final = SAMPLE_RATE // 100
 """10 ms past :data:`MAX_AUDIO_S` still accepted (a codec's padding, a recorder's latency)."""
+MIN_SAMPLE_RATE: Final = 4_000
+"""The lowest sample rate accepted, in Hz (telephone speech is 8 kHz): a lower one says
+little audio in a small file that resampling to 16 kHz would blow up."""
+MAX_SAMPLE_RATE: Final = 384_000
+"""The highest sample rate accepted, in Hz (the fastest studio converters)."""
+MAX_CHANNELS: Final = 32
+"""The most channels accepted (7.1.4 surround is 12)."""
+MAX_DECODE_S: Final = 2.5
+"""The longest decoding of one upload may take, in seconds of wall time (30 s of any
+codec decodes in well under 0.2 s)."""
 AUDIO_FIELD: Final = "audio"
 
 
@@ -62,44 +73,68 @@ class AudioError(AttentionInputError):
         super().__init__(AUDIO_FIELD, message)
 
 
-def decode_audio(data: bytes, *, max_s: float = MAX_AUDIO_S) -> np.ndarray:
-    """Decode any audio file FFmpeg reads to 16 kHz mono float32 in [-1, 1].
+def decode_audio(
+    data: bytes, *, max_s: float = MAX_AUDIO_S, max_decode_s: float = MAX_DECODE_S
+) -> np.ndarray:
+    """Decode any audio file FFmpeg reads to 16 kHz mono float32 in [-1, 1], within bounds.
+
+    The bounds hold whatever the file claims (hostile uploads were measured: an 81-byte
+    FLAC whose header says 10 Hz expands to 2.4 GB when resampled to 16 kHz):
+
+    1. before decoding, the container's header: the stream's sample rate within
+       :data:`MIN_SAMPLE_RATE`..:data:`MAX_SAMPLE_RATE`, at most :data:`MAX_CHANNELS`
+       channels, and its duration, where it states one, at most ``max_s``;
+    2. while decoding, frame by frame, each frame's own rate and channels checked the
+       same way, and the seconds decoded so far (samples / the frame's rate, at the
+       source rate, before any resampling) at most ``max_s``: a header that lies about
+       the duration is caught one frame past the limit, and a frame is resampled only
+       once it is known to be kept, so at most ``max_s`` of 16 kHz audio is ever held;
+    3. the whole decode within ``max_decode_s`` seconds of wall time (a file of millions
+       of empty packets), and stopped when the request is given up
+       (:func:`attnviz.attention.cancellation.check_cancelled`).
 
     Args:
         data: the file's bytes (WAV, FLAC, MP3, Ogg, WebM, M4A, ...).
         max_s: the longest audio accepted, in seconds.
+        max_decode_s: the longest decoding takes before it is given up, in seconds.
 
     Returns:
         (S,) float32 samples at :data:`SAMPLE_RATE`.
 
     Raises:
-        AudioError: not decodable audio, no audio stream, silence of zero length, or
-            longer than ``max_s`` (the message gives its length).
+        AudioError: not decodable audio, no audio stream, silence of zero length, a
+            sample rate or channel count out of bounds, longer than ``max_s`` (the
+            message gives its length), or too slow to decode.
     """
     import av
 
     chunks: list[np.ndarray] = []
-    total = 0
-    limit = int(max_s * SAMPLE_RATE) + ROUNDING_SAMPLES
+    seconds = 0.0
+    limit_s = max_s + ROUNDING_SAMPLES / SAMPLE_RATE
+    started = time.perf_counter()
     try:
         with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as container:
             if not container.streams.audio:
                 raise AudioError("the file has no audio stream")
+            stream = container.streams.audio[0]
+            _check_format(stream.codec_context.sample_rate, stream.codec_context.channels)
+            stated = _stated_seconds(container, stream)
+            if stated is not None and stated > limit_s:
+                raise AudioError(_too_long(max_s, stated))
             resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-            for frame in container.decode(audio=0):
-                for out in resampler.resample(frame):
-                    chunk = out.to_ndarray().reshape(-1)
-                    chunks.append(chunk)
-                    total += chunk.size
-                if total > limit:
-                    seconds = total / SAMPLE_RATE
-                    duration = container.duration
-                    if duration:
-                        seconds = max(seconds, duration / av.time_base)
+            for frame in container.decode(stream):
+                check_cancelled()
+                if time.perf_counter() - started > max_decode_s:
                     raise AudioError(
-                        f"the audio is longer than {max_s:g} s (Whisper's window); "
-                        f"it is at least {seconds:.1f} s: cut it shorter"
+                        f"decoding took over {max_decode_s:g} s and was stopped: the file "
+                        "is damaged or built to be slow"
                     )
+                _check_format(frame.sample_rate, len(frame.layout.channels))
+                seconds += frame.samples / frame.sample_rate
+                if seconds > limit_s:
+                    raise AudioError(_too_long(max_s, max(seconds, stated or 0.0)))
+                for out in resampler.resample(frame):
+                    chunks.append(out.to_ndarray().reshape(-1))
             for out in resampler.resample(None):
                 chunks.append(out.to_ndarray().reshape(-1))
     except AudioError:
@@ -109,13 +144,46 @@ def decode_audio(data: bytes, *, max_s: float = MAX_AUDIO_S) -> np.ndarray:
             f"not an audio file FFmpeg can decode (WAV, FLAC, MP3, Ogg, WebM, ...): "
             f"{error.strerror or type(error).__name__}"
         ) from error
-    except (ValueError, EOFError) as error:
+    except (ValueError, EOFError, ZeroDivisionError) as error:
         raise AudioError(f"the audio cannot be decoded: {error}") from error
     samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
     if samples.size == 0:
         raise AudioError("the file holds no audio samples")
     samples = np.nan_to_num(samples.astype(np.float32, copy=False))
     return np.clip(samples, -1.0, 1.0)
+
+
+def _check_format(rate: int | None, channels: int | None) -> None:
+    """Refuse a sample rate or a channel count out of bounds (as a header or a frame says).
+
+    Raises:
+        AudioError: as above.
+    """
+    if not rate or not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise AudioError(
+            f"a sample rate of {rate or 0} Hz is outside {MIN_SAMPLE_RATE:,} to "
+            f"{MAX_SAMPLE_RATE:,} Hz"
+        )
+    if channels is not None and not 1 <= channels <= MAX_CHANNELS:
+        raise AudioError(f"{channels} channels is outside 1 to {MAX_CHANNELS}")
+
+
+def _stated_seconds(container: Any, stream: Any) -> float | None:
+    """The duration the header states (the stream's, else the container's), or None."""
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        import av
+
+        return float(container.duration / av.time_base)
+    return None
+
+
+def _too_long(max_s: float, seconds: float) -> str:
+    return (
+        f"the audio is longer than {max_s:g} s (Whisper's window); it is at least "
+        f"{seconds:.1f} s: cut it shorter"
+    )
 
 
 def waveform_envelope(samples: np.ndarray, points: int = 1200) -> dict[str, Any]:

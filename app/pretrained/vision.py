@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..attention.engine import resolve_device
-from ..attention.errors import AttentionInputError
+from ..attention.errors import AttentionInputError, UnsupportedInputError
 from .model import ModelFormatError, PretrainedModel, rollout_step
 from .recorder import AttentionRecording, record_attention
 
@@ -41,36 +41,93 @@ VISION_TYPES: Final = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers
 """transformers ``model_type``s loaded as image models (their attention goes through
 transformers' attention interface)."""
 MAX_IMAGE_PIXELS: Final = 40_000_000
-"""The largest image decoded (Pillow's own decompression-bomb guard is 89 M)."""
+"""The most pixels an accepted image may decode to (a 48 Mpx phone photo is refused, a
+12 Mpx one taken): Pillow's ``Image.MAX_IMAGE_PIXELS`` is set to half of it, so that
+Pillow's own guard (``DecompressionBombError`` above twice its value) refuses a larger
+canvas before a decoder allocates it."""
+ACCEPTED_FORMATS: Final = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
+"""The image formats an upload may be in (Pillow's names); any other is a 415: every
+format Pillow can read is more code reading hostile bytes, and these cover photos,
+screenshots and drawings."""
 TOP_LABELS: Final = 5
 IMAGE_FIELD: Final = "image"
 
 
 class ImageError(AttentionInputError):
-    """The upload is not an image Pillow can read, or is too large (field ``image``)."""
+    """The upload is a damaged image, or too large (field ``image``)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(IMAGE_FIELD, message)
 
 
-def decode_image(data: bytes) -> Image.Image:
-    """Read an image file (PNG, JPEG, WebP, GIF's first frame, BMP, ...) as RGB.
+class ImageFormatError(UnsupportedInputError):
+    """The upload is not a PNG, JPEG, WebP, GIF or BMP image (field ``image``; a 415)."""
 
-    Greyscale, palette and RGBA images become RGB (transparency on black, as Pillow
-    converts); a photo's EXIF orientation is applied, so it is upright as shown.
+    def __init__(self, message: str) -> None:
+        super().__init__(IMAGE_FIELD, message)
+
+
+def _pillow_guard() -> None:
+    """Set Pillow's decompression-bomb guard to :data:`MAX_IMAGE_PIXELS` (process-wide).
+
+    Pillow raises ``DecompressionBombError`` for more than ``2 * Image.MAX_IMAGE_PIXELS``
+    pixels, checked on the size the decoder will produce (after a GIF frame grows the
+    canvas, before WebP's decoder allocates its canvas), and warns above
+    ``Image.MAX_IMAGE_PIXELS``; the warning is silenced here, the error is the bound.
+    """
+    import warnings
+
+    from PIL import Image
+
+    if Image.MAX_IMAGE_PIXELS != MAX_IMAGE_PIXELS // 2:
+        Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS // 2
+        warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+
+
+def image_format(prefix: bytes) -> str | None:
+    """Which of :data:`ACCEPTED_FORMATS` a file's first bytes say it is; None for others.
+
+    Pillow's own sniffers decide (its plugins' ``_accept``).
+    """
+    from PIL import Image
+
+    Image.init()
+    for name in ACCEPTED_FORMATS:
+        accept = Image.OPEN[name][1]
+        if accept is None or accept(prefix):
+            return name
+    return None
+
+
+def decode_image(data: bytes) -> Image.Image:
+    """Read a PNG, JPEG, WebP, GIF (first frame) or BMP image as RGB.
+
+    Only Pillow's plugins for :data:`ACCEPTED_FORMATS` ever read the bytes. The size is
+    checked before any pixel is decoded, on the size the decoder will produce (not a
+    container's claim: an ICO's directory, a GIF's logical screen), by Pillow's own guard
+    and by :data:`MAX_IMAGE_PIXELS`. Greyscale, palette and RGBA images become RGB
+    (transparency on black, as Pillow converts); a photo's EXIF orientation is applied,
+    so it is upright as shown.
 
     Returns:
         A PIL RGB image of the file's size (width x height pixels).
 
     Raises:
-        ImageError: not an image Pillow reads, a damaged one, or over
-            :data:`MAX_IMAGE_PIXELS` pixels.
+        ImageFormatError: (415) not one of the accepted formats.
+        ImageError: (422) a damaged image, or over :data:`MAX_IMAGE_PIXELS` pixels.
     """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    _pillow_guard()
+    known = image_format(data[:64])
+    if known is None:
+        raise ImageFormatError(
+            "not a PNG, JPEG, WebP, GIF or BMP image (the formats accepted; convert it "
+            "to one of them)"
+        )
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            width, height = image.size
+        with Image.open(io.BytesIO(data), formats=[known]) as image:
+            width, height = image.size  # what the decoder will write, before decoding
             if width * height > MAX_IMAGE_PIXELS:
                 raise ImageError(
                     f"the image is {width} x {height} pixels, over {MAX_IMAGE_PIXELS:,}"
@@ -79,21 +136,15 @@ def decode_image(data: bytes) -> Image.Image:
             return upright.convert("RGB")
     except ImageError:
         raise
-    except UnidentifiedImageError as error:
+    except Image.DecompressionBombError as error:
         raise ImageError(
-            "not an image Pillow can read (PNG, JPEG, WebP, GIF, BMP, TIFF, ...)"
+            f"the image is over {MAX_IMAGE_PIXELS:,} pixels: Pillow refused it ({error})"
         ) from error
+    except UnidentifiedImageError as error:
+        raise ImageError(f"a damaged {known} file: Pillow cannot read it") from error
     # Pillow reports a damaged file in many ways (a broken PNG chunk is a SyntaxError).
-    except (
-        OSError,
-        ValueError,
-        SyntaxError,
-        EOFError,
-        struct.error,
-        zlib.error,
-        Image.DecompressionBombError,
-    ) as error:
-        raise ImageError(f"the image cannot be read: {error}") from error
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error, zlib.error) as error:
+        raise ImageError(f"the {known} image cannot be read: {error}") from error
 
 
 @dataclass

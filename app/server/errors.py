@@ -16,15 +16,26 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..attention import AttentionInputError
+from ..attention.errors import InputTooLargeError, UnsupportedInputError
 
 _FIELD_PART = re.compile(r"[^\[\]]+|\[(\d+)\]")
 
 
 ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
     400: {"description": "The body is not JSON text (e.g. invalid UTF-8)."},
-    413: {"description": "Over a size limit (ATTNVIZ_MAX_*); `detail[].loc` names the field."},
+    413: {
+        "description": "Over a size limit (ATTNVIZ_MAX_*) or the memory the request would "
+        "need; `detail[].loc` names the field."
+    },
+    415: {
+        "description": "An upload in a format not accepted (images: PNG, JPEG, WebP, GIF, "
+        "BMP); `detail[].loc` names the field."
+    },
     422: {"description": "Invalid input; `detail[].loc` names the field."},
-    503: {"description": "The device ran out of memory, or the compute time budget ran out."},
+    503: {
+        "description": "The device ran out of memory, or the compute time budget ran out "
+        "(the computation is stopped); `detail[].loc` names the field whose size it is."
+    },
 }
 """The error answers every API route documents in /openapi.json."""
 
@@ -52,7 +63,10 @@ def field_error(
 
 @contextmanager
 def engine_errors(device: str, location: str = "body") -> Iterator[None]:
-    """Turn engine errors into HTTP errors: bad input 422 naming the field, out of memory 503.
+    """Turn engine errors into HTTP errors naming the field.
+
+    Bad input is a 422, a format not accepted a 415, over a memory budget a 413, out of
+    device memory a 503.
 
     Args:
         device: the device the request asked for, named in the 503 message.
@@ -61,9 +75,12 @@ def engine_errors(device: str, location: str = "body") -> Iterator[None]:
     try:
         yield
     except AttentionInputError as error:
-        raise field_error(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, error.field, error.message, location
-        ) from error
+        code = status.HTTP_422_UNPROCESSABLE_CONTENT
+        if isinstance(error, UnsupportedInputError):
+            code = status.HTTP_415_UNSUPPORTED_MEDIA_TYPE
+        elif isinstance(error, InputTooLargeError):
+            code = status.HTTP_413_CONTENT_TOO_LARGE
+        raise field_error(code, error.field, error.message, location) from error
     except torch.OutOfMemoryError as error:
         raise field_error(
             status.HTTP_503_SERVICE_UNAVAILABLE,

@@ -13,16 +13,23 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Final, ParamSpec, TypeVar
 
 from fastapi import status
 from starlette.responses import Response, StreamingResponse
 
+from ..attention.cancellation import Cancellation, cancellable, check_cancelled
 from .errors import field_error
+from .memory import release_memory
 from .settings import Settings, get_settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+SEQUENCES: Final = "sequences"
+"""The field a seeded request's 503 names (its token sequences)."""
+SEQUENCES_ADVICE: Final = "fewer or shorter sequences"
+"""What a seeded request's 503 suggests."""
 
 _executor: ThreadPoolExecutor | None = None
 _large: asyncio.Semaphore | None = None
@@ -62,16 +69,33 @@ async def run_compute(function: Callable[P, R], *args: P.args, **kwargs: P.kwarg
 async def run_within(
     timeout_s: float, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
 ) -> R:
-    """:func:`run_compute`, giving up after ``timeout_s`` seconds.
+    """:func:`run_compute`, giving up after ``timeout_s`` seconds and stopping the work.
 
-    A thread cannot be stopped: on time-out the computation finishes in the
-    background and its result is dropped, so the pool stays bounded and the
-    memory is freed when it ends.
+    The function runs inside :func:`attnviz.attention.cancellation.cancellable` with a
+    :class:`~attnviz.attention.cancellation.Cancellation` of its own, cancelled on
+    time-out: a thread cannot be killed, but the computation checks the flag between
+    layers, generation steps and chunks (``check_cancelled``) and stops at the next
+    check, its result dropped, so a given-up request frees its worker and its memory
+    within about one layer's time instead of running to its end.
 
     Raises:
         TimeoutError: when the result is not there within ``timeout_s``.
     """
-    return await asyncio.wait_for(run_compute(function, *args, **kwargs), timeout_s)
+    token = Cancellation()
+
+    def run() -> R:
+        try:
+            with cancellable(token):
+                check_cancelled()  # given up while it waited for a worker
+                return function(*args, **kwargs)
+        finally:  # what the computation freed goes back to the system, not to the heap
+            release_memory()
+
+    try:
+        return await asyncio.wait_for(run_compute(run), timeout_s)
+    except BaseException:  # timed out, or the client went away: nobody reads the result
+        token.cancel(f"the time budget of {timeout_s:g} s ran out")
+        raise
 
 
 async def held_while_sent(work: Awaitable[Response]) -> Response:
@@ -112,25 +136,13 @@ async def held_while_sent(work: Awaitable[Response]) -> Response:
                 yield chunk
         finally:  # sent, failed or abandoned: the slot is free again
             release()
+            asyncio.get_running_loop().run_in_executor(None, release_memory)
 
     response.body_iterator = body()
     return response
 
 
 async def computed(
-    settings: Settings, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
-) -> R:
-    """Run ``function`` on the compute pool within ``settings.compute_timeout_s``.
-
-    Raises:
-        HTTPException: 503 naming the time budget (and ``sequences``) when it runs out.
-    """
-    return await computed_for(
-        "sequences", "fewer or shorter sequences", settings, function, *args, **kwargs
-    )
-
-
-async def computed_for(
     field: str,
     advice: str,
     settings: Settings,
@@ -138,10 +150,18 @@ async def computed_for(
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> R:
-    """:func:`computed` for a request whose size lies in ``field`` (``audio``, ``image``).
+    """Run ``function`` on the compute pool within ``settings.compute_timeout_s``.
+
+    Args:
+        field: the request field whose size the time depends on (``sequences``,
+            ``texts``, ``audio``, ``image``): the field the 503 names.
+        advice: what to try instead ("fewer or shorter texts"), at the end of the message.
+        settings: the time budget (ATTNVIZ_COMPUTE_TIMEOUT_S).
+        function: the blocking work, called with ``args`` and ``kwargs``; it is
+            cancelled (:func:`run_within`) when the budget ends.
 
     Raises:
-        HTTPException: 503 naming ``field``, the time budget and ``advice`` ("try ...").
+        HTTPException: 503 naming ``field``, the time budget and ``advice``.
     """
     try:
         return await run_within(settings.compute_timeout_s, function, *args, **kwargs)
@@ -150,5 +170,5 @@ async def computed_for(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             field,
             f"the computation took longer than {settings.compute_timeout_s:g} s "
-            f"(ATTNVIZ_COMPUTE_TIMEOUT_S); try {advice}",
+            f"(ATTNVIZ_COMPUTE_TIMEOUT_S) and was stopped; try {advice}",
         ) from error

@@ -61,6 +61,9 @@ MAX_DISPLAY_SIZE: Final = 4096
 """The largest display_size of the seeded attention (rows and columns after pooling)."""
 MAX_MODEL_DISPLAY_SIZE: Final = 1024
 """The largest display_size of a pretrained model's maps (N * H of them per input)."""
+MAX_REQUEST_BYTES: Final = 3 * 2**30
+"""The most memory one pretrained-model request may need at its peak, estimated before it
+runs (ATTNVIZ_MAX_REQUEST_BYTES's default), in bytes."""
 MAX_NEW_TOKENS: Final = 64
 """The most tokens a decoder generates for one request."""
 MAX_TEMPERATURE: Final = 10.0
@@ -78,6 +81,7 @@ __all__ = [
     "MAX_MODEL_NAME_CHARS",
     "MAX_NEW_TOKENS",
     "MAX_NUM_HEADS",
+    "MAX_REQUEST_BYTES",
     "MAX_SCALING_CASES",
     "MAX_SCALING_D_K",
     "MAX_SCALING_LENGTH",

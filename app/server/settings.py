@@ -18,6 +18,7 @@ from .limits import (
     MAX_D_MODEL,
     MAX_LAYERS,
     MAX_NUM_HEADS,
+    MAX_REQUEST_BYTES,
     MAX_TOKENS,
     MAX_UPLOAD_BYTES,
     MAX_WEIGHT_CELLS,
@@ -76,6 +77,11 @@ class Settings(BaseSettings):
         recording_cache_bytes: the budget of the latest pretrained-model forward passes
             kept by input (their query and key states), so that a click on a head, a
             layer or a token reuses the pass instead of running it again; 0 keeps none.
+        max_request_bytes: the most memory one pretrained-model request may need at its
+            peak, estimated before it runs (attnviz.pretrained.admission); a request
+            estimated over it is refused with 413 naming texts or max_new_tokens, the
+            estimate and the limit in the message. The default, 3 GiB, admits SmolLM2's
+            longest input (4,096 tokens, generation included).
         cache_dir: where models dequantized from GGUF are kept as Hugging Face folders
             (default $XDG_CACHE_HOME/attnviz or ~/.cache/attnviz).
     """
@@ -104,6 +110,7 @@ class Settings(BaseSettings):
     model_dirs: list[Path] = Field(default_factory=list)
     cache_dir: Path = Field(default_factory=default_cache_dir)
     recording_cache_bytes: int = Field(RECORDING_CACHE_BYTES, ge=0)
+    max_request_bytes: int = Field(MAX_REQUEST_BYTES, ge=1)
 
     def resolved_torch_threads(self) -> int:
         """torch_threads, or the number of cores."""

@@ -277,6 +277,59 @@ def test_generation_equals_transformers_generate_and_one_causal_pass(
                 torch.testing.assert_close(row, weights[head, : length + step], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2", "mistral"])
+def test_the_pass_recorded_while_generating_equals_one_causal_pass_and_eager_attention(
+    name: str, models: dict[str, PretrainedModel], folders: dict[str, Path]
+) -> None:
+    """record_pass joins the prompt's calls and each step's new query and key into one
+    pass: every head equals a fresh recorded pass and transformers' eager
+    output_attentions over prompt + new tokens, and so do the next-token states."""
+    model = models[name]
+    prompt = model.tokenize(["a big dog"])
+    generation = model.generate(
+        prompt, max_new_tokens=8, device="cpu", record_steps=False, record_pass=True
+    )
+    assert generation.recording.calls == []  # no step kept whole
+    joined = generation.result
+    assert joined is not None
+    tokens = model.extended(prompt, generation.new_ids)  # every new token, the last too
+    assert torch.equal(joined.batch.input_ids, tokens.input_ids)
+    fresh = model.run(tokens, device="cpu")
+    eager = reference(folders[name], "decoder")
+    with torch.inference_mode():
+        expected = eager(tokens.input_ids, output_attentions=True, use_cache=False)
+    length = int(tokens.input_ids.shape[1])
+    for layer in range(model.num_layers):
+        weights = joined.layer_weights("decoder", layer)
+        assert weights.shape == (1, model.num_heads, length, length)
+        again = fresh.layer_weights("decoder", layer)
+        torch.testing.assert_close(weights, again, atol=1e-5, rtol=0)
+        torch.testing.assert_close(weights, expected.attentions[layer].float(), atol=1e-5, rtol=0)
+    assert joined.next_tokens is not None and fresh.next_tokens is not None
+    assert torch.equal(joined.next_tokens.ids[..., :3], fresh.next_tokens.ids[..., :3])
+    torch.testing.assert_close(
+        joined.next_tokens.probabilities, fresh.next_tokens.probabilities, atol=1e-5, rtol=0
+    )
+
+
+def test_the_pass_recorded_while_generating_holds_no_key_value_cache(
+    models: dict[str, PretrainedModel],
+) -> None:
+    """Each step adds one query row and one key: every recorded tensor owns exactly its own
+    numbers (a view into a step's key/value cache would keep that whole cache alive)."""
+    llama = models["llama"]
+    prompt = llama.tokenize(["a big dog ran"])
+    generation = llama.generate(
+        prompt, max_new_tokens=8, device="cpu", record_steps=False, record_pass=True
+    )
+    assert generation.result is not None
+    length = int(generation.result.batch.input_ids.shape[1])
+    for call in generation.result.recording.calls:
+        for tensor in (call.query, call.key, call.value):
+            assert tensor.shape[2] == length
+            assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+
+
 def test_generation_stops_at_the_end_of_sequence_token(models: dict[str, PretrainedModel]) -> None:
     llama = models["llama"]
     eos = llama.tokenizer.eos_token_id

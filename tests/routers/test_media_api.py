@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from tests.pretrained.media import SENTENCE, encoded, png_bytes, save_tiny_vision, speak, tone
 from tests.pretrained.support import require_modules
 from tests.routers.support import decode, serving
+from tests.support import hostile
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +191,6 @@ def test_vision_defaults_to_the_first_image_model(media: TestClient) -> None:
 @pytest.mark.parametrize(
     ("data", "fields", "field"),
     [
-        (b"not an image", {}, "image"),
         (None, {"query": "17"}, "query"),
         (None, {"query": "-1"}, "query"),
         (None, {"model": "whisper-tiny.en"}, "model"),
@@ -203,6 +203,14 @@ def test_bad_vision_requests_are_refused_by_field(
     response = look(media, png_bytes() if data is None else data, **{"model": "tiny-vit", **fields})
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"][-1] == field
+
+
+def test_a_file_that_is_no_image_at_all_is_a_415_naming_image(media: TestClient) -> None:
+    response = look(media, b"not an image", model="tiny-vit")
+    assert response.status_code == 415, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"][-1] == "image"
+    assert "PNG, JPEG, WebP, GIF or BMP" in detail["msg"]
 
 
 def test_a_missing_file_is_a_422_naming_it(media: TestClient) -> None:
@@ -246,3 +254,70 @@ def test_a_response_over_the_weight_cells_limit_is_a_413_naming_audio(media: Tes
         )
     assert caught.value.status_code == 413
     assert caught.value.detail[0]["loc"][-1] == "audio"
+
+
+HOSTILE_AUDIO = {
+    "FLAC 10 Hz (81 bytes)": lambda: hostile.flac_bomb(),
+    "FLAC says 1 s, holds 410 s": lambda: hostile.flac_bomb(
+        rate=16_000, frames=100, header_samples=16_000
+    ),
+    "WAV 1 Hz": lambda: hostile.wav_bomb(rate=1),
+    "WAV data size unknown, 500 s": lambda: hostile.wav_bomb(
+        rate=8_000, samples=1_000_000, data_size=0xFFFFFFFF
+    ),
+    "Ogg/FLAC 10 Hz": lambda: hostile.ogg_flac_bomb(),
+}
+
+
+@pytest.mark.parametrize("make", HOSTILE_AUDIO.values(), ids=HOSTILE_AUDIO.keys())
+def test_hostile_audio_is_a_422_naming_audio(media: TestClient, make: Any) -> None:
+    response = transcribe(media, make(), "bomb.flac")
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"][-1] == "audio"
+    assert "sample rate" in detail["msg"] or "longer than 30 s" in detail["msg"]
+
+
+HOSTILE_IMAGES = {
+    "ICO holding a 9000 x 9000 PNG": (
+        lambda: hostile.ico_with_png(hostile.png_of_size(9000, 9000)),
+        415,
+    ),
+    "PCX": (lambda: hostile.other_formats()["PCX"], 415),
+    "TIFF": (lambda: hostile.other_formats()["TIFF"], 415),
+    "GIF screen 10 x 10, frame 8000 x 8000": (
+        lambda: hostile.gif_bomb((10, 10), (8000, 8000)),
+        422,
+    ),
+    "WebP container 16000 x 16000": (lambda: hostile.webp_canvas((16_000, 16_000)), 422),
+    "PNG 9000 x 9000": (lambda: hostile.png_of_size(9000, 9000), 422),
+}
+
+
+@pytest.mark.parametrize(("make", "status"), HOSTILE_IMAGES.values(), ids=HOSTILE_IMAGES.keys())
+def test_hostile_images_are_refused_naming_image(media: TestClient, make: Any, status: int) -> None:
+    response = look(media, make(), model="tiny-vit")
+    assert response.status_code == status, response.text
+    assert response.json()["detail"][0]["loc"][-1] == "image"
+
+
+@pytest.mark.parametrize(
+    ("route", "field"), [("/api/v1/speech", "audio"), ("/api/v1/vision", "image")]
+)
+def test_the_time_budget_503_names_the_upload(media: TestClient, route: str, field: str) -> None:
+    from attnviz.server.settings import Settings, get_settings
+
+    from tests.pretrained.media import wav_bytes
+
+    media.app.dependency_overrides[get_settings] = lambda: Settings(compute_timeout_s=0.001)  # type: ignore[attr-defined]
+    try:
+        if field == "audio":
+            response = transcribe(media, wav_bytes(tone(2.0)))
+        else:
+            response = look(media, png_bytes(64, 48, seed=7), model="tiny-deit")
+    finally:
+        media.app.dependency_overrides.clear()  # type: ignore[attr-defined]
+    assert response.status_code == 503, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", field]
+    assert "ATTNVIZ_COMPUTE_TIMEOUT_S" in detail["msg"]

@@ -14,7 +14,7 @@ from ...attention.engine import STAGE_NAMES
 from ...attention.summary import block_labels, block_pool
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors, field_error
-from ..executor import computed, held_while_sent
+from ..executor import SEQUENCES, SEQUENCES_ADVICE, computed, held_while_sent
 from ..limits import check_cells, check_limits
 from ..response_cache import RESPONSES
 from ..schemas.attention import AttentionRequest, AttentionResponse
@@ -66,10 +66,14 @@ async def compute_attention_weights(request: AttentionRequest, settings: Setting
     if cached is not None:
         return Response(cached, media_type="application/json", headers={"X-AttnViz-Cache": "hit"})
     if request.weight_cells() < STREAM_MIN_CELLS:
-        response = await computed(settings, attention_response, request)
+        response = await computed(
+            SEQUENCES, SEQUENCES_ADVICE, settings, attention_response, request
+        )
         RESPONSES.put(key, bytes(response.body))
         return response
-    return await held_while_sent(computed(settings, attention_response, request))
+    return await held_while_sent(
+        computed(SEQUENCES, SEQUENCES_ADVICE, settings, attention_response, request)
+    )
 
 
 def attention_response(request: AttentionRequest) -> Response:

@@ -18,7 +18,7 @@ from ...attention.lessons import (
 from ...attention.transformer import compute_transformer
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors
-from ..executor import computed
+from ..executor import SEQUENCES, SEQUENCES_ADVICE, computed
 from ..limits import MAX_D_MODEL, MAX_NUM_HEADS, check_cells, check_limits
 from ..schemas.lessons import (
     DecodingRequest,
@@ -89,7 +89,7 @@ async def compute_decoding(request: DecodingRequest, settings: SettingsDep) -> D
         with engine_errors(request.device):
             return decoding_experiment(request.sequence, request.layer())
 
-    result = await computed(settings, run)
+    result = await computed("sequence", "a shorter sequence", settings, run)
     return DecodingResponse(
         labels=result.labels,
         step_weights=result.step_weights.tolist(),
@@ -145,7 +145,7 @@ async def compute_stack(request: TransformerRequest, settings: SettingsDep) -> R
     """
     check_limits(request, settings)
     check_cells(request.weight_cells(), settings.max_weight_cells)
-    return await computed(settings, stack_response, request)
+    return await computed(SEQUENCES, SEQUENCES_ADVICE, settings, stack_response, request)
 
 
 def stack_response(request: TransformerRequest) -> Response:

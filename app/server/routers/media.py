@@ -23,7 +23,7 @@ from ...pretrained.speech import FRAME_S, SAMPLE_RATE, SpeechModel, decode_audio
 from ...pretrained.vision import ImageAttention, ImageModel, decode_image
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors
-from ..executor import computed_for, held_while_sent
+from ..executor import computed, held_while_sent
 from ..limits import MAX_MODEL_NAME_CHARS, check_cells
 from ..schemas.media import SpeechResponse, VisionResponse
 from ..settings import Settings
@@ -102,7 +102,7 @@ async def transcribe_speech(
     assert isinstance(speech, SpeechModel)
     data = await audio.read()
     return await held_while_sent(
-        computed_for(
+        computed(
             "audio",
             "a shorter clip",
             settings,
@@ -207,7 +207,7 @@ async def image_attention(
     assert isinstance(vision, ImageModel)
     data = await image.read()
     return await held_while_sent(
-        computed_for(
+        computed(
             "image",
             "a smaller model",
             settings,

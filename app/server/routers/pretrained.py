@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import orjson
@@ -14,6 +14,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ...attention.errors import AttentionInputError
 from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, TokenizedBatch
+from ...pretrained.admission import InputLengths, check_memory, check_options, check_positions
 from ...pretrained.display import (
     MAX_AVERAGE_SIZE,
     LayerWalk,
@@ -32,7 +33,7 @@ from ...pretrained.methods import (
     flow_token_limit,
     with_method,
 )
-from ...pretrained.model import MAX_ROLLOUT_TOKENS, Block, Generation, PretrainedAttentions
+from ...pretrained.model import Block, Generation, PretrainedAttentions
 from ...pretrained.recorder import Neuron
 from ...pretrained.recordings import RECORDINGS
 from ...pretrained.zeroing import value_zeroing
@@ -250,7 +251,18 @@ async def answered(
     """
     model = ready_model(request.model)
     check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
-    return await held_while_sent(computed(settings, respond_with, model, request, settings))
+    b = request.sequence_index
+    if b is not None and b >= len(request.texts):
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "sequence_index",
+            f"{b} is not below {len(request.texts)}",
+        )
+    return await held_while_sent(
+        computed(
+            "texts", "fewer or shorter texts", settings, respond_with, model, request, settings
+        )
+    )
 
 
 def stream_response(
@@ -373,26 +385,20 @@ def prepare_sequence(
 ) -> PreparedSequence:
     """Check the one-input options, generate when asked, run (or reuse) the forward pass.
 
+    Every option is checked before anything runs, against the model's config and the
+    tokenised length (plus ``max_new_tokens`` with generation): indices, method bounds,
+    the response's size and the memory the request would need
+    (:mod:`attnviz.pretrained.admission`).
+
     Raises:
-        HTTPException: 422 naming a bad option; 413 over ATTNVIZ_MAX_WEIGHT_CELLS.
+        HTTPException: 422 naming a bad option; 413 over ATTNVIZ_MAX_WEIGHT_CELLS,
+            ATTNVIZ_MAX_SEQ_LEN (prompt + new tokens) or ATTNVIZ_MAX_REQUEST_BYTES.
     """
     b = request.sequence_index
-    assert b is not None
-    if b >= len(request.texts):
-        raise field_error(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            "sequence_index",
-            f"{b} is not below {len(request.texts)}",
-        )
+    assert b is not None  # and below len(texts): checked by answered()
     if request.head_index is not None and request.layer_index is None:
         raise field_error(
             status.HTTP_422_UNPROCESSABLE_CONTENT, "head_index", "set layer_index too"
-        )
-    if request.head_index is not None and request.head_index >= model.num_heads:
-        raise field_error(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            "head_index",
-            f"{request.head_index} is not below {model.num_heads}",
         )
     if request.merge_words:
         for field in ("query_index", "top_k"):
@@ -438,9 +444,36 @@ def prepare_sequence(
             "top_k",
             f"next tokens are for decoders; {model.name} is {model.described}",
         )
+    alone = batch.select(b)
+    alone_targets = None if targets is None else targets.select(b)
+    lengths = InputLengths(
+        source=int(alone.input_ids.shape[1]),
+        target=None if alone_targets is None else int(alone_targets.input_ids.shape[1]),
+        new_tokens=request.max_new_tokens,
+    )
     with engine_errors(request.device):
-        alone = batch.select(b)
-        alone_targets = None if targets is None else targets.select(b)
+        check_generation_length(model, lengths, settings)
+        check_options(
+            model,
+            block,
+            lengths,
+            layer_index=request.layer_index,
+            head_index=request.head_index,
+            query_index=request.query_index,
+            ablate=request.ablate,
+            method=request.method,
+            target_index=request.target_index,
+            target_token_id=request.target_token_id,
+        )
+        check_view_cells(model, request, lengths, block, settings)
+        check_memory(
+            model,
+            lengths,
+            settings.max_request_bytes,
+            block=block,
+            runs=2 if request.ablate else 1,
+            display_size=request.display_size,
+        )
         generation = None
         if request.max_new_tokens:
             generation = RECORDINGS.generate(
@@ -452,15 +485,16 @@ def prepare_sequence(
                 device=request.device,
             )
             alone = model.extended(alone, generation.new_ids)
-        check_view_cells(model, request, alone, alone_targets, block, settings)
-        length = int(alone.input_ids.shape[1])
-        if request.method == "rollout" and length > MAX_ROLLOUT_TOKENS:
-            raise AttentionInputError(
-                "texts",
-                f"rollout is computed up to {MAX_ROLLOUT_TOKENS} tokens and this input has "
-                f"{length}",
+            check_positions(
+                replace(lengths, source=int(alone.input_ids.shape[1]), new_tokens=0),
+                query_index=request.query_index,
+                target_index=request.target_index,
             )
-        result = RECORDINGS.run(model, alone, alone_targets, device=request.device)
+        result = (
+            generation.result
+            if generation is not None and generation.result is not None
+            else RECORDINGS.run(model, alone, alone_targets, device=request.device)
+        )
         ablation = None
         switched = None
         if request.ablate:
@@ -678,27 +712,25 @@ def check_one_input_options(request: PretrainedAttentionRequest) -> None:
 def check_view_cells(
     model: PretrainedModel,
     request: PretrainedAttentionRequest,
-    batch: TokenizedBatch,
-    targets: TokenizedBatch | None,
-    block: str,
+    lengths: InputLengths,
+    block: Block,
     settings: Settings,
 ) -> None:
     """Refuse a one-input response that would carry over ATTNVIZ_MAX_WEIGHT_CELLS numbers.
 
     Counts what is sent, after selection and pooling, not what is computed: layers
     (1 with layer_index) x heads (1 with head_index) x the shown side squared, plus
-    the head means, the layer mean and rollout.
+    the head means, the layer mean and rollout. With generation, at the most tokens it
+    may add (checked before it runs).
     """
-    source = int(batch.input_ids.shape[1])
-    target = source if targets is None else int(targets.input_ids.shape[1])
-    len_q = source if block == "encoder" else target
-    len_k = source if block != "decoder" else target
+    len_q, len_k = lengths.queries(block), lengths.keys(block)
     side = request.display_size
     p_q, p_k = (len_q, len_k) if side is None else (min(len_q, side), min(len_k, side))
-    layers = 1 if request.layer_index is not None else model.num_layers
-    heads = 1 if request.head_index is not None else model.num_heads
+    num_layers, num_heads = model.block_layers(block), model.block_heads(block)
+    layers = 1 if request.layer_index is not None else num_layers
+    heads = 1 if request.head_index is not None else num_heads
     averages = 2 * min(len_q, MAX_AVERAGE_SIZE) * min(len_k, MAX_AVERAGE_SIZE)
-    rows = 0 if request.query_index is None else model.num_layers * model.num_heads * len_k
+    rows = 0 if request.query_index is None else num_layers * num_heads * len_k
     means = layers * (
         p_q * p_k
         if request.head_index is None
@@ -706,6 +738,38 @@ def check_view_cells(
     )
     cells = layers * heads * p_q * p_k + means + averages + rows
     check_cells(cells, settings.max_weight_cells, "texts", "set display_size or layer_index")
+
+
+def check_generation_length(
+    model: PretrainedModel, lengths: InputLengths, settings: Settings
+) -> None:
+    """Refuse generation past ATTNVIZ_MAX_SEQ_LEN or the model's positions, before it runs.
+
+    The prompt was checked alone (:func:`check_lengths`); with ``max_new_tokens`` the
+    recorded pass covers prompt + new tokens, which must fit too.
+
+    Raises:
+        HTTPException: 413 naming max_new_tokens over ATTNVIZ_MAX_SEQ_LEN.
+        AttentionInputError: (field ``max_new_tokens``) over the model's positions.
+    """
+    if not lengths.new_tokens:
+        return
+    room = settings.max_seq_len - lengths.source
+    if lengths.total > settings.max_seq_len:
+        raise field_error(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            "max_new_tokens",
+            f"the prompt has {lengths.source} tokens and {lengths.new_tokens} new ones would "
+            f"make {lengths.total}, over the limit of {settings.max_seq_len} "
+            f"(ATTNVIZ_MAX_SEQ_LEN); ask for at most {max(0, room)} new tokens",
+        )
+    if model.max_tokens is not None and lengths.total > model.max_tokens:
+        raise AttentionInputError(
+            "max_new_tokens",
+            f"the prompt has {lengths.source} tokens and {model.name} takes at most "
+            f"{model.max_tokens} (max_position_embeddings); ask for at most "
+            f"{max(0, model.max_tokens - lengths.source)} new tokens",
+        )
 
 
 def batch_payload(

@@ -1,0 +1,297 @@
+"""What a one-input request will cost, checked before anything runs.
+
+Every option of a one-input request that names a position, a layer or a head, and every
+method's own bound, can be checked from the model's config and the tokenised lengths
+alone: nothing has to run first. :func:`check_options` does it, so that a 4,000-token
+text with ``layer_index`` 99 is refused in milliseconds rather than after a forward pass
+of seconds. :func:`estimate_peak_bytes` says how much memory the request will need at
+its peak, so that one that would not fit is refused before it starts
+(:class:`.errors.InputTooLargeError`, a 413 naming the field, with the estimate and the
+limit).
+
+With generation (``max_new_tokens``), the lengths are the prompt's plus the most tokens
+that can be added: generation may stop early, at the end-of-sequence token, and then
+the exact length is checked again before the recorded pass (:func:`check_positions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from ..attention.errors import AttentionInputError, InputTooLargeError
+from .gradients import MAX_GRADIENT_CELLS, gradient_cells
+from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
+from .model import HEAD_CHUNK_FLOATS, MAX_ROLLOUT_TOKENS, Block, PretrainedModel
+from .zeroing import MAX_VALUE_ZEROING_WORK, value_zeroing_limit
+
+FLOAT_BYTES: Final = 4
+"""Bytes of one recorded number (float32: models run in float32 here)."""
+EAGER_COPIES: Final = 4
+"""How many (G, L_q, L_k) tensors the model's eager attention holds at once for one group
+of heads (scores, the masked scores, their softmax, the float32 copy returned)."""
+FORWARD_COPIES: Final = 1
+"""How many (H, L_q, L_k) score tensors a forward pass may hold at once in one layer: one
+where PyTorch's attention takes its math path (measured on the CPU, its blocked kernel
+holds far less: SmolLM2's recorded pass at 4,032 tokens grew RSS by 602 MiB, 505 of them
+the recording)."""
+
+
+@dataclass(frozen=True)
+class InputLengths:
+    """The lengths one input will have when it runs.
+
+    Attributes:
+        source: the input's tokens (a decoder's prompt; an encoder-decoder's source).
+        target: an encoder-decoder's decoder input (start token + target), else None.
+        new_tokens: the most tokens generation may add (a decoder's ``max_new_tokens``).
+    """
+
+    source: int
+    target: int | None = None
+    new_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """The source after generation: prompt + new tokens."""
+        return self.source + self.new_tokens
+
+    def queries(self, block: Block) -> int:
+        """L_q of ``block``: the decoder's and cross attention's are the target's."""
+        if self.target is not None and block != "encoder":
+            return self.target
+        return self.total
+
+    def keys(self, block: Block) -> int:
+        """L_k of ``block``: cross attention's keys are the source's."""
+        if self.target is not None and block == "decoder":
+            return self.target
+        return self.total
+
+    @property
+    def outputs(self) -> int:
+        """The output positions a target may be taken at (the target's, else the input's)."""
+        return self.target if self.target is not None else self.total
+
+
+def _index(field: str, value: int | None, bound: int, what: str) -> None:
+    if value is not None and not 0 <= value < bound:
+        raise AttentionInputError(field, f"{value} is not below {bound} ({what})")
+
+
+def check_options(
+    model: PretrainedModel,
+    block: Block,
+    lengths: InputLengths,
+    *,
+    layer_index: int | None = None,
+    head_index: int | None = None,
+    query_index: int | None = None,
+    ablate: list[list[int]] | None = None,
+    method: str = "attention",
+    target_index: int | None = None,
+    target_token_id: int | None = None,
+) -> None:
+    """Refuse any index out of range, and any method over its bound, before running.
+
+    Args:
+        model: the model (its config gives the layers, heads and vocabulary).
+        block: the block the maps are of.
+        lengths: what the input will hold when it runs.
+        layer_index, head_index, query_index, ablate, method, target_index,
+            target_token_id: the request's options of these names.
+
+    Raises:
+        AttentionInputError: naming the field: a layer, head, position or token id out of
+            range; (``texts``) an input over a method's bound (rollout
+            :data:`.model.MAX_ROLLOUT_TOKENS`, flow, value zeroing, ``norm``'s
+            summed_norm, the gradient methods); (``max_new_tokens``) generation asked of
+            a model that does not generate.
+    """
+    layers, heads = model.block_layers(block), model.block_heads(block)
+    len_q, len_k = lengths.queries(block), lengths.keys(block)
+    if lengths.new_tokens and model.family != "decoder":
+        raise AttentionInputError(
+            "max_new_tokens", f"{model.name} is {model.described}; generation is for decoders"
+        )
+    _index("layer_index", layer_index, layers, f"{model.name}'s {block} layers")
+    _index("head_index", head_index, heads, f"{model.name}'s heads per layer")
+    generated = " with the new tokens" if lengths.new_tokens else ""
+    _index("query_index", query_index, len_q, f"the input's tokens{generated}")
+    for layer, head in ablate or []:
+        if not 0 <= layer < layers:
+            raise AttentionInputError(
+                "ablate", f"layer {layer} is not below {layers} ({model.name}'s {block} layers)"
+            )
+        if not 0 <= head < heads:
+            raise AttentionInputError(
+                "ablate", f"head {head} is not below {heads} ({model.name}'s heads per layer)"
+            )
+    _index("target_index", target_index, lengths.outputs, f"the output tokens{generated}")
+    if target_token_id is not None and model.family == "encoder":
+        raise AttentionInputError(
+            "target_token_id",
+            f"{model.name} is {model.described}: its target is an embedding score, not a logit",
+        )
+    _index("target_token_id", target_token_id, model.vocab_size, "the vocabulary")
+    longest = max(len_q, len_k)
+    if method == "rollout" and len_q > MAX_ROLLOUT_TOKENS:
+        raise AttentionInputError(
+            "texts",
+            f"rollout is computed up to {MAX_ROLLOUT_TOKENS} tokens and this input has "
+            f"{len_q}{generated}",
+        )
+    if method == "flow" and block != "cross" and len_q > flow_token_limit(layers):
+        raise AttentionInputError(
+            "texts",
+            f"attention flow solves L^2 max-flow problems over {layers} layers: up to "
+            f"{flow_token_limit(layers)} tokens for this model, and this input has "
+            f"{len_q}{generated} (rollout has no such limit)",
+        )
+    if method == "value_zeroing" and layers * len_q * len_k > MAX_VALUE_ZEROING_WORK:
+        raise AttentionInputError(
+            "texts",
+            f"value zeroing reruns each of the {layers} layers once per token: up to "
+            f"{value_zeroing_limit(layers)} tokens for this block, and this input has "
+            f"{longest}{generated}",
+        )
+    if method == "norm" and layer_index is not None and len_q > MAX_SUMMED_NORM_TOKENS:
+        raise AttentionInputError(
+            "texts",
+            f"summed_norm is computed up to {MAX_SUMMED_NORM_TOKENS} tokens and this input has "
+            f"{len_q}{generated}: send method 'norm' without layer_index, or a shorter text",
+        )
+    if method in GRADIENT_METHODS:
+        cells = gradient_cells(model, lengths.total, lengths.target)
+        if cells > MAX_GRADIENT_CELLS:
+            raise AttentionInputError(
+                "texts",
+                f"gradient methods keep every layer's and head's weights for the backward "
+                f"pass: {cells:,} here, over the {MAX_GRADIENT_CELLS:,} allowed (use a "
+                "shorter text)",
+            )
+
+
+def check_positions(
+    lengths: InputLengths,
+    *,
+    query_index: int | None = None,
+    target_index: int | None = None,
+) -> None:
+    """After generation: the positions asked for against the exact length.
+
+    Generation may stop early at the end-of-sequence token, so the input can be
+    shorter than the prompt + ``max_new_tokens`` that :func:`check_options` allowed for.
+
+    Raises:
+        AttentionInputError: (field ``query_index`` / ``target_index``) beyond the tokens.
+    """
+    what = f"the prompt and the {lengths.new_tokens} tokens generated"
+    _index("query_index", query_index, lengths.total, what)
+    _index("target_index", target_index, lengths.outputs, what)
+
+
+def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
+    """Bytes one recorded pass keeps: every layer's query, key and value states, the masks.
+
+    N x (H + 2 H_kv) x L x d_k numbers per block, plus one (L_q, L_k) float mask per block
+    (transformers builds one and hands it to every layer).
+    """
+    total = 0
+    d_k = model.d_model // max(1, model.num_heads)
+    for block in model.blocks:
+        len_q, len_k = lengths.queries(block), lengths.keys(block)
+        heads = model.block_heads(block)
+        kv_heads = heads if model.family == "encoder-decoder" else model.num_key_value_heads
+        per_layer = (heads * len_q + 2 * kv_heads * len_k) * d_k
+        total += model.block_layers(block) * per_layer + len_q * len_k
+    return total * FLOAT_BYTES
+
+
+def estimate_peak_bytes(
+    model: PretrainedModel,
+    lengths: InputLengths,
+    *,
+    block: Block,
+    runs: int = 1,
+    display_size: int | None = None,
+) -> int:
+    """The memory a one-input request needs at its peak, above the idle server, in bytes.
+
+    The sum of what is held at once, each term an upper bound:
+
+    * the recorded passes (``runs``: 2 with ablation), :func:`recording_bytes`;
+    * one layer's attention scores while the forward pass runs, H x L_q x L_k x
+      :data:`FORWARD_COPIES`;
+    * generation's key/value cache, N x 2 x H_kv x L x d_k (freed before the recorded
+      pass, so counted against the larger of the two);
+    * one group of heads through the model's eager attention while a layer is drawn,
+      max(group, :data:`.model.HEAD_CHUNK_FLOATS`) x :data:`EAGER_COPIES`;
+    * what a view keeps for the whole input: the layer sum and rollout (L_q x L_k each),
+      every layer's shown maps (pooled to ``display_size``);
+    * the logits of one chunk of next tokens (256 x vocab).
+
+    Checked against measured peak RSS growth (benchmarks/hostile.py): SmolLM2 at 4,032
+    + 64 tokens, streamed grid at display_size 64, is estimated at 2.1 GiB and grew the
+    server by about 1.4 GiB.
+    """
+    len_q, len_k = lengths.queries(block), lengths.keys(block)
+    heads = model.block_heads(block)
+    d_k = model.d_model // max(1, model.num_heads)
+    recorded = runs * recording_bytes(model, lengths)
+    forward = heads * len_q * len_k * FORWARD_COPIES
+    cache = 0
+    if lengths.new_tokens:
+        cache = model.num_layers * 2 * model.num_key_value_heads * lengths.total * d_k
+    group = max(1, heads // max(1, model.num_key_value_heads)) * len_q * len_k
+    eager = max(group, min(HEAD_CHUNK_FLOATS, heads * len_q * len_k)) * EAGER_COPIES
+    side_q = len_q if display_size is None else min(len_q, display_size)
+    side_k = len_k if display_size is None else min(len_k, display_size)
+    kept = 2 * len_q * len_k + model.block_layers(block) * (heads + 1) * side_q * side_k
+    logits = 256 * model.vocab_size if model.family == "decoder" else 0
+    return recorded + (max(forward, cache) + eager + kept + logits) * FLOAT_BYTES
+
+
+def check_memory(
+    model: PretrainedModel,
+    lengths: InputLengths,
+    limit: int,
+    *,
+    block: Block,
+    runs: int = 1,
+    display_size: int | None = None,
+) -> int:
+    """Refuse a request whose :func:`estimate_peak_bytes` is over ``limit`` bytes.
+
+    Returns:
+        The estimate, in bytes.
+
+    Raises:
+        InputTooLargeError: (413) naming ``max_new_tokens`` when the prompt alone would
+            fit, else ``texts``; the message has the estimate and the limit.
+    """
+    needed = estimate_peak_bytes(model, lengths, block=block, runs=runs, display_size=display_size)
+    if needed <= limit:
+        return needed
+    alone = InputLengths(lengths.source, lengths.target)
+    field = "texts"
+    if (
+        lengths.new_tokens
+        and estimate_peak_bytes(model, alone, block=block, runs=runs, display_size=display_size)
+        <= limit
+    ):
+        field = "max_new_tokens"
+    raise InputTooLargeError(
+        field,
+        f"this request would need about {_size(needed)} of memory at its peak "
+        f"({lengths.total} tokens through {model.name}), over the limit of {_size(limit)} "
+        "(ATTNVIZ_MAX_REQUEST_BYTES); use a shorter text"
+        + (" or fewer new tokens" if lengths.new_tokens else ""),
+    )
+
+
+def _size(count: int) -> str:
+    """Bytes as MiB (KiB under 1 MiB), for messages."""
+    if count < 2**20:
+        return f"{count / 1024:,.0f} KiB"
+    return f"{count / 2**20:,.0f} MiB"

@@ -1,0 +1,170 @@
+"""When a request's time budget ends, its computation stops (issue 29, classes 5 and 7).
+
+The unit tests drive :mod:`attnviz.attention.cancellation` directly: a forward pass, a
+generation and a layer walk each stop at their next check once cancelled. The API test
+makes each attention layer of a tiny decoder slow (0.15 s, by wrapping transformers'
+SDPA function that the recorder calls), asks for generation that would take seconds,
+with ATTNVIZ_COMPUTE_TIMEOUT_S = 0.8 and one compute worker: the 503 names ``texts``,
+then no attention layer starts more than one layer's time after it, and the only worker
+is free for the next request at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.pretrained.tiny import TEXTS, save_tiny
+from tests.routers.support import serving
+
+SLOW_LAYER_S = 0.15
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    root = tmp_path_factory.mktemp("budget")
+    env = {
+        "ATTNVIZ_MODEL_DIRS": json.dumps([str(save_tiny("llama", root / "tiny-llama"))]),
+        "ATTNVIZ_PACKAGED_MODELS": "false",
+        "ATTNVIZ_COMPUTE_WORKERS": "1",
+        "ATTNVIZ_COMPUTE_TIMEOUT_S": "0.8",
+    }
+    with serving(env) as served:
+        yield served
+
+
+def test_check_cancelled_is_silent_outside_and_raises_once_cancelled() -> None:
+    from attnviz.attention.cancellation import (
+        Cancellation,
+        ComputeCancelledError,
+        cancellable,
+        check_cancelled,
+    )
+
+    check_cancelled()  # no computation to cancel: nothing happens
+    token = Cancellation()
+    with cancellable(token):
+        check_cancelled()
+        token.cancel("the budget ran out")
+        with pytest.raises(ComputeCancelledError, match="the budget ran out"):
+            check_cancelled()
+    check_cancelled()  # outside the block again
+
+
+@pytest.fixture
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from attnviz.pretrained.loading import load_model
+
+    root = tmp_path_factory.mktemp("llama")
+    return load_model("tiny-llama", save_tiny("llama", root / "tiny-llama"), root / "cache", None)
+
+
+def attention_calls(monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0) -> list[float]:
+    """When each attention layer's SDPA started (perf_counter), each delayed ``delay_s``."""
+    from transformers.integrations import sdpa_attention
+
+    started: list[float] = []
+    original = sdpa_attention.sdpa_attention_forward
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        started.append(time.perf_counter())
+        time.sleep(delay_s)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", slow)
+    return started
+
+
+@pytest.mark.parametrize("work", ["run", "generate", "walk"])
+def test_a_cancelled_computation_stops_at_its_next_layer(
+    tiny_llama: Any, monkeypatch: pytest.MonkeyPatch, work: str
+) -> None:
+    from attnviz.attention.cancellation import Cancellation, ComputeCancelledError, cancellable
+    from attnviz.pretrained.display import LayerWalk
+
+    batch = tiny_llama.tokenize(TEXTS[:1])
+    result = tiny_llama.run(batch, device="cpu") if work == "walk" else None
+    calls = attention_calls(monkeypatch)
+    token = Cancellation()
+    token.cancel()
+    with cancellable(token), pytest.raises(ComputeCancelledError):
+        if work == "run":
+            tiny_llama.run(batch, device="cpu")
+        elif work == "generate":
+            tiny_llama.generate(batch, 20, device="cpu", record_steps=False)
+        else:
+            LayerWalk(result).view()
+    assert calls == []  # stopped before the first attention layer
+
+
+def test_after_a_time_out_the_work_stops_and_the_worker_is_free(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnviz.pretrained.recordings import RECORDINGS
+
+    RECORDINGS.clear()
+    started = attention_calls(monkeypatch, SLOW_LAYER_S)
+    body = {
+        "model": "tiny-llama",
+        "texts": TEXTS[:1],
+        "sequence_index": 0,
+        "max_new_tokens": 30,  # 31 passes x 2 layers x 0.15 s: over 9 s of work
+        "temperature": 1.0,
+    }
+    response = client.post("/api/v1/models/attention", json=body)
+    refused = time.perf_counter()
+    assert response.status_code == 503, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", "texts"]
+    assert "0.8 s" in detail["msg"] and "stopped" in detail["msg"]
+    time.sleep(4 * SLOW_LAYER_S)
+    count = len(started)
+    time.sleep(4 * SLOW_LAYER_S)
+    assert len(started) == count, "attention layers still start after the 503"
+    assert started[-1] <= refused + 2 * SLOW_LAYER_S
+    assert len(started) < 2 * 31  # stopped well before the end of its work
+    # The only compute worker is free: a request needing it is answered.
+    monkeypatch.undo()
+    small = client.post(
+        "/api/v1/models/attention", json={"model": "tiny-llama", "texts": TEXTS[:1]}
+    )
+    assert small.status_code == 200, small.text
+
+
+def test_work_given_up_while_it_waited_for_a_worker_never_starts() -> None:
+    """A computation whose budget ends while the only worker is busy does not run later."""
+    import asyncio
+
+    from attnviz.attention.cancellation import check_cancelled
+    from attnviz.server import executor
+
+    ran: list[str] = []
+
+    def busy() -> None:
+        for _ in range(10):
+            time.sleep(0.05)
+            check_cancelled()
+        ran.append("busy")
+
+    def queued() -> None:
+        ran.append("queued")
+
+    async def scenario() -> None:
+        executor.start_executor(1)
+        try:
+            first = asyncio.ensure_future(executor.run_within(5.0, busy))
+            await asyncio.sleep(0.05)
+            with pytest.raises(TimeoutError):
+                await executor.run_within(0.1, queued)
+            await first
+            await executor.run_compute(lambda: None)  # the queue has drained
+        finally:
+            executor.stop_executor()
+
+    asyncio.run(scenario())
+    assert ran == ["busy"]
