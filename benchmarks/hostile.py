@@ -184,7 +184,7 @@ def indices(client: httpx.Client, pid: int, text: str) -> list[dict[str, Any]]:
     cases = {
         "layer_index 99": {"layer_index": 99},
         "layer_index 99, display_size 64": {"layer_index": 99, "display_size": 64},
-        "layer_index 99, max_new_tokens 64 (4,000 + 64 > 4,096)": {
+        "layer_index 99, max_new_tokens 64": {
             "layer_index": 99,
             "max_new_tokens": 64,
         },

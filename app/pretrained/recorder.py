@@ -33,6 +33,11 @@ from ..attention.cancellation import check_cancelled
 RECORDER: Final = "attnviz_recorder"
 """The name AttnViz's attention function is registered under (``attn_implementation``)."""
 
+QUERY_CHUNK: Final = 512
+"""Query rows per call of SDPA in a recorded forward pass of a longer input: the rows are
+independent (the explicit mask says what each sees), and the computation is checked for
+cancellation between chunks, so a 4,000-token layer stops within an eighth of its time."""
+
 POSITION_BIAS: Final = "position_bias"
 """T5's relative position bias (B or 1, H, L_q, L_k), added to the scores before the mask."""
 
@@ -277,10 +282,11 @@ class StepwiseRecording(AttentionRecording):
             mask = first.attention_mask
             if mask is None:
                 raise ValueError("the prompt's pass had no mask")
-            if id(mask) in masks:
-                full = masks[id(mask)]
+            shared = mask.untyped_storage().data_ptr()  # each call's mask is its own view
+            if shared in masks:
+                full = masks[shared]
             else:
-                full = masks[id(mask)] = self._joined_mask(mask, steps)
+                full = masks[shared] = self._joined_mask(mask, steps)
             joined.add(
                 AttentionCall(
                     module=first.module,
@@ -479,9 +485,23 @@ def recording_attention(
     bias = kwargs.pop(POSITION_BIAS, None)
     if bias is not None:  # SDPA takes it as part of the additive mask
         attention_mask = bias if attention_mask is None else bias + attention_mask
-    output, _ = sdpa_attention_forward(
-        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-    )
+    length = int(query.shape[2])
+    if attention_mask is None or length <= QUERY_CHUNK:
+        output, _ = sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    else:  # rows are independent: chunks of queries, a cancellation check between them
+        parts = []
+        for start in range(0, length, QUERY_CHUNK):
+            check_cancelled()
+            rows = slice(start, start + QUERY_CHUNK)
+            mask = attention_mask if attention_mask.shape[-2] == 1 else attention_mask[..., rows, :]
+            part, _ = sdpa_attention_forward(
+                module, query[:, :, rows], key, value, mask, scaling=scaling, dropout=dropout,
+                **kwargs,
+            )  # fmt: skip
+            parts.append(part)
+        output = torch.cat(parts, dim=1)
     if heads:  # (B, L_q, H, d_v): those heads add nothing to the output projection
         output = output.clone()
         output[:, :, list(heads)] = 0

@@ -265,8 +265,27 @@ class ImageModel(PretrainedModel):
 
         self.analyse(Image.new("RGB", (64, 64), (128, 128, 128)), device="cpu")
 
-    def analyse(self, image: Image.Image, *, device: str = "auto") -> ImageAttention:
+    def pixels(self, image: Image.Image) -> torch.Tensor:
+        """``image`` as the model's own processor makes it: (1, 3, height, width) float32."""
+        pixels: torch.Tensor = self.image_processor(images=image, return_tensors="pt")[
+            "pixel_values"
+        ]
+        return pixels.float()
+
+    def num_tokens(self, pixels: torch.Tensor) -> int:
+        """The tokens the model will read for ``pixels``: prefix + rows x cols patches."""
+        rows, cols = (side // self.patch_size for side in pixels.shape[-2:])
+        return len(self.prefix_names) + rows * cols
+
+    def analyse(
+        self, image: Image.Image, *, device: str = "auto", pixels: torch.Tensor | None = None
+    ) -> ImageAttention:
         """Process ``image`` as the model's own processor does and run it, recording.
+
+        Args:
+            image: an RGB image (:func:`decode_image`).
+            device: "auto", "cpu" or "cuda".
+            pixels: :meth:`pixels` of ``image``, when already made.
 
         Returns:
             An :class:`ImageAttention` (one recorded call per layer).
@@ -279,7 +298,7 @@ class ImageModel(PretrainedModel):
         """
         run_on = resolve_device(device)
         model = self.on(run_on)
-        pixels = self.image_processor(images=image, return_tensors="pt")["pixel_values"].float()
+        pixels = self.pixels(image) if pixels is None else pixels
         rows, cols = (side // self.patch_size for side in pixels.shape[-2:])
         start = time.perf_counter()
         with torch.inference_mode(), record_attention() as recording:

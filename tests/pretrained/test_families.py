@@ -328,6 +328,39 @@ def test_the_pass_recorded_while_generating_holds_no_key_value_cache(
         for tensor in (call.query, call.key, call.value):
             assert tensor.shape[2] == length
             assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    # One (L, L) mask for every layer, as in a fresh pass: not one per layer.
+    fresh = llama.run(generation.result.batch, device="cpu")
+
+    def masks(result: PretrainedAttentions) -> int:
+        calls = result.recording.calls
+        return len({c.attention_mask.untyped_storage().data_ptr() for c in calls})  # type: ignore[union-attr]
+
+    assert masks(generation.result) == masks(fresh) == 1
+
+
+@pytest.mark.parametrize("name", sorted(tiny.BUILDERS))
+def test_attention_in_query_chunks_gives_the_same_outputs(
+    name: str, models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long input's SDPA runs in chunks of query rows (cancellable between them): the
+    outputs equal one call's, sliding windows, position biases and padding included."""
+    from attnviz.pretrained import recorder
+
+    model = models[name]
+    batch = model.tokenize(tiny.TEXTS)
+    targets = model.decoder_inputs(tiny.TARGETS) if model.family == "encoder-decoder" else None
+
+    def outputs() -> torch.Tensor:
+        result = model.run(batch, targets, device="cpu")
+        if result.final_hidden is not None:
+            return result.final_hidden
+        assert result.decoder_head is not None
+        return result.decoder_head.hidden.float()
+
+    whole = outputs()
+    monkeypatch.setattr(recorder, "QUERY_CHUNK", 3)
+    chunked = outputs()
+    torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=1e-5)
 
 
 def test_generation_stops_at_the_end_of_sequence_token(models: dict[str, PretrainedModel]) -> None:

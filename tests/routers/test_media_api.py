@@ -205,6 +205,22 @@ def test_bad_vision_requests_are_refused_by_field(
     assert response.json()["detail"][0]["loc"][-1] == field
 
 
+def test_a_query_beyond_the_tokens_is_refused_before_the_pass(
+    media: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnviz.pretrained.vision import ImageModel
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the image ran through the model before the query was checked")
+
+    monkeypatch.setattr(ImageModel, "analyse", refuse)
+    fresh = png_bytes(52, 61, seed=11)  # an image no earlier request has cached
+    response = look(media, fresh, model="tiny-vit", query="17")  # 17 tokens: 0 to 16
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"][-1] == "query" and "0 to 16" in detail["msg"]
+
+
 def test_a_file_that_is_no_image_at_all_is_a_415_naming_image(media: TestClient) -> None:
     response = look(media, b"not an image", model="tiny-vit")
     assert response.status_code == 415, response.text

@@ -222,17 +222,37 @@ async def image_attention(
     )
 
 
-def analysed(model: ImageModel, data: bytes, device: str) -> ImageAttention:
-    """The recorded pass of this image, from the cache or run now."""
+def analysed(model: ImageModel, data: bytes, device: str, query: int) -> ImageAttention:
+    """The recorded pass of this image, from the cache or run now.
+
+    ``query`` is checked against the image's tokens before the pass runs (the processed
+    image's size gives them).
+
+    Raises:
+        AttentionInputError: (field ``query``) beyond the tokens; as :func:`decode_image`.
+    """
     key = (model.name, device, hashlib.sha256(data).hexdigest())
     with _images_lock:
         found = _images.get(key)
     if found is not None:
+        check_query(query, found.num_tokens)
         return found
-    result = model.analyse(decode_image(data), device=device)
+    image = decode_image(data)
+    pixels = model.pixels(image)
+    check_query(query, model.num_tokens(pixels))
+    result = model.analyse(image, device=device, pixels=pixels)
     with _images_lock:
         _images[key] = result
     return result
+
+
+def check_query(query: int, num_tokens: int) -> None:
+    """Refuse a query beyond the image's tokens (422 naming ``query``)."""
+    if query >= num_tokens:
+        raise AttentionInputError(
+            "query",
+            f"{query} is beyond the image's {num_tokens} tokens (0 to {num_tokens - 1})",
+        )
 
 
 def vision_response(
@@ -245,13 +265,7 @@ def vision_response(
             (beyond the tokens) or ``device``.
     """
     with engine_errors(device):
-        result = analysed(model, data, device)
-        if query >= result.num_tokens:
-            raise AttentionInputError(
-                "query",
-                f"{query} is beyond the image's {result.num_tokens} tokens (0 to "
-                f"{result.num_tokens - 1})",
-            )
+        result = analysed(model, data, device, query)
         weights = result.query_rows(query)
         rollout = result.rollout_rows(query)
     rows, cols = result.grid
