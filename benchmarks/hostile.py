@@ -216,13 +216,17 @@ def generation(client: httpx.Client, pid: int, text: str) -> dict[str, Any]:
     idle_before = rss_bytes(pid)
     with sampled(pid) as rss:
         started = time.perf_counter()
-        layers = 0
-        status = 0
+        layers, status, start_s, first_s = 0, 0, 0.0, 0.0
         with client.stream("POST", "/api/v1/models/attention/layers", json=body) as response:
             status = response.status_code
             if status == 200:
                 for line in response.iter_lines():
-                    layers += json.loads(line)["type"] == "layer"
+                    kind = json.loads(line)["type"]
+                    if kind == "start":  # generated and recorded: what the time budget covers
+                        start_s = time.perf_counter() - started
+                    if kind == "layer":
+                        layers += 1
+                        first_s = first_s or time.perf_counter() - started
             else:
                 response.read()
         seconds = time.perf_counter() - started
@@ -230,6 +234,8 @@ def generation(client: httpx.Client, pid: int, text: str) -> dict[str, Any]:
     return {
         "status": status,
         "layers": layers,
+        "start_s": start_s,
+        "first_layer_s": first_s,
         "s": seconds,
         "growth_mib": (rss["peak"] - rss["before"]) / MiB,
         "idle_before_mib": idle_before / MiB,

@@ -10,6 +10,7 @@ loop stays free for /healthz and the page while the pool works.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -136,7 +137,8 @@ async def held_while_sent(work: Awaitable[Response]) -> Response:
                 yield chunk
         finally:  # sent, failed or abandoned: the slot is free again
             release()
-            asyncio.get_running_loop().run_in_executor(None, release_memory)
+            with contextlib.suppress(RuntimeError):  # no loop: the server is stopping
+                asyncio.get_running_loop().run_in_executor(None, release_memory)
 
     response.body_iterator = body()
     return response
