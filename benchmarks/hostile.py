@@ -204,8 +204,9 @@ def indices(client: httpx.Client, pid: int, text: str) -> list[dict[str, Any]]:
     return rows
 
 
-def generation(client: httpx.Client, pid: int, text: str) -> dict[str, Any]:
-    body = {
+def generating(text: str) -> dict[str, Any]:
+    """The longest admitted generation: ``text`` (4,032 tokens) + 64 new, pooled to 64."""
+    return {
         "model": SMOLLM2,
         "texts": [text],
         "sequence_index": 0,
@@ -213,6 +214,10 @@ def generation(client: httpx.Client, pid: int, text: str) -> dict[str, Any]:
         "display_size": 64,
         "encoding": "base64_float32",
     }
+
+
+def generation(client: httpx.Client, pid: int, text: str) -> dict[str, Any]:
+    body = generating(text)
     idle_before = rss_bytes(pid)
     with sampled(pid) as rss:
         started = time.perf_counter()
@@ -245,13 +250,7 @@ def generation(client: httpx.Client, pid: int, text: str) -> dict[str, Any]:
 
 def time_out(text: str) -> dict[str, Any]:
     env = {"ATTNVIZ_PACKAGED_MODELS": json.dumps([SMOLLM2]), "ATTNVIZ_COMPUTE_TIMEOUT_S": "3"}
-    body = {
-        "model": SMOLLM2,
-        "texts": [text],
-        "sequence_index": 0,
-        "max_new_tokens": 64,
-        "display_size": 64,
-    }
+    body = generating(text)
     with (
         live_process(env=env, timeout_s=120) as (url, process),
         httpx.Client(base_url=url, timeout=120) as client,

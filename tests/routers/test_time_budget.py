@@ -12,6 +12,7 @@ is free for the next request at once.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -155,16 +156,30 @@ def test_work_given_up_while_it_waited_for_a_worker_never_starts() -> None:
         ran.append("queued")
 
     async def scenario() -> None:
-        executor.start_executor(1)
-        try:
-            first = asyncio.ensure_future(executor.run_within(5.0, busy))
-            await asyncio.sleep(0.05)
-            with pytest.raises(TimeoutError):
-                await executor.run_within(0.1, queued)
-            await first
-            await executor.run_compute(lambda: None)  # the queue has drained
-        finally:
-            executor.stop_executor()
+        first = asyncio.ensure_future(executor.run_within(5.0, busy))
+        await asyncio.sleep(0.05)
+        with pytest.raises(TimeoutError):
+            await executor.run_within(0.1, queued)
+        await first
+        await executor.run_compute(lambda: None)  # the queue has drained
 
-    asyncio.run(scenario())
+    kept = (executor._executor, executor._large)  # the served app's pool, put back after
+    executor._executor = None
+    executor.start_executor(1)
+    errors: list[BaseException] = []
+
+    def in_a_thread_of_its_own() -> None:  # asyncio.run needs a thread with no loop running
+        try:
+            asyncio.run(scenario())
+        except BaseException as error:
+            errors.append(error)
+
+    try:
+        thread = threading.Thread(target=in_a_thread_of_its_own)
+        thread.start()
+        thread.join()
+    finally:
+        executor.stop_executor()
+        executor._executor, executor._large = kept
+    assert errors == []
     assert ran == ["busy"]
