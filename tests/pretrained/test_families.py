@@ -363,6 +363,37 @@ def test_attention_in_query_chunks_gives_the_same_outputs(
     torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2", "mistral"])
+def test_a_plainly_causal_mask_runs_as_sdpa_s_causal_flag_with_the_same_outputs(
+    name: str, models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One unpadded input within any sliding window: SDPA gets no mask but its causal flag
+    (its kernel skips the masked half); the outputs equal the explicit mask's. Mistral's
+    window (4 tokens) is shorter than this input: its mask is not plainly causal."""
+    from attnviz.pretrained import recorder
+    from transformers.integrations import sdpa_attention
+
+    model = models[name]
+    batch = model.tokenize(["the cat sat on the mat because it was tired"])
+    masks: list[bool] = []
+    original = sdpa_attention.sdpa_attention_forward
+
+    def spy(module: Any, query: Any, key: Any, value: Any, mask: Any, **kwargs: Any) -> Any:
+        masks.append(mask is None)
+        return original(module, query, key, value, mask, **kwargs)
+
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", spy)
+    result = model.run(batch, device="cpu")
+    assert result.decoder_head is not None
+    assert masks == [name != "mistral"] * model.num_layers
+    monkeypatch.setattr(recorder, "_plainly_causal", lambda *args: False)
+    explicit = model.run(batch, device="cpu")
+    assert explicit.decoder_head is not None
+    torch.testing.assert_close(
+        result.decoder_head.hidden, explicit.decoder_head.hidden, atol=1e-5, rtol=1e-5
+    )
+
+
 def test_generation_stops_at_the_end_of_sequence_token(models: dict[str, PretrainedModel]) -> None:
     llama = models["llama"]
     eos = llama.tokenizer.eos_token_id
