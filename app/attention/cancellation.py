@@ -2,8 +2,9 @@
 
 A Python thread cannot be killed, and a torch kernel cannot be interrupted. What can be
 done is to look, at the places where a long computation passes often (every attention
-layer of a forward pass, every generation step, every head group of a layer walk, every
-query chunk of the seeded engine), whether the request it serves has been given up, and
+module and attention layer of a forward pass, every generation step, every head group of
+a layer walk, every layer of the seeded stack), whether the request it serves has been
+given up, and
 stop there. The server (:mod:`attnviz.server.executor`) runs each request's work inside
 :func:`cancellable` with a :class:`Cancellation` of its own and calls
 :meth:`Cancellation.cancel` when the time budget ends, so that the work stops at its next

@@ -23,6 +23,7 @@ from ..attention.errors import AttentionInputError, InputTooLargeError
 from .gradients import MAX_GRADIENT_CELLS, gradient_cells
 from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
 from .model import HEAD_CHUNK_FLOATS, MAX_ROLLOUT_TOKENS, Block, PretrainedModel
+from .recorder import QUERY_CHUNK
 from .zeroing import MAX_VALUE_ZEROING_WORK, value_zeroing_limit
 
 FLOAT_BYTES: Final = 4
@@ -30,6 +31,9 @@ FLOAT_BYTES: Final = 4
 EAGER_COPIES: Final = 4
 """How many (G, L_q, L_k) tensors the model's eager attention holds at once for one group
 of heads (scores, the masked scores, their softmax, the float32 copy returned)."""
+WORKING_BYTES: Final = 256 * 2**20
+"""What a request needs beyond the terms of :func:`estimate_peak_bytes`: the allocator's
+slack, the framework's buffers, the response being encoded (measured: about 110 MiB)."""
 FORWARD_COPIES: Final = 1
 """How many (H, L_q, L_k) score tensors a forward pass may hold at once in one layer: one
 where PyTorch's attention takes its math path (measured on the CPU, its blocked kernel
@@ -191,20 +195,40 @@ def check_positions(
     _index("target_index", target_index, lengths.outputs, what)
 
 
+def head_dim(model: PretrainedModel) -> int:
+    """d_k: the config's ``head_dim`` where it has one, else d_model / H.
+
+    Qwen3-0.6B's is 128, with d_model 1024 and 16 heads.
+    """
+    value = getattr(getattr(model, "config", None), "head_dim", None)
+    if isinstance(value, int) and value > 0:
+        return value
+    return model.d_model // max(1, model.num_heads)
+
+
+def _position_bias(model: PretrainedModel) -> bool:
+    """Whether the model adds a relative position bias (H, L_q, L_k) to its scores (T5)."""
+    config = getattr(model, "config", None)
+    return getattr(config, "relative_attention_num_buckets", None) is not None
+
+
 def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
     """Bytes one recorded pass keeps: every layer's query, key and value states, the masks.
 
     N x (H + 2 H_kv) x L x d_k numbers per block, plus one (L_q, L_k) float mask per block
-    (transformers builds one and hands it to every layer).
+    (transformers builds one and hands it to every layer), plus T5's position bias
+    (H, L_q, L_k) per block, which its layers share too.
     """
     total = 0
-    d_k = model.d_model // max(1, model.num_heads)
+    d_k = head_dim(model)
     for block in model.blocks:
         len_q, len_k = lengths.queries(block), lengths.keys(block)
         heads = model.block_heads(block)
         kv_heads = heads if model.family == "encoder-decoder" else model.num_key_value_heads
         per_layer = (heads * len_q + 2 * kv_heads * len_k) * d_k
         total += model.block_layers(block) * per_layer + len_q * len_k
+        if _position_bias(model):
+            total += heads * len_q * len_k
     return total * FLOAT_BYTES
 
 
@@ -215,41 +239,51 @@ def estimate_peak_bytes(
     block: Block,
     runs: int = 1,
     display_size: int | None = None,
+    method: str = "attention",
 ) -> int:
     """The memory a one-input request needs at its peak, above the idle server, in bytes.
 
-    The sum of what is held at once, each term an upper bound:
+    The recorded passes (``runs``: 2 with ablation, :func:`recording_bytes`) are held
+    throughout; on top of them, the largest of the phases that follow one another, each
+    term an upper bound:
 
-    * the recorded passes (``runs``: 2 with ablation), :func:`recording_bytes`;
-    * one layer's attention scores while the forward pass runs, H x L_q x L_k x
-      :data:`FORWARD_COPIES`;
-    * generation's key/value cache, N x 2 x H_kv x L x d_k (freed before the recorded
-      pass, so counted against the larger of the two);
-    * one group of heads through the model's eager attention while a layer is drawn,
-      max(group, :data:`.model.HEAD_CHUNK_FLOATS`) x :data:`EAGER_COPIES`;
-    * what a view keeps for the whole input: the layer sum and rollout (L_q x L_k each),
-      every layer's shown maps (pooled to ``display_size``);
-    * the logits of one chunk of next tokens (256 x vocab).
+    * the forward pass (generating, or recording): one chunk of a layer's scores, H x
+      min(L_q, :data:`.recorder.QUERY_CHUNK`) x L_k x :data:`FORWARD_COPIES` (T5's bias
+      added to the mask: a whole layer's), and generation's key/value cache,
+      N x 2 x H_kv x L x d_k;
+    * the view: one group of heads through the model's eager attention,
+      max(group, :data:`.model.HEAD_CHUNK_FLOATS`) x :data:`EAGER_COPIES`, what the view
+      keeps for the whole input (the layer sum and rollout, L_q x L_k each; every layer's
+      shown maps, pooled to ``display_size``) and one chunk of logits (256 x vocab);
+    * a gradient method's pass (``method``): every layer's weights, their gradients and
+      what autograd saves, 3 x N x H x L_q x L_k over the blocks;
+
+    plus :data:`WORKING_BYTES` for the allocator and the framework.
 
     Checked against measured peak RSS growth (benchmarks/hostile.py): SmolLM2 at 4,032
-    + 64 tokens, streamed grid at display_size 64, is estimated at 2.1 GiB and grew the
-    server by about 1.4 GiB.
+    + 64 tokens, streamed grid at display_size 64, is estimated at 1.7 GiB and grew the
+    server by 1.4 GiB.
     """
     len_q, len_k = lengths.queries(block), lengths.keys(block)
     heads = model.block_heads(block)
-    d_k = model.d_model // max(1, model.num_heads)
-    recorded = runs * recording_bytes(model, lengths)
-    forward = heads * len_q * len_k * FORWARD_COPIES
-    cache = 0
+    source_q, source_k = lengths.queries(model.blocks[0]), lengths.keys(model.blocks[0])
+    bias = heads * source_q * source_k if _position_bias(model) else 0
+    forward = heads * min(source_q, QUERY_CHUNK) * source_k * FORWARD_COPIES + bias
     if lengths.new_tokens:
-        cache = model.num_layers * 2 * model.num_key_value_heads * lengths.total * d_k
+        kv = model.num_key_value_heads
+        forward += model.num_layers * 2 * kv * lengths.total * head_dim(model)
     group = max(1, heads // max(1, model.num_key_value_heads)) * len_q * len_k
     eager = max(group, min(HEAD_CHUNK_FLOATS, heads * len_q * len_k)) * EAGER_COPIES
     side_q = len_q if display_size is None else min(len_q, display_size)
     side_k = len_k if display_size is None else min(len_k, display_size)
     kept = 2 * len_q * len_k + model.block_layers(block) * (heads + 1) * side_q * side_k
-    logits = 256 * model.vocab_size if model.family == "decoder" else 0
-    return recorded + (max(forward, cache) + eager + kept + logits) * FLOAT_BYTES
+    logits = 256 * model.vocab_size if model.family != "encoder" else 0
+    view = eager + kept + logits
+    gradients = 0
+    if method in GRADIENT_METHODS:
+        gradients = 3 * gradient_cells(model, lengths.total, lengths.target)
+    phases = max(forward, view, gradients)
+    return runs * recording_bytes(model, lengths) + phases * FLOAT_BYTES + WORKING_BYTES
 
 
 def check_memory(
@@ -260,6 +294,7 @@ def check_memory(
     block: Block,
     runs: int = 1,
     display_size: int | None = None,
+    method: str = "attention",
 ) -> int:
     """Refuse a request whose :func:`estimate_peak_bytes` is over ``limit`` bytes.
 

@@ -954,45 +954,53 @@ class PretrainedModel:
 
         backbone, head = model.base_model, model.get_output_embeddings()  # type: ignore[no-untyped-call]
         joining = record_pass and not record_steps and backbone is not model and head is not None
-        recording: AttentionRecording = AttentionRecording()
-        if joining:
-            recording = StepwiseRecording(self.num_layers)
+        recording: AttentionRecording = StepwiseRecording() if joining else AttentionRecording()
         hidden: list[torch.Tensor] = []
         last = {"logits_to_keep": 1} if "logits_to_keep" in self._forward_arguments else {}
 
+        def keep_hidden(module: nn.Module, args: Any, output: Any) -> None:
+            hidden.append(output[0])  # the backbone's last hidden states (1, L, d_model)
+
         def forward(ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
-            """The next-token logits (vocab,) after ``ids``, and the cache."""
-            if joining:  # the backbone's states are the recorded pass's decoder head
-                out = backbone(ids, past_key_values=cache, use_cache=True)
-                hidden.append(out.last_hidden_state)
-                return head(out.last_hidden_state[0, -1]), out.past_key_values
+            """The model's own next-token logits (vocab,) after ``ids``, and the cache.
+
+            The logits are the model's (its final softcapping or scaling included); each
+            pass is marked in a joined recording.
+            """
             out = model(ids, past_key_values=cache, use_cache=True, **last)
+            if isinstance(recording, StepwiseRecording):
+                recording.end_pass()
             return out.logits[0, -1], out.past_key_values
 
-        recorded = record_steps or joining
-        with (
-            torch.inference_mode(),
-            record_attention(recording) if recorded else nullcontext(recording),
-        ):
-            # A cache without the model's config keeps every key, also beyond a sliding
-            # window (the mask still hides the old ones): each step's row then covers
-            # every earlier position, as one causal pass does.
-            logits, cache = forward(batch.input_ids.to(run_on), DynamicCache())
-            for step in range(max_new_tokens):
-                check_cancelled()
-                logits = logits.float().cpu()
-                if temperature == 0:
-                    token = int(logits.argmax())
-                else:
-                    probabilities = torch.softmax(logits / temperature, dim=-1)
-                    token = int(torch.multinomial(probabilities, 1, generator=generator))
-                new_ids.append(token)
-                done = token == stop or step + 1 == max_new_tokens
-                if done and not joining:
-                    break  # the last token is never fed back
-                logits, cache = forward(torch.tensor([[token]], device=run_on), cache)
-                if done:  # fed once more: its query, key and state complete the pass
-                    break
+        hook = backbone.register_forward_hook(keep_hidden) if joining else None
+        try:
+            with (
+                torch.inference_mode(),
+                record_attention(recording) if record_steps or joining else nullcontext(),
+            ):
+                # A cache without the model's config keeps every key, also beyond a sliding
+                # window (the mask still hides the old ones): each step's row then covers
+                # every earlier position, as one causal pass does.
+                logits, cache = forward(batch.input_ids.to(run_on), DynamicCache())
+                for step in range(max_new_tokens):
+                    check_cancelled()
+                    logits = logits.float().cpu()
+                    if temperature == 0:
+                        token = int(logits.argmax())
+                    else:
+                        probabilities = torch.softmax(logits / temperature, dim=-1)
+                        token = int(torch.multinomial(probabilities, 1, generator=generator))
+                    new_ids.append(token)
+                    done = token == stop or step + 1 == max_new_tokens
+                    if done and not joining:
+                        break  # the last token is never fed back
+                    logits, cache = forward(torch.tensor([[token]], device=run_on), cache)
+                    if done:  # fed once more: its query, key and state complete the pass
+                        break
+                del cache  # the key/value cache goes before the pass is joined
+        finally:
+            if hook is not None:
+                hook.remove()
         compute_ms = (time.perf_counter() - start) * 1000.0
         result = None
         if isinstance(recording, StepwiseRecording) and recording.complete:

@@ -34,9 +34,10 @@ RECORDER: Final = "attnviz_recorder"
 """The name AttnViz's attention function is registered under (``attn_implementation``)."""
 
 QUERY_CHUNK: Final = 512
-"""Query rows per call of SDPA in a recorded forward pass of a longer input: the rows are
-independent (the explicit mask says what each sees), and the computation is checked for
-cancellation between chunks, so a 4,000-token layer stops within an eighth of its time."""
+"""Query rows per call of SDPA in a recorded forward pass of a longer input whose mask is
+not plainly causal (padding, a sliding window, an encoder's): the rows are independent
+(the explicit mask says what each sees), and the computation is checked for cancellation
+between chunks. A plainly causal mask runs as one call with SDPA's causal flag instead."""
 
 POSITION_BIAS: Final = "position_bias"
 """T5's relative position bias (B or 1, H, L_q, L_k), added to the scores before the mask."""
@@ -217,40 +218,42 @@ class StepwiseRecording(AttentionRecording):
     """The recording of one causal pass over prompt + generated tokens, taken while generating.
 
     Generation runs the prompt in one pass, then each new token alone with the key/value
-    cache. The first ``num_layers`` calls (the prompt's) are kept whole; each later call
-    adds only what is new: its query row, the last key and value (the fed token's; the
-    cache holds the others) and its row of the mask. :meth:`finish` concatenates them into
-    ``num_layers`` calls over every position, what one causal pass over the same tokens
-    records, so the recorded pass costs no second forward. Rows equal that pass's to
-    float rounding (the cache's keys are the same projections of the same states).
+    cache; the caller marks the end of each forward pass (:meth:`end_pass`). The prompt's
+    calls are kept whole; each later call keeps only what is new: its query row, the last
+    key and value (the fed token's; the cache holds the others) and its row of the mask.
+    :meth:`finish` concatenates them into the prompt's number of calls over every position,
+    what one causal pass over the same tokens records, so the recorded pass costs no second
+    forward. Rows equal that pass's to float rounding (the cache's keys are the same
+    projections of the same states).
 
-    A call this cannot extend (a step without a mask, or with a position bias of its own)
-    marks the recording :attr:`complete` False: the caller runs the pass instead. The other
-    keyword arguments are the prompt's (a sliding window, a softcap, sinks: the same at
-    every step; ``position_ids``, which the eager functions do not read).
+    A pass this cannot extend marks the recording :attr:`complete` False, and the caller
+    runs the pass instead: a prompt call without a mask, a call with a position bias of its
+    own, a step whose query is not one token, or a step whose calls are not the prompt's
+    (a hybrid model whose passes differ). The other keyword arguments are the prompt's (a
+    sliding window, a softcap, sinks: the same at every step; ``position_ids``, which the
+    eager functions do not read).
 
     Attributes:
-        num_layers: attention calls per forward pass.
         complete: whether :meth:`finish` gives a faithful recording.
     """
 
-    def __init__(self, num_layers: int) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.num_layers = num_layers
         self.complete = True
-        self._steps: list[list[AttentionCall]] = []
+        self._steps: list[list[AttentionCall]] | None = None  # None during the prompt's pass
+        self._current: list[AttentionCall] = []
 
     def add(self, call: AttentionCall) -> None:
         """The prompt's calls whole; later calls cut to what the fed token adds."""
-        if len(self.calls) < self.num_layers:
+        if call.kwargs.get(POSITION_BIAS) is not None or call.attention_mask is None:
+            self.complete = False
+        if self._steps is None:
             self.calls.append(call)
             return
-        if not self._steps or len(self._steps[-1]) == self.num_layers:
-            self._steps.append([])
-        if call.attention_mask is None or call.kwargs.get(POSITION_BIAS) is not None:
+        if call.query.shape[2] != 1:
             self.complete = False
         mask = call.attention_mask
-        self._steps[-1].append(  # copies: a view would keep the whole key/value cache alive
+        self._current.append(  # copies: a view would keep the whole key/value cache alive
             AttentionCall(
                 module=call.module,
                 query=call.query[:, :, -1:].clone(),
@@ -262,13 +265,25 @@ class StepwiseRecording(AttentionRecording):
             )
         )
 
+    def end_pass(self) -> None:
+        """Mark the end of one forward pass: the prompt's, then each fed token's."""
+        if self._steps is None:
+            self._steps = []
+            self.complete = self.complete and bool(self.calls)
+            return
+        modules = [call.module for call in self.calls]
+        if [call.module for call in self._current] != modules:
+            self.complete = False
+        self._steps.append(self._current)
+        self._current = []
+
     def finish(self) -> AttentionRecording:
         """The ``num_layers`` calls of one causal pass over every position.
 
         Raises:
             ValueError: not :attr:`complete`, or no prompt pass was recorded.
         """
-        if not self.complete or len(self.calls) != self.num_layers:
+        if not self.complete or self._steps is None or self._current:
             raise ValueError("the generation's calls cannot be joined into one pass")
         joined = AttentionRecording()
         masks: dict[int, torch.Tensor] = {}  # one joined mask per mask the layers shared
@@ -278,7 +293,7 @@ class StepwiseRecording(AttentionRecording):
             first = firsts[layer]
             assert first is not None
             firsts[layer] = None  # its states are freed once joined: one layer held twice
-            steps = [step[layer] for step in self._steps if len(step) > layer]
+            steps = [step[layer] for step in self._steps]
             mask = first.attention_mask
             if mask is None:
                 raise ValueError("the prompt's pass had no mask")

@@ -394,6 +394,43 @@ def test_a_plainly_causal_mask_runs_as_sdpa_s_causal_flag_with_the_same_outputs(
     )
 
 
+def test_a_generation_whose_passes_differ_is_not_joined(
+    models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps that do not make the prompt's calls (a hybrid model, say) leave the
+    recording incomplete: no joined pass is given, and the server runs one instead."""
+    from attnviz.pretrained import recorder
+
+    add = recorder.StepwiseRecording.add
+
+    def every_other_layer(self: Any, call: Any) -> None:
+        if self._steps is None or len(self._current) == 0:  # a step loses its second call
+            add(self, call)
+
+    monkeypatch.setattr(recorder.StepwiseRecording, "add", every_other_layer)
+    llama = models["llama"]
+    prompt = llama.tokenize(["a big dog ran"])
+    generation = llama.generate(
+        prompt, max_new_tokens=4, device="cpu", record_steps=False, record_pass=True
+    )
+    assert generation.new_ids and generation.result is None
+
+
+def test_sampling_draws_the_same_tokens_whether_or_not_the_pass_is_joined(
+    models: dict[str, PretrainedModel],
+) -> None:
+    """The joined path samples from the model's own logits, as the plain path does."""
+    gpt2 = models["gpt2"]
+    prompt = gpt2.tokenize(["a big dog"])
+    drawn = [
+        gpt2.generate(
+            prompt, 6, temperature=5.0, seed=4, device="cpu", record_steps=False, record_pass=joined
+        ).new_ids
+        for joined in (False, True)
+    ]
+    assert drawn[0] == drawn[1]
+
+
 def test_generation_stops_at_the_end_of_sequence_token(models: dict[str, PretrainedModel]) -> None:
     llama = models["llama"]
     eos = llama.tokenizer.eos_token_id

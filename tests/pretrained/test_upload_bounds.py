@@ -121,7 +121,7 @@ def test_a_header_that_lies_about_the_length_is_caught_while_decoding(
     assert seconds_handed(resampled) <= 30.0 + 0.01
 
 
-def test_a_header_that_says_too_long_is_refused_before_decoding(
+def test_a_header_that_says_far_too_long_is_refused_before_decoding(
     resampled: list[tuple[int, int]],
 ) -> None:
     from attnviz.pretrained.speech import AudioError, decode_audio
@@ -153,8 +153,8 @@ def test_decoding_that_takes_too_long_is_stopped(monkeypatch: pytest.MonkeyPatch
 
     require_modules("PyAV", "av")
     clip = wav_bytes(tone(5.0))
-    with pytest.raises(speech.AudioError, match="decoding took over 0 s"):
-        speech.decode_audio(clip, max_decode_s=0.0)
+    with pytest.raises(speech.AudioError, match="decoding took over 1e-09 s of CPU"):
+        speech.decode_audio(clip, max_decode_s=1e-9)
     assert speech.decode_audio(clip).size == 5 * SAMPLE_RATE
 
 

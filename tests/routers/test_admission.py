@@ -282,7 +282,7 @@ def test_a_request_over_the_memory_budget_is_a_413_with_the_estimate(
         detail = response.json()["detail"][0]
         assert detail["loc"][-1] == field
         assert "ATTNVIZ_MAX_REQUEST_BYTES" in detail["msg"]
-        assert f"{generating / 1024:,.0f} KiB" in detail["msg"]
+        assert f"{generating / 2**20:,.0f} MiB" in detail["msg"]
 
 
 def test_the_estimate_grows_with_the_input_and_admits_smollm2_at_4096_tokens() -> None:

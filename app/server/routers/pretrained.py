@@ -473,6 +473,7 @@ def prepare_sequence(
             block=block,
             runs=2 if request.ablate else 1,
             display_size=request.display_size,
+            method=request.method,
         )
         generation = None
         if request.max_new_tokens:
@@ -486,7 +487,7 @@ def prepare_sequence(
             )
             alone = model.extended(alone, generation.new_ids)
             check_positions(
-                replace(lengths, source=int(alone.input_ids.shape[1]), new_tokens=0),
+                replace(lengths, new_tokens=len(generation.new_ids)),
                 query_index=request.query_index,
                 target_index=request.target_index,
             )
