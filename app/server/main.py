@@ -20,6 +20,7 @@ from ..resources import STATIC_DIR
 from .errors import install_error_handlers, require_valid_unicode
 from .executor import run_compute, start_executor, stop_executor
 from .limits import UPLOAD_PATHS
+from .memory import tune_allocator
 from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .openapi import install_openapi
 from .presets import DEFAULT_PRESET
@@ -40,6 +41,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     ready, /api/v1/models says "loading" and a request to it is a 503 with Retry-After.
     """
     settings = get_settings()
+    tune_allocator()
     torch.set_num_threads(settings.resolved_torch_threads())
     MODULES.resize(settings.model_cache_bytes)
     start_executor(settings.compute_workers)

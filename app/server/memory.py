@@ -1,17 +1,26 @@
-"""Giving memory back to the system after large requests (glibc's ``malloc_trim``).
+"""Giving memory back to the system after large requests (glibc's allocator).
 
 A request over a long input allocates and frees gigabytes of tensors. glibc's ``malloc``
-keeps freed memory for reuse, in its heap and in per-thread arenas: measured on SmolLM2 at
-4,032 tokens, the idle server kept over 1 GiB it no longer used. :func:`release_memory`,
-run after each computation and after each streamed response, calls ``malloc_trim(0)``,
-which hands the free memory of every arena back to the system (``madvise``), not only
-the top of the heap: the same run then returns to within about 110 MiB of its idle RSS.
+keeps freed memory for reuse: in per-thread arenas, and, once a large block has been
+freed, with its threshold for serving blocks by ``mmap`` raised (up to 32 MiB), so that
+later tensors come from the heap and fragment it. Measured on SmolLM2 at 4,032 tokens,
+the idle server kept over 1 GiB it no longer used. Two measures, both glibc's own:
 
-A fixed ``M_MMAP_THRESHOLD`` (every large block mapped on its own) was measured too: it
-lowered the peak by about 50 MiB at 2,048 tokens but made the forward pass and the layer
-walk about 8% slower (each large tensor's pages faulted in afresh), and the trim alone
-returns the memory, so it is not set. Elsewhere than glibc (macOS, musl in Alpine
-images) :func:`release_memory` does nothing.
+* at start-up (:func:`tune_allocator`), ``mallopt``: a fixed ``M_MMAP_THRESHOLD`` of
+  :data:`MMAP_THRESHOLD_BYTES` (every block from 1 MiB up is its own mapping, returned to
+  the system when freed, and the threshold no longer grows) and at most
+  :data:`ARENA_MAX` arenas (glibc's default is eight per core, and the streamed grid is
+  walked by Starlette's pool of up to 40 threads);
+* after each computation and each streamed response (:func:`release_memory`),
+  ``malloc_trim(0)``: the free memory of every arena is handed back (``madvise``), not
+  only the top of the heap (0.15 ms a call).
+
+Measured with benchmarks/hostile.py, SmolLM2 at 4,032 + 64 tokens, streamed grid: the
+server's peak RSS growth is 1.4 GiB with both, 6.9 GiB with the trim alone (freed blocks
+held in many threads' arenas during the walk); idle RSS 10 s later returns within about
+110 MiB either way. A single-threaded pass at 2,048 tokens ran about 8% slower with the
+fixed threshold (large tensors' pages faulted in afresh): the price of the bounded peak.
+Elsewhere than glibc (macOS, musl in Alpine images) both do nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +28,19 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import logging
+from typing import Final
+
+M_MMAP_THRESHOLD: Final = -3
+"""glibc's ``mallopt`` parameter numbers (malloc.h)."""
+M_ARENA_MAX: Final = -8
+MMAP_THRESHOLD_BYTES: Final = 2**20
+"""Blocks of this size and above are mapped on their own (glibc's default is 128 KiB, raised
+dynamically up to 32 MiB; fixing it stops the raising)."""
+ARENA_MAX: Final = 4
+"""The most malloc arenas (glibc's default is 8 per core)."""
+
+log = logging.getLogger("attnviz.memory")
 
 
 @functools.cache
@@ -28,9 +50,22 @@ def _libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(name or "libc.so.6")
         libc.malloc_trim  # noqa: B018  (glibc only)
+        libc.mallopt  # noqa: B018
     except (OSError, AttributeError):
         return None
     return libc
+
+
+def tune_allocator() -> bool:
+    """Set glibc's mmap threshold and arena count (module docstring); True if done."""
+    libc = _libc()
+    if libc is None:
+        return False
+    done = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        libc.mallopt(M_ARENA_MAX, ARENA_MAX)
+    )
+    log.debug("malloc tuned: %s", done)
+    return done
 
 
 def release_memory() -> bool:
