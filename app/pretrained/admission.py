@@ -16,15 +16,16 @@ the exact length is checked again before the recorded pass (:func:`check_positio
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Final
 
 from ..attention.errors import AttentionInputError, InputTooLargeError
-from .gradients import MAX_GRADIENT_CELLS, gradient_cells
+from .gradients import check_gradient_cells, gradient_cells
 from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
 from .model import HEAD_CHUNK_FLOATS, MAX_ROLLOUT_TOKENS, Block, PretrainedModel
 from .recorder import QUERY_CHUNK
-from .zeroing import MAX_VALUE_ZEROING_WORK, value_zeroing_limit
+from .zeroing import check_value_zeroing_work
 
 FLOAT_BYTES: Final = 4
 """Bytes of one recorded number (float32: models run in float32 here)."""
@@ -138,7 +139,6 @@ def check_options(
             f"{model.name} is {model.described}: its target is an embedding score, not a logit",
         )
     _index("target_token_id", target_token_id, model.vocab_size, "the vocabulary")
-    longest = max(len_q, len_k)
     if method == "rollout" and len_q > MAX_ROLLOUT_TOKENS:
         raise AttentionInputError(
             "texts",
@@ -152,13 +152,8 @@ def check_options(
             f"{flow_token_limit(layers)} tokens for this model, and this input has "
             f"{len_q}{generated} (rollout has no such limit)",
         )
-    if method == "value_zeroing" and layers * len_q * len_k > MAX_VALUE_ZEROING_WORK:
-        raise AttentionInputError(
-            "texts",
-            f"value zeroing reruns each of the {layers} layers once per token: up to "
-            f"{value_zeroing_limit(layers)} tokens for this block, and this input has "
-            f"{longest}{generated}",
-        )
+    if method == "value_zeroing":
+        check_value_zeroing_work(layers, len_q, len_k, generated)
     if method == "norm" and layer_index is not None and len_q > MAX_SUMMED_NORM_TOKENS:
         raise AttentionInputError(
             "texts",
@@ -166,14 +161,7 @@ def check_options(
             f"{len_q}{generated}: send method 'norm' without layer_index, or a shorter text",
         )
     if method in GRADIENT_METHODS:
-        cells = gradient_cells(model, lengths.total, lengths.target)
-        if cells > MAX_GRADIENT_CELLS:
-            raise AttentionInputError(
-                "texts",
-                f"gradient methods keep every layer's and head's weights for the backward "
-                f"pass: {cells:,} here, over the {MAX_GRADIENT_CELLS:,} allowed (use a "
-                "shorter text)",
-            )
+        check_gradient_cells(model, lengths.total, lengths.target)
 
 
 def check_positions(
@@ -305,17 +293,15 @@ def check_memory(
         InputTooLargeError: (413) naming ``max_new_tokens`` when the prompt alone would
             fit, else ``texts``; the message has the estimate and the limit.
     """
-    needed = estimate_peak_bytes(model, lengths, block=block, runs=runs, display_size=display_size)
+    estimate = functools.partial(
+        estimate_peak_bytes, model, block=block, runs=runs, display_size=display_size,
+        method=method,
+    )  # fmt: skip
+    needed = estimate(lengths)
     if needed <= limit:
         return needed
     alone = InputLengths(lengths.source, lengths.target)
-    field = "texts"
-    if (
-        lengths.new_tokens
-        and estimate_peak_bytes(model, alone, block=block, runs=runs, display_size=display_size)
-        <= limit
-    ):
-        field = "max_new_tokens"
+    field = "max_new_tokens" if lengths.new_tokens and estimate(alone) <= limit else "texts"
     raise InputTooLargeError(
         field,
         f"this request would need about {_size(needed)} of memory at its peak "

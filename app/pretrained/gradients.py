@@ -141,6 +141,21 @@ def gradient_cells(model: PretrainedModel, length: int, target_length: int | Non
     )
 
 
+def check_gradient_cells(model: PretrainedModel, length: int, target_length: int | None) -> None:
+    """Refuse an input whose gradient pass would keep over :data:`MAX_GRADIENT_CELLS` weights.
+
+    Raises:
+        AttentionInputError: (field ``texts``) as above.
+    """
+    cells = gradient_cells(model, length, target_length)
+    if cells > MAX_GRADIENT_CELLS:
+        raise AttentionInputError(
+            "texts",
+            f"gradient methods keep every layer's and head's weights for the backward pass: "
+            f"{cells:,} here, over the {MAX_GRADIENT_CELLS:,} allowed (use a shorter text)",
+        )
+
+
 def gradient_pass(
     model: PretrainedModel,
     batch: TokenizedBatch,
@@ -176,13 +191,7 @@ def gradient_pass(
         raise AttentionInputError("texts", "gradient methods explain one input at a time")
     length = int(batch.input_ids.shape[1])
     target_length = None if targets is None else int(targets.input_ids.shape[1])
-    cells = gradient_cells(model, length, target_length)
-    if cells > MAX_GRADIENT_CELLS:
-        raise AttentionInputError(
-            "texts",
-            f"gradient methods keep every layer's and head's weights for the backward pass: "
-            f"{cells:,} here, over the {MAX_GRADIENT_CELLS:,} allowed (use a shorter text)",
-        )
+    check_gradient_cells(model, length, target_length)
     outputs_length = target_length if target_length is not None else length
     kind = "embedding" if model.family == "encoder" else "logit"
     if position is None:

@@ -138,13 +138,17 @@ class RecordingCache:
                 return kept[0]
             self.misses += 1
         result = model.run(batch, targets, device=device, ablate=ablate)
-        size = recording_bytes(result)
         with self._lock:
-            if 0 < size <= self.max_bytes:
-                self._recordings[key] = (result, size)
-                while sum(s for _, s in self._recordings.values()) > self.max_bytes:
-                    self._recordings.popitem(last=False)
+            self._keep(key, result)
         return result
+
+    def _keep(self, key: tuple[Hashable, ...], result: PretrainedAttentions) -> None:
+        """Keep ``result`` under ``key`` if it fits the budget, least recent out (lock held)."""
+        size = recording_bytes(result)
+        if 0 < size <= self.max_bytes:
+            self._recordings[key] = (result, size)
+            while sum(s for _, s in self._recordings.values()) > self.max_bytes:
+                self._recordings.popitem(last=False)
 
     def gradients(
         self,
@@ -222,14 +226,7 @@ class RecordingCache:
         with self._lock:
             self._generations[key] = dataclasses.replace(generation, result=None)
             if result is not None:  # the recorded pass of prompt + new tokens, kept as run()'s
-                size = recording_bytes(result)
-                if 0 < size <= self.max_bytes:
-                    self._recordings[_input_key(model, result.batch, None, device, None)] = (
-                        result,
-                        size,
-                    )
-                    while sum(s for _, s in self._recordings.values()) > self.max_bytes:
-                        self._recordings.popitem(last=False)
+                self._keep(_input_key(model, result.batch, None, device, None), result)
             while len(self._generations) > MAX_GENERATIONS:
                 self._generations.popitem(last=False)
         return generation

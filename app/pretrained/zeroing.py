@@ -47,6 +47,25 @@ def value_zeroing_limit(num_layers: int) -> int:
     return int((MAX_VALUE_ZEROING_WORK / max(1, num_layers)) ** 0.5)
 
 
+def check_value_zeroing_work(layers: int, length_q: int, length_k: int, note: str = "") -> None:
+    """Refuse a block whose value zeroing would exceed :data:`MAX_VALUE_ZEROING_WORK`.
+
+    Args:
+        layers, length_q, length_k: the block's N, L_q and L_k.
+        note: said after the input's length (" with the new tokens").
+
+    Raises:
+        AttentionInputError: (field ``texts``) N x L_q x L_k over the bound.
+    """
+    if layers * length_q * length_k > MAX_VALUE_ZEROING_WORK:
+        raise AttentionInputError(
+            "texts",
+            f"value zeroing reruns each of the {layers} layers once per token: up to "
+            f"{value_zeroing_limit(layers)} tokens for this block, and this input has "
+            f"{max(length_q, length_k)}{note}",
+        )
+
+
 def layers_of(root: nn.Module, modules: list[nn.Module]) -> list[nn.Module]:
     """The transformer layer that holds each attention module: its ancestor in a ModuleList.
 
@@ -107,14 +126,7 @@ def value_zeroing(
     """
     calls = [result.recording.calls[i] for i in result.block_calls[block]]
     length_q, length_k = int(calls[0].query.shape[2]), int(calls[0].key.shape[2])
-    work = len(calls) * length_q * length_k
-    if work > MAX_VALUE_ZEROING_WORK:
-        raise AttentionInputError(
-            "texts",
-            f"value zeroing reruns each of the {len(calls)} layers once per token: up to "
-            f"{value_zeroing_limit(len(calls))} tokens for this block, and this input has "
-            f"{max(length_q, length_k)}",
-        )
+    check_value_zeroing_work(len(calls), length_q, length_k)
     run_on = resolve_device(device)
     network = model.on(run_on)
     layers = layers_of(network, [call.module for call in calls])

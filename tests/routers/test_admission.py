@@ -312,3 +312,37 @@ def test_the_estimate_grows_with_the_input_and_admits_smollm2_at_4096_tokens() -
     assert estimate_peak_bytes(smollm2, longest, block="decoder", display_size=64) < (  # type: ignore[arg-type]
         MAX_REQUEST_BYTES
     )
+
+
+def smollm2_shape() -> Any:
+    """SmolLM2-135M's config as the estimate reads it: 30 layers, 9 heads, 3 key/value heads."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        name="SmolLM2-135M-Instruct",
+        blocks=("decoder",),
+        family="decoder",
+        d_model=576,
+        num_heads=9,
+        num_key_value_heads=3,
+        num_layers=30,
+        vocab_size=49_152,
+        block_layers=lambda block: 30,
+        block_heads=lambda block: 9,
+    )
+
+
+def test_a_gradient_method_counts_its_own_pass_in_the_estimate() -> None:
+    """At its 704-token bound the gradient pass (every weight and its gradient) is the
+    largest phase: check_memory refuses under a limit the plain request would meet."""
+    from attnviz.attention.errors import InputTooLargeError
+    from attnviz.pretrained.admission import InputLengths, check_memory, estimate_peak_bytes
+
+    model, lengths = smollm2_shape(), InputLengths(704)
+    plain = estimate_peak_bytes(model, lengths, block="decoder")
+    with_gradients = estimate_peak_bytes(model, lengths, block="decoder", method="grad_rollout")
+    assert plain < with_gradients
+    assert check_memory(model, lengths, plain, block="decoder") == plain
+    with pytest.raises(InputTooLargeError) as refused:
+        check_memory(model, lengths, plain, block="decoder", method="grad_rollout")
+    assert refused.value.field == "texts"

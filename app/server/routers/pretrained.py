@@ -27,10 +27,8 @@ from ...pretrained.gradients import GradientPass
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import (
     GRADIENT_METHODS,
-    MAX_SUMMED_NORM_TOKENS,
     NormRecording,
     attention_flow,
-    flow_token_limit,
     with_method,
 )
 from ...pretrained.model import Block, Generation, PretrainedAttentions
@@ -633,23 +631,17 @@ def ablation_fields(
 def flow_map(result: PretrainedAttentions, block: Block) -> torch.Tensor:
     """Attention flow (:func:`.methods.attention_flow`) of ``block`` for the one input.
 
+    The input's length was checked against :data:`.methods.MAX_FLOW_WORK` before it ran
+    (:func:`attnviz.pretrained.admission.check_options`).
+
     Raises:
-        AttentionInputError: (field ``block``) cross attention (not square); (``texts``)
-            an input too long for :data:`.methods.MAX_FLOW_WORK`.
+        AttentionInputError: (field ``block``) cross attention (not square).
     """
     if block == "cross":
         raise AttentionInputError(
             "block", "attention flow runs through square self-attention: not 'cross'"
         )
     layers = result.num_layers(block)
-    length = int(result.queries(block).input_ids.shape[1])
-    limit = flow_token_limit(layers)
-    if length > limit:
-        raise AttentionInputError(
-            "texts",
-            f"attention flow solves L^2 max-flow problems over {layers} layers: up to {limit} "
-            f"tokens for this model, and this input has {length} (rollout has no such limit)",
-        )
     means = torch.stack(
         [result.layer_weights(block, layer)[0].mean(dim=0) for layer in range(layers)]
     )
@@ -661,21 +653,10 @@ def layer_summed_norm(
 ) -> torch.Tensor:
     """Layer layer_index's ‖Σ_h α_ij^h f^h(x_j)‖ (method "norm"), pooled as the head means.
 
-    Raises:
-        AttentionInputError: (field ``texts``) an input over MAX_SUMMED_NORM_TOKENS, or
-            (``layer_index``) no such layer.
+    The layer and the input's length (MAX_SUMMED_NORM_TOKENS) were checked before it ran
+    (:func:`attnviz.pretrained.admission.check_options`).
     """
     assert isinstance(result.recording, NormRecording) and request.layer_index is not None
-    length = int(result.queries(block).input_ids.shape[1])
-    if length > MAX_SUMMED_NORM_TOKENS:
-        raise AttentionInputError(
-            "texts",
-            f"summed_norm is computed up to {MAX_SUMMED_NORM_TOKENS} tokens and this input has "
-            f"{length}: send method 'norm' without layer_index, or a shorter text",
-        )
-    layers = result.num_layers(block)
-    if request.layer_index >= layers:
-        raise AttentionInputError("layer_index", f"{request.layer_index} is not below {layers}")
     call = result.block_calls[block][request.layer_index]
     return pooled(result.recording.summed_norm(call), request.display_size)[0]
 
