@@ -183,7 +183,7 @@ async def image_attention(
     settings: SettingsDep,
     image: Annotated[
         UploadFile,
-        File(description="An image Pillow reads (PNG, JPEG, WebP, GIF, BMP, ...)."),
+        File(description="A PNG, JPEG, WebP, GIF or BMP image (any other format is a 415)."),
     ],
     model: ModelField = None,
     query: Annotated[
