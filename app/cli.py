@@ -257,7 +257,10 @@ def cmd_models(args: argparse.Namespace) -> None:
     settings = get_settings()
     registry = ModelRegistry()
     registry.configure(
-        settings.model_dirs, packaged=settings.packaged_models, cache_dir=settings.cache_dir
+        settings.model_dirs,
+        packaged=settings.packaged_models,
+        cache_dir=settings.cache_dir,
+        placement=settings.placement(),
     )
     registry.load()
     failed = False

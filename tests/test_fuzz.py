@@ -20,7 +20,12 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
+APP = create_app()
+# The schema straight from the app: from_asgi would fetch it through a client that runs the
+# lifespan, whose model loader would then import transformers in a thread of its own while
+# the tests collected after this module import it too.
+schema = schemathesis.openapi.from_dict(APP.openapi())
+schema.app = APP
 EXAMPLES = int(os.environ.get("ATTNVIZ_FUZZ_EXAMPLES", "200"))  # per operation
 
 CONDITION_TYPES = {"value_error", "unicode_error"}

@@ -27,16 +27,21 @@ H x L_q x L_k weights at a time, plus what is kept. The display choices, all opt
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextvars
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import torch
+from torch import nn
 from torch.nn import functional
 
-from ..attention.cancellation import check_cancelled
+from ..attention.cancellation import ComputeCancelledError, check_cancelled
 from ..attention.errors import AttentionInputError
 from .model import MAX_ROLLOUT_TOKENS, Block, PretrainedAttentions, TokenizedBatch, rollout_step
+from .recorder import OBSERVED_CHUNK_FLOATS
 
 MAX_AVERAGE_SIZE: Final = 512
 """Layer means and rollouts longer than this per side are block-max pooled to it."""
@@ -125,6 +130,20 @@ def pooled(maps: torch.Tensor, size: int | None) -> tuple[torch.Tensor, Pooling]
     flat = maps.reshape(-1, 1, len_q, len_k).float()
     result = functional.max_pool2d(flat, (factor_q, factor_k), ceil_mode=True)
     return result.reshape(*lead, *result.shape[-2:]), Pooling(factor_q, factor_k)
+
+
+def block_pooled(maps: torch.Tensor, factor_q: int, factor_k: int) -> torch.Tensor:
+    """(..., R, C) maps block-max pooled by ``factor_q`` rows and ``factor_k`` columns.
+
+    As :func:`pooled` with given factors (a last block may be partial): the rows of a
+    chunk that starts at a multiple of ``factor_q`` pool into the chunk's own rows.
+    """
+    if factor_q == factor_k == 1:
+        return maps
+    lead, (rows, columns) = maps.shape[:-2], maps.shape[-2:]
+    flat = maps.reshape(-1, 1, rows, columns).float()
+    result = functional.max_pool2d(flat, (factor_q, factor_k), ceil_mode=True)
+    return result.reshape(*lead, *result.shape[-2:])
 
 
 def shown_tokens(
@@ -239,6 +258,8 @@ class LayerWalk:
         head_index: int | None = None,
         display_size: int | None = None,
         merge_words: bool = False,
+        pending: Callable[[WalkObserver], PretrainedAttentions] | None = None,
+        block_of: Callable[[nn.Module], Block] | None = None,
     ) -> None:
         if result.batch.input_ids.shape[0] != 1:
             raise ValueError("sequence_view takes the result of one input")
@@ -276,6 +297,9 @@ class LayerWalk:
         self.rollout: torch.Tensor | None = None
         self.share_sum, self.share_count = 0.0, 0
         self.pooling = Pooling(1, 1)
+        self.pending = pending
+        self.block_of = block_of
+        self.context = contextvars.copy_context()
 
     def shown(
         self, batch: TokenizedBatch, keep: torch.Tensor | None
@@ -325,13 +349,31 @@ class LayerWalk:
     def _memo_key(self) -> tuple[str, str, bool, bool]:
         return ("averages", self.block, self.hide_special_tokens, self.merge_words)
 
+    @property
+    def observed(self) -> bool:
+        """Whether :meth:`layers` runs the forward pass itself, observing it.
+
+        So when the walk was made with ``pending`` (a pass not run yet) and a
+        ``display_size`` (:class:`WalkObserver`); :attr:`result` is then a placeholder
+        (no recording) until the pass has run.
+        """
+        return self.pending is not None and self.display_size is not None
+
     def layers(self) -> Iterator[LayerMaps]:
         """Compute the layers in order; yield the shown ones (all, or layer_index's).
 
         Every layer is computed for the averages (layer mean, rollout) the first time;
         once a walk of the same recording has kept them (``result.memo``), a walk with
-        a layer_index computes that layer alone.
+        a layer_index computes that layer alone. An :attr:`observed` walk runs the
+        forward pass in a thread of its own and yields each layer as soon as the pass
+        has computed it (:meth:`observed_layers`).
         """
+        if self.observed:
+            yield from self.observed_layers()
+            return
+        if self.pending is not None:  # not observed: run the pass, then walk it
+            self.result = self.pending(None)  # type: ignore[arg-type]
+            self.pending = None
         averages = self.result.memo.get(self._memo_key)
         every = range(self.num_layers)
         if averages is not None:
@@ -403,6 +445,51 @@ class LayerWalk:
                 self.share_count,
             )
 
+    def observed_layers(self) -> Iterator[LayerMaps]:
+        """Run the pending pass in a thread, observed; yield each shown layer as it comes.
+
+        The pass runs in this walk's context (its cancellation, set where the walk was
+        made). Closing the iterator early (a client gone) stops the pass at its next
+        chunk and waits for the thread.
+
+        Raises:
+            whatever the pass raises (:meth:`.model.PretrainedModel.run`).
+        """
+        assert self.pending is not None
+        run, self.pending = self.pending, None
+        items: queue.Queue[tuple[str, Any]] = queue.Queue()
+        observer = WalkObserver(self, lambda maps: items.put(("layer", maps)))
+
+        def work() -> None:
+            try:
+                items.put(("done", run(observer)))
+            except BaseException as error:  # handed to the iterating thread
+                items.put(("error", error))
+
+        thread = threading.Thread(
+            target=self.context.run, args=(work,), name="attnviz-observed-pass", daemon=True
+        )
+        thread.start()
+        try:
+            while True:
+                kind, item = items.get()
+                if kind == "layer":
+                    yield item
+                elif kind == "error":
+                    raise item
+                else:
+                    break
+        finally:
+            observer.stopped.set()
+            thread.join()
+        self.result = item
+        self.result.memo[self._memo_key] = (
+            self.layer_sum,
+            self.rollout,
+            self.share_sum,
+            self.share_count,
+        )
+
     def view(self) -> SequenceView:
         """The whole view, once :meth:`layers` has run to the end (it runs it if not)."""
         if self.layer_sum is None:
@@ -432,6 +519,147 @@ class LayerWalk:
             pooling=self.pooling,
             average_pooling=average_pooling,
         )
+
+
+class WalkObserver:
+    """The :class:`.recorder.AttentionObserver` of an observed :class:`LayerWalk`.
+
+    It takes each layer of the walk's block in query chunks during the forward pass and
+    builds what :meth:`LayerWalk.layers` builds from a recording: per chunk of rows, the
+    hidden tokens' share, the rows renormalised without them, merged into words, each
+    head block-max pooled to the display size, the head mean (pooled, and summed at full
+    size for the layer mean), and the raw head mean for rollout. The chunks start at the
+    first token of a pooled block's first word, so that no word and no pooled block is
+    split between two chunks. At the end of a layer the shown maps go to ``sink``.
+
+    Attributes:
+        stopped: set to give up the pass: the next chunk raises ComputeCancelledError.
+    """
+
+    def __init__(self, walk: LayerWalk, sink: Callable[[LayerMaps], None]) -> None:
+        self.walk, self.sink = walk, sink
+        self.stopped = threading.Event()
+        self.layer = -1
+        length_q = int(walk.queries.input_ids.shape[1])
+        keep = walk.keep_q if walk.keep_q is not None else torch.ones(length_q, dtype=torch.bool)
+        shown = keep.nonzero().flatten().tolist()
+        # the shown row (token or word) of each shown token
+        if walk.merge_q is not None:
+            unit_of_shown = [0] * len(shown)
+            for word, group in enumerate(walk.merge_q.groups):
+                for position in group:
+                    unit_of_shown[position] = word
+            units = len(walk.merge_q.groups)
+        else:
+            unit_of_shown = list(range(len(shown)))
+            units = len(shown)
+        key_units = len(walk.shown(walk.keys, walk.keep_k)[0])
+        self.factor_q, self.factor_k = walk.factors(units, key_units)
+        self.units, self.key_units = units, key_units
+        self.shown_before = torch.cat([torch.zeros(1, dtype=torch.long), keep.long().cumsum(0)])
+        self.unit_of_shown = unit_of_shown
+        # where a chunk may start: the first token of each pooled block's first row
+        first_token: dict[int, int] = {}
+        for index, position in enumerate(shown):
+            first_token.setdefault(unit_of_shown[index], position)
+        self.starts = [
+            0,
+            *sorted(first_token[u] for u in range(self.factor_q, units, self.factor_q)),
+        ]
+        self.length_q = length_q
+        self.raw_mean: torch.Tensor | None = None
+        self.attentions: torch.Tensor | None = None
+        self.head_mean: torch.Tensor | None = None
+
+    def wants(self, module: nn.Module) -> bool:
+        """The walk's block's calls, counted as its layers."""
+        block_of = self.walk.block_of
+        if block_of is not None and block_of(module) != self.walk.block:
+            return False
+        self.layer += 1
+        self.raw_mean = None
+        self.attentions = self.head_mean = None
+        return True
+
+    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
+        """Chunks of about OBSERVED_CHUNK_FLOATS weights, starting where :attr:`starts` allow."""
+        if length_q != self.length_q:
+            raise RuntimeError(f"an observed call has {length_q} queries, not {self.length_q}")
+        rows = max(1, OBSERVED_CHUNK_FLOATS // max(1, num_heads * length_k))
+        chunks, start = [], 0
+        for boundary in [*self.starts[1:], length_q]:
+            if boundary - start >= rows or boundary == length_q:
+                if boundary > start:
+                    chunks.append((start, boundary))
+                start = boundary
+        return chunks
+
+    @property
+    def _shown_layer(self) -> bool:
+        return self.walk.layer_index is None or self.layer == self.walk.layer_index
+
+    def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
+        """One chunk of rows (B = 1, H, rows, L_k' <= L_k) into the walk's sums and maps."""
+        if self.stopped.is_set():
+            raise ComputeCancelledError("the stream's client is gone")
+        walk = self.walk
+        raw = weights[0].float()
+        length_k = int(walk.keys.input_ids.shape[1])
+        if raw.shape[-1] < length_k:  # keys no row of the chunk sees
+            raw = functional.pad(raw, (0, length_k - raw.shape[-1]))
+        num_heads = raw.shape[0]
+        if walk.with_rollout:
+            if self.raw_mean is None:
+                self.raw_mean = torch.zeros(self.length_q, length_k)
+            self.raw_mean[start:stop] = raw.mean(dim=0)
+        shown = raw
+        if walk.keep_q is not None and walk.keep_k is not None:
+            rows = walk.keep_q[start:stop]
+            hidden = raw[:, rows][..., ~walk.keep_k].sum(dim=-1)
+            walk.share_sum += float(hidden.sum())
+            walk.share_count += hidden.numel()
+            shown = renormalised(raw, rows, walk.keep_k)
+        first, last = int(self.shown_before[start]), int(self.shown_before[stop])
+        if last <= first:
+            return  # only hidden rows
+        if walk.merge_q is not None and walk.merge_k is not None:
+            u0, u1 = self.unit_of_shown[first], self.unit_of_shown[last - 1] + 1
+            mean_q = walk.merge_q.mean_q[u0:u1, first:last]
+            shown = mean_q @ shown @ walk.merge_k.sum_k
+        else:
+            u0, u1 = first, last
+        mean = shown.sum(dim=0) / num_heads
+        if walk.layer_sum is None:
+            walk.layer_sum = torch.zeros(self.units, self.key_units)
+        walk.layer_sum[u0:u1] += mean
+        if not self._shown_layer:
+            return
+        heads = shown
+        if walk.head_index is not None:
+            heads = shown[walk.head_index : walk.head_index + 1]
+        rows_out = -(-self.units // self.factor_q)
+        columns_out = -(-self.key_units // self.factor_k)
+        if self.attentions is None or self.head_mean is None:
+            self.attentions = torch.zeros(heads.shape[0], rows_out, columns_out)
+            self.head_mean = torch.zeros(rows_out, columns_out)
+        b0 = u0 // self.factor_q
+        pooled_heads = block_pooled(heads, self.factor_q, self.factor_k)
+        self.attentions[:, b0 : b0 + pooled_heads.shape[-2]] = pooled_heads
+        pooled_mean = block_pooled(mean, self.factor_q, self.factor_k)
+        self.head_mean[b0 : b0 + pooled_mean.shape[-2]] = pooled_mean
+
+    def layer_done(self) -> None:
+        """The layer's rollout step; its shown maps to the sink."""
+        walk = self.walk
+        if self._shown_layer and self.attentions is not None and self.head_mean is not None:
+            walk.pooling = Pooling(self.factor_q, self.factor_k)
+            maps = LayerMaps(self.layer, self.attentions, self.head_mean)
+            walk.kept.append(maps)
+            self.sink(maps)
+        if self.raw_mean is not None:
+            walk.rollout = rollout_step(walk.rollout, self.raw_mean)
+        self.raw_mean = None
+        self.attentions = self.head_mean = None
 
 
 def sequence_view(

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Final
 
 import torch
 
-from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
 from .recorder import ablate_heads, capture_gradients, record_attention
 
@@ -210,8 +209,7 @@ def gradient_pass(
         raise AttentionInputError(
             "target_token_id", f"{token_id} is not below the vocabulary size {model.vocab_size}"
         )
-    run_on = resolve_device(device)
-    network = model.on(run_on)
+    run_on, network = model.placed_on(device)
     inputs = model.forward_inputs(batch, targets, run_on)
     start = time.perf_counter()
     with (

@@ -10,8 +10,9 @@ install``), and any directory or GGUF file can be added (``ATTNVIZ_MODEL_DIRS``)
   key/value heads, d_model 576, as ``SmolLM2-135M-Instruct.Q4_1.gguf`` with its BPE
   tokenizer and chat template inside. transformers reads GGUF through the ``gguf``
   package and dequantizes its 272 tensors to float32 (about 25 s on 2 cores); the result
-  is saved once as a Hugging Face directory under the cache folder, so that later loads
-  take under a second.
+  is saved once as a Hugging Face directory (safetensors) under the cache folder, and
+  every load, the first included, reads that folder like any other: in the chosen
+  dtype, on the chosen devices (:mod:`.placement`), in under a second.
 
 The family comes from the config: ``is_encoder_decoder`` -> encoder-decoder
 (``AutoModelForSeq2SeqLM``); a causal-LM architecture, or a model type transformers
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from .model import Family, ModelFormatError, PretrainedModel
+from .placement import Placement, PlacementError
 from .recorder import use_recorder
 from .speech import SpeechModel
 from .vision import VISION_TYPES, load_vision_dir
@@ -140,38 +142,46 @@ def _ready(model: TransformersModel) -> TransformersModel:
     return model
 
 
-def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> PretrainedModel:
+def load_model_dir(
+    name: str, folder: Path, *, source: str | None = None, placement: Placement | None = None
+) -> PretrainedModel:
     """Load a local Hugging Face directory (config.json, weights, tokenizer) of any family.
 
     Args:
         name: how requests will name it.
         folder: the directory.
         source: where it came from, for GET /api/v1/models; default the directory.
+        placement: its dtype and devices (:class:`.placement.Placement`); default
+            float32 on the CPU (the checkpoint's dtype on CUDA, when there is one).
 
     Raises:
         ModelFormatError: no config.json, or transformers cannot load the config, the
             weights or the tokenizer (the message says which and why), or the model's
             attention does not go through transformers' attention interface.
+        PlacementError: a placement accelerate cannot apply (the message names the
+            setting).
     """
     import transformers
     from transformers import AutoConfig, AutoTokenizer
 
     _quiet_transformers()
+    placement = placement or Placement()
     start = time.perf_counter()
     if not (folder / "config.json").is_file():
         raise ModelFormatError(f"{folder}: no config.json; is it a Hugging Face model directory?")
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
         if config.model_type in VISION_TYPES:
-            vision = load_vision_dir(name, folder, config, source=source)
+            vision = load_vision_dir(name, folder, config, source=source, placement=placement)
             _ready(vision.model)
             return vision
         family = family_of(config)
         speech = config.model_type == "whisper"
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = (
-            transformers.AutoModelForSpeechSeq2Seq if speech else _auto_class(family)
-        ).from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+        auto = transformers.AutoModelForSpeechSeq2Seq if speech else _auto_class(family)
+        model = auto.from_pretrained(
+            folder, local_files_only=True, **placement.loading_options(config)
+        )
         extractor = (
             transformers.AutoFeatureExtractor.from_pretrained(  # type: ignore[no-untyped-call]
                 folder, local_files_only=True
@@ -179,8 +189,15 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
             if speech
             else None
         )
+    except PlacementError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ModelFormatError(f"{folder}: transformers cannot load it: {error}") from error
+
+    def reload(device: torch.device) -> TransformersModel:
+        options = placement.single_device(device, config)
+        return auto.from_pretrained(folder, local_files_only=True, **options)  # type: ignore[no-any-return]
+
     try:
         _ready(model)
     except (ValueError, TypeError) as error:
@@ -197,6 +214,8 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
             model=model,
             tokenizer=tokenizer,
             load_s=time.perf_counter() - start,
+            placement=placement,
+            reload=reload,
             feature_extractor=extractor,
         )
     return PretrainedModel(
@@ -207,11 +226,18 @@ def load_model_dir(name: str, folder: Path, *, source: str | None = None) -> Pre
         model=model,
         tokenizer=tokenizer,
         load_s=time.perf_counter() - start,
+        placement=placement,
+        reload=reload,
     )
 
 
 def load_ctranslate2_whisper(
-    name: str, folder: Path, cache_dir: Path, *, source: str | None = None
+    name: str,
+    folder: Path,
+    cache_dir: Path,
+    *,
+    source: str | None = None,
+    placement: Placement | None = None,
 ) -> PretrainedModel:
     """Load a CTranslate2 Whisper directory, converted once to a cached Hugging Face one.
 
@@ -238,7 +264,7 @@ def load_ctranslate2_whisper(
 
             folder_cache = Path(tempfile.mkdtemp(prefix="attnviz-whisper-"))
             convert_ctranslate2_whisper(folder, folder_cache)
-    loaded = load_model_dir(name, folder_cache, source=source or str(folder))
+    loaded = load_model_dir(name, folder_cache, source=source or str(folder), placement=placement)
     loaded.path, loaded.load_s = folder, time.perf_counter() - start
     return loaded
 
@@ -251,29 +277,67 @@ def cache_folder(gguf: Path, cache_dir: Path, *, prefix: str | None = None) -> P
 
 
 def load_gguf(
-    name: str, gguf: Path, cache_dir: Path, *, source: str | None = None
+    name: str,
+    gguf: Path,
+    cache_dir: Path,
+    *,
+    source: str | None = None,
+    placement: Placement | None = None,
 ) -> PretrainedModel:
-    """Load a decoder from a GGUF file, dequantized to float32, through a cache folder.
+    """Load a decoder from a GGUF file, dequantized once into a cache folder.
 
-    The first load dequantizes (tens of seconds) and saves the model, its config and
-    its tokenizer to :func:`cache_folder`, atomically (a ``.partial`` folder renamed);
-    later loads read that folder (under a second for SmolLM2).
+    The first load dequantizes (tens of seconds) and saves the model (safetensors), its
+    config and its tokenizer to :func:`cache_folder`, atomically (a ``.partial`` folder
+    renamed); every load then reads that folder as :func:`load_model_dir` does, in the
+    placement's dtype and on its devices (under a second for SmolLM2). A cache that
+    cannot be written is replaced by a temporary folder, removed once loaded.
 
     Raises:
         ModelFormatError: the file is missing, the ``gguf`` package is not installed,
             or transformers cannot read the file (the message says why).
+        PlacementError: as :func:`load_model_dir`.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     _quiet_transformers()
     if not gguf.is_file():
         raise ModelFormatError(f"{gguf}: no such GGUF file")
     start = time.perf_counter()
     folder = cache_folder(gguf, cache_dir)
-    if (folder / "config.json").is_file():
-        loaded = load_model_dir(name, folder, source=source or str(gguf))
-        loaded.path, loaded.load_s = gguf, time.perf_counter() - start
-        return loaded
+    temporary = None
+    if not (folder / "config.json").is_file():
+        try:
+            partial = folder.with_name(folder.name + ".partial")
+            dequantize_gguf(gguf, partial)
+            partial.rename(folder)  # a crash mid-save leaves no half cache behind
+        except OSError as error:  # a read-only cache: a temporary folder, this load only
+            logging.getLogger("attnviz").warning("%s: not cached in %s: %s", gguf, cache_dir, error)
+            import tempfile
+
+            temporary = Path(tempfile.mkdtemp(prefix="attnviz-gguf-"))
+            dequantize_gguf(gguf, temporary)
+            folder = temporary
+    try:
+        loaded = load_model_dir(name, folder, source=source or str(gguf), placement=placement)
+    finally:
+        if temporary is not None:
+            import shutil
+
+            shutil.rmtree(temporary, ignore_errors=True)
+    loaded.path, loaded.load_s = gguf, time.perf_counter() - start
+    if temporary is not None:
+        loaded.reload = None  # its files are gone
+    return loaded
+
+
+def dequantize_gguf(gguf: Path, target: Path) -> None:
+    """Dequantize a GGUF decoder to float32 and save it, with its tokenizer, in ``target``.
+
+    Raises:
+        ModelFormatError: the ``gguf`` package is not installed, or transformers cannot
+            read the file.
+        OSError: ``target`` cannot be written.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     if importlib.util.find_spec("gguf") is None:
         raise ModelFormatError(f"{gguf}: reading GGUF needs the gguf package (pretrained extra)")
     options: dict[str, Any] = {"gguf_file": gguf.name, "local_files_only": True}
@@ -292,41 +356,32 @@ def load_gguf(
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
     model.load_state_dict(quantized.state_dict())
     del quantized
-    try:
-        partial = folder.with_name(folder.name + ".partial")
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        partial.rename(folder)  # a crash mid-save leaves no half cache behind
-    except OSError as error:  # a read-only cache: serve from memory, dequantize next time
-        logging.getLogger("attnviz").warning("%s: not cached in %s: %s", gguf, cache_dir, error)
-    return PretrainedModel(
-        name=name,
-        source=source or str(gguf),
-        path=gguf,
-        family="decoder",
-        model=_ready(model),
-        tokenizer=tokenizer,
-        load_s=time.perf_counter() - start,
-    )
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
 
 
 @functools.cache
 def load_model(
-    name: str, path: Path, cache_dir: Path, source: str | None = None
+    name: str,
+    path: Path,
+    cache_dir: Path,
+    source: str | None = None,
+    placement: Placement | None = None,
 ) -> PretrainedModel:
-    """Load a directory or a ``.gguf`` file, once per process and arguments.
+    """Load a directory or a ``.gguf`` file, once per process, arguments and placement.
 
     Raises:
         ModelFormatError: as :func:`load_model_dir` and :func:`load_gguf`; the path
             does not exist.
+        PlacementError: as :func:`load_model_dir`.
     """
     if path.suffix.lower() == ".gguf":
-        return load_gguf(name, path, cache_dir, source=source)
+        return load_gguf(name, path, cache_dir, source=source, placement=placement)
     if not path.is_dir():
         raise ModelFormatError(f"{path}: no such directory or GGUF file")
     if is_ctranslate2_whisper(path):
-        return load_ctranslate2_whisper(name, path, cache_dir, source=source)
-    return load_model_dir(name, path, source=source)
+        return load_ctranslate2_whisper(name, path, cache_dir, source=source, placement=placement)
+    return load_model_dir(name, path, source=source, placement=placement)
 
 
 def default_cache_dir() -> Path:

@@ -22,11 +22,10 @@ Shapes: N layers of a block, B inputs, H query heads, H_kv key/value heads, L to
 
 from __future__ import annotations
 
-import copy
 import functools
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +37,24 @@ from torch import nn
 from ..attention.cancellation import check_cancelled
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
+from .placement import (
+    Placement,
+    home_device,
+    layers_per_device,
+    model_dtype,
+    parameter_bytes,
+    spread,
+)
 from .recorder import (
+    AttentionObserver,
     AttentionRecording,
     Neuron,
     StepwiseRecording,
     ablate_heads,
     neuron,
+    observe_attention,
     record_attention,
+    use_recorder,
 )
 
 if TYPE_CHECKING:
@@ -411,6 +421,11 @@ class Generation:
         return self.recording.head_weights(step * self.num_layers + layer, head)[0, -1]
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are one ("cuda" is "cuda:0")."""
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
 def _config_value(config: Any, *names: str) -> int | None:
     for name in names:
         value = getattr(config, name, None)
@@ -421,7 +436,10 @@ def _config_value(config: Any, *names: str) -> int | None:
 
 @dataclass
 class PretrainedModel:
-    """A loaded transformers model (float32, eval mode, recording attention) and its tokenizer.
+    """A loaded transformers model (eval mode, recording attention) and its tokenizer.
+
+    The model is in the dtype and on the devices its :class:`.placement.Placement` chose
+    (float32 on the CPU by default).
 
     Attributes:
         name: what requests name it by.
@@ -431,6 +449,10 @@ class PretrainedModel:
         model: the transformers model, set to AttnViz's recording attention.
         tokenizer: its tokenizer (with the chat template, when the model has one).
         load_s: how long loading took, in seconds.
+        placement: how it was loaded (dtype, device map, memory caps, offload folder).
+        reload: loads the same model anew onto one device (from its files), for a
+            request that asks for a device the model is not on; None when it cannot be
+            (a model handed over from Python).
     """
 
     name: str
@@ -440,6 +462,8 @@ class PretrainedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     load_s: float
+    placement: Placement = field(default_factory=Placement)
+    reload: Callable[[torch.device], PreTrainedModel] | None = field(default=None, repr=False)
     _copies: dict[str, PreTrainedModel] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     modality: ClassVar[str] = "text"
@@ -465,7 +489,7 @@ class PretrainedModel:
         """One short input through the model once it is loaded (torch's lazy start-up)."""
         warm = self.tokenize([WARM_UP_TEXT])
         targets = self.decoder_inputs([WARM_UP_TEXT]) if self.family == "encoder-decoder" else None
-        self.run(warm, targets, device="cpu")
+        self.run(warm, targets, device="auto")
 
     @property
     def config(self) -> Any:
@@ -561,15 +585,83 @@ class PretrainedModel:
         """The tokens of ``ids`` as the tokenizer writes them (``##`` pieces, ``Ġ`` spaces)."""
         return [str(t) for t in self.tokenizer.convert_ids_to_tokens(list(ids))]
 
+    @functools.cached_property
+    def home(self) -> torch.device:
+        """Where the model's inputs go: its (first) device; the CPU for a model on disk."""
+        return home_device(self.model)
+
+    @property
+    def placed(self) -> bool:
+        """Whether a device map placed the model: it then runs only where it lies."""
+        return self.placement.mapped or spread(self.model)
+
+    @functools.cached_property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the model's weights."""
+        return model_dtype(self.model)
+
+    @functools.cached_property
+    def parameter_bytes(self) -> int:
+        """Bytes of the model's parameters in their dtype (tied weights counted once)."""
+        return parameter_bytes(self.model)
+
+    def layers_per_device(self) -> dict[str, int]:
+        """How many transformer blocks lie on each device: "cuda:0", "cpu", "disk", ..."""
+        return layers_per_device(self.model)
+
+    def device_for(self, device: str) -> torch.device:
+        """The device a request's ``device`` ("auto", "cpu", "cuda") runs this model on.
+
+        "auto" is where the model lies (:attr:`home`); another device is that device,
+        where the model is loaded once more (:meth:`on`), unless a device map placed it.
+
+        Raises:
+            AttentionInputError: (field ``device``) an unknown device, CUDA where torch
+                sees none, or a device other than the model's own for a model placed by
+                a device map or handed over from Python.
+        """
+        if device == "auto":
+            return self.home
+        wanted = resolve_device(device)
+        if _same_device(wanted, self.home):
+            return self.home
+        if self.placed or self.reload is None:
+            where = ", ".join(self.layers_per_device()) or str(self.home)
+            how = "a device map (ATTNVIZ_DEVICE_MAP)" if self.placed else "the caller"
+            raise AttentionInputError(
+                "device",
+                f"{self.name} was placed by {how} on {where} and runs where it lies; "
+                "send device 'auto'",
+            )
+        return wanted
+
     def on(self, device: torch.device) -> PreTrainedModel:
-        """The model on ``device``: the CPU one, or a copy made once per device."""
-        if device.type == "cpu":
+        """The model to run on ``device``: itself where it lies, else a copy loaded there once.
+
+        The copy is loaded from the model's files straight onto the device (no float32
+        copy in memory first); it goes through the recorder as the model does.
+
+        Raises:
+            AttentionInputError: (field ``device``) as :meth:`device_for`.
+        """
+        if _same_device(device, self.home):
             return self.model
+        if self.placed or self.reload is None:
+            self.device_for(device.type)  # raises, naming the placement
+        assert self.reload is not None
         key = str(device)
         with self._lock:
             if key not in self._copies:
-                self._copies[key] = copy.deepcopy(self.model).to(device)  # type: ignore[arg-type]
+                copy_on = self.reload(device)
+                copy_on.train(False)
+                use_recorder(copy_on)
+                self._copies[key] = copy_on
             return self._copies[key]
+
+    def placed_on(self, device: str) -> tuple[torch.device, PreTrainedModel]:
+        """:meth:`device_for` and :meth:`on` together: where inputs go, and the model to run."""
+        run_on = self.device_for(device)
+        return run_on, self.on(run_on)
 
     def tokenize(
         self,
@@ -761,6 +853,8 @@ class PretrainedModel:
         *,
         device: str = "auto",
         ablate: dict[int, tuple[int, ...]] | None = None,
+        observer: AttentionObserver | None = None,
+        record: bool = True,
     ) -> PretrainedAttentions:
         """One forward pass, recording every attention layer.
 
@@ -771,9 +865,13 @@ class PretrainedModel:
             device: "auto" (CUDA when available), "cpu" or "cuda".
             ablate: heads switched off, ``id(attention module)`` -> query heads
                 (:func:`.recorder.ablate_heads`), or None.
+            observer: the layers it wants compute their weights during the pass and hand
+                them over (:class:`.recorder.AttentionObserver`), or None.
+            record: keep every call's query, key and value states (for views computed
+                after the pass); False keeps none (what the observer builds is the view).
 
         Returns:
-            A :class:`PretrainedAttentions`.
+            A :class:`PretrainedAttentions` (its recording empty without ``record``).
 
         Raises:
             AttentionInputError: (field ``device``) as
@@ -782,12 +880,17 @@ class PretrainedModel:
             ModelFormatError: the model's attention layers do not go through
                 transformers' attention interface (nothing was recorded).
         """
-        run_on = resolve_device(device)
-        model = self.on(run_on)
+        run_on, model = self.placed_on(device)
         inputs = self.forward_inputs(batch, targets, run_on)
         start = time.perf_counter()
         final_hidden = None
-        with torch.inference_mode(), record_attention() as recording, ablate_heads(ablate):
+        recording = AttentionRecording()
+        with (
+            torch.inference_mode(),
+            record_attention(recording) if record else nullcontext(),
+            ablate_heads(ablate),
+            observe_attention(observer),
+        ):
             try:
                 if self.family == "decoder":
                     decoder_head = self._decode(model, inputs)
@@ -807,7 +910,7 @@ class PretrainedModel:
             if run_on.type == "cuda":
                 torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
-        if not recording.calls:
+        if record and not recording.calls:
             raise ModelFormatError(
                 f"{self.name} ({type(model).__name__}): no attention layer called transformers' "
                 "attention interface, so there is no attention to show"
@@ -816,10 +919,14 @@ class PretrainedModel:
             batch=batch,
             targets=targets,
             recording=recording,
-            block_calls=self.block_calls(model, recording),
+            block_calls=(
+                self.block_calls(model, recording)
+                if record
+                else {b: list(range(self.block_layers(b))) for b in self.blocks}
+            ),
             decoder_head=decoder_head,
             compute_ms=compute_ms,
-            device=run_on.type,
+            device=str(run_on),
             final_hidden=final_hidden,
         )
 
@@ -886,6 +993,21 @@ class PretrainedModel:
                 split["decoder"].append(i)
         return split
 
+    def block_of(self, model: PreTrainedModel) -> Callable[[nn.Module], Block]:
+        """The block each attention module of ``model`` is in, by name (as :meth:`block_calls`)."""
+        if self.family != "encoder-decoder":
+            only = self.blocks[0]
+            return lambda module: only
+        names = {id(module): name for name, module in model.named_modules()}
+
+        def block(module: nn.Module) -> Block:
+            parts = set(names.get(id(module), "").split("."))
+            if parts & CROSS_MODULES:
+                return "cross"
+            return "encoder" if "encoder" in parts else "decoder"
+
+        return block
+
     def generate(
         self,
         batch: TokenizedBatch,
@@ -944,8 +1066,7 @@ class PretrainedModel:
             raise AttentionInputError("max_new_tokens", f"must be >= 1, got {max_new_tokens}")
         if temperature < 0:
             raise AttentionInputError("temperature", f"must be >= 0, got {temperature}")
-        run_on = resolve_device(device)
-        model = self.on(run_on)
+        run_on, model = self.placed_on(device)
         generator = torch.Generator().manual_seed(seed)
         stop = self.tokenizer.eos_token_id
         new_ids: list[int] = []
@@ -1013,7 +1134,7 @@ class PretrainedModel:
                 block_calls=self.block_calls(model, joined),
                 decoder_head=DecoderHead(torch.cat(hidden, dim=1), head),
                 compute_ms=compute_ms,
-                device=run_on.type,
+                device=str(run_on),
             )
         return Generation(
             prompt_length=int(batch.input_ids.shape[1]),

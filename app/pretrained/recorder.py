@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import torch
 from torch import nn
@@ -415,6 +415,37 @@ _ablated: ContextVar[dict[int, tuple[int, ...]] | None] = ContextVar(
 )
 _captured: ContextVar[GradientCapture | None] = ContextVar("attnviz_gradients", default=None)
 _zeroed: ContextVar[tuple[int, torch.Tensor] | None] = ContextVar("attnviz_zeroed", default=None)
+_observer: ContextVar[AttentionObserver | None] = ContextVar("attnviz_observer", default=None)
+
+OBSERVED_CHUNK_FLOATS: Final = 2**23
+"""About how many weights (32 MB of float32) one query chunk of an observed layer holds:
+512 rows of SmolLM2's 9 heads at 1,820 keys; fewer rows for longer inputs."""
+
+
+class AttentionObserver(Protocol):
+    """What an observed forward pass hands its attention weights to, chunk by chunk.
+
+    Inside :func:`observe_attention`, an attention call the observer :meth:`wants`
+    computes its weights with the model's *own* eager attention, in chunks of query rows
+    (:meth:`row_chunks`), uses them for the layer's output, and hands each chunk to
+    :meth:`take` before computing the next: no (B, H, L_q, L_k) tensor of a whole layer
+    exists, and the view being built (pooled maps, statistics) grows as the pass runs.
+    """
+
+    def wants(self, module: nn.Module) -> bool:
+        """Whether this call (the module's, in the pass's order) is observed."""
+
+    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
+        """The [start, stop) query rows of each chunk, in order, covering 0..length_q."""
+
+    def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
+        """One chunk of weights: (B, H, stop - start, L_k'), float, in the model's dtype.
+
+        L_k' <= L_k: the keys past L_k' are masked for every row of the chunk (weight 0).
+        """
+
+    def layer_done(self) -> None:
+        """The observed call's last chunk has been taken."""
 
 
 @dataclass
@@ -497,6 +528,11 @@ def recording_attention(
         return _gated_attention(
             capture, heads or (), module, query, key, value, attention_mask, scaling, kwargs
         )
+    observer = _observer.get()
+    if observer is not None and not heads and observer.wants(module):
+        return _observed_attention(
+            observer, module, query, key, value, attention_mask, scaling, kwargs
+        ), None
     bias = kwargs.pop(POSITION_BIAS, None)
     if bias is not None:  # SDPA takes it as part of the additive mask
         attention_mask = bias if attention_mask is None else bias + attention_mask
@@ -527,6 +563,74 @@ def recording_attention(
         output = output.clone()
         output[:, :, list(heads)] = 0
     return output, None
+
+
+def _observed_attention(
+    observer: AttentionObserver,
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    kwargs: dict[str, Any],
+) -> torch.Tensor:
+    """One attention call by the model's eager attention in query chunks, weights observed.
+
+    Each chunk of rows runs the module's own ``eager_attention_forward`` (its softcap,
+    sinks, scaling and position bias included) with the chunk's rows of the mask and of
+    any position bias; keys that the mask hides from every row of the chunk (the future,
+    in a causal layer) are left out of it. Rows are independent, so the output equals
+    one call's (eager attention's, to float rounding).
+
+    Returns:
+        attn_output (B, L_q, H, d_v).
+    """
+    eager = _eager_attention(module)
+    length_q, length_k = int(query.shape[2]), int(key.shape[2])
+    bias = kwargs.get(POSITION_BIAS)
+    seen = None
+    if attention_mask is not None and attention_mask.shape[-2] > 1:
+        seen = (
+            attention_mask
+            if attention_mask.dtype == torch.bool
+            else attention_mask > torch.finfo(attention_mask.dtype).min / 2
+        )
+        # the last key each row sees, over every batch row and broadcast head
+        seen_any = seen.reshape(-1, *seen.shape[-2:]).any(dim=0)
+        positions = torch.arange(1, length_k + 1, device=seen.device)
+        last_seen = (seen_any * positions).amax(dim=-1)  # (L_q,) 0 for a row seeing nothing
+    parts = []
+    for start, stop in observer.row_chunks(length_q, length_k, int(query.shape[1])):
+        check_cancelled()
+        keys = length_k
+        if seen is not None:
+            keys = max(1, int(last_seen[start:stop].max()))
+        mask = attention_mask
+        if mask is not None:
+            mask = mask if mask.shape[-2] == 1 else mask[..., start:stop, :]
+            mask = mask[..., :keys]
+        chunk_kwargs = dict(kwargs)
+        if isinstance(bias, torch.Tensor):
+            rows = bias if bias.shape[-2] == 1 else bias[..., start:stop, :]
+            chunk_kwargs[POSITION_BIAS] = rows[..., :keys]
+        output, weights = eager(
+            module,
+            query[:, :, start:stop],
+            key[:, :, :keys],
+            value[:, :, :keys],
+            mask,
+            scaling=scaling,
+            dropout=0.0,
+            **chunk_kwargs,
+        )
+        if weights is None:
+            raise RuntimeError(f"{type(module).__name__}'s eager attention gave no weights")
+        observer.take(start, stop, weights)
+        parts.append(output)
+        del weights
+    observer.layer_done()
+    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
 
 
 def _plainly_causal(
@@ -646,6 +750,20 @@ def zero_values(module: nn.Module, tokens: torch.Tensor) -> Iterator[None]:
         yield
     finally:
         _zeroed.reset(token)
+
+
+@contextmanager
+def observe_attention(observer: AttentionObserver | None) -> Iterator[None]:
+    """Hand the attention weights of the passes inside the block to ``observer``.
+
+    See :class:`AttentionObserver`; None observes nothing. Context-local, as
+    :func:`record_attention`.
+    """
+    token = _observer.set(observer)
+    try:
+        yield
+    finally:
+        _observer.reset(token)
 
 
 @contextmanager

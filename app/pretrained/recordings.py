@@ -25,6 +25,7 @@ import torch
 
 from .gradients import GradientPass, gradient_pass
 from .model import Generation, PretrainedAttentions, PretrainedModel, TokenizedBatch
+from .recorder import AttentionObserver
 
 RECORDING_CACHE_BYTES: Final = 256 * 2**20
 """The default budget of kept recordings, in bytes (ATTNVIZ_RECORDING_CACHE_BYTES).
@@ -140,6 +141,49 @@ class RecordingCache:
         result = model.run(batch, targets, device=device, ablate=ablate)
         with self._lock:
             self._keep(key, result)
+        return result
+
+    def kept(
+        self,
+        model: PretrainedModel,
+        batch: TokenizedBatch,
+        targets: TokenizedBatch | None = None,
+        *,
+        device: str = "auto",
+    ) -> PretrainedAttentions | None:
+        """The kept recording of this input (no heads switched off), or None."""
+        key = _input_key(model, batch, targets, device, None)
+        with self._lock:
+            kept = self._recordings.get(key)
+            if kept is None:
+                return None
+            self._recordings.move_to_end(key)
+            self.hits += 1
+            return kept[0]
+
+    def observed(
+        self,
+        model: PretrainedModel,
+        batch: TokenizedBatch,
+        targets: TokenizedBatch | None,
+        observer: AttentionObserver | None,
+        *,
+        device: str = "auto",
+        record: bool = True,
+    ) -> PretrainedAttentions:
+        """:meth:`.model.PretrainedModel.run` with ``observer``, kept as :meth:`run` keeps it.
+
+        ``record`` False (a recording larger than the budget would not be kept) records
+        nothing: the observer's view is the pass's only product.
+
+        Raises:
+            AttentionInputError: as :meth:`.model.PretrainedModel.run`.
+        """
+        result = model.run(batch, targets, device=device, observer=observer, record=record)
+        if record:
+            with self._lock:
+                self.misses += 1
+                self._keep(_input_key(model, batch, targets, device, None), result)
         return result
 
     def _keep(self, key: tuple[Hashable, ...], result: PretrainedAttentions) -> None:

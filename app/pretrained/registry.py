@@ -19,6 +19,7 @@ from typing import Literal
 from ..attention.errors import AttentionInputError
 from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, default_cache_dir, load_model
 from .model import ModelFormatError, PretrainedModel
+from .placement import Placement
 
 ModelState = Literal["loading", "ready", "failed"]
 _LOADING = threading.Lock()
@@ -67,6 +68,7 @@ class ModelRegistry:
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
         self._cache_dir = default_cache_dir()
+        self._placement: Placement | None = None
 
     def configure(
         self,
@@ -74,6 +76,7 @@ class ModelRegistry:
         *,
         packaged: bool | Sequence[str] = True,
         cache_dir: Path | None = None,
+        placement: Placement | None = None,
     ) -> None:
         """Name the models on offer; none is loaded yet (:meth:`load` or :meth:`start`).
 
@@ -82,6 +85,9 @@ class ModelRegistry:
                 folder (or file, without ``.gguf``).
             packaged: the packaged models to offer (True: every one installed).
             cache_dir: where dequantized GGUF models are kept.
+            placement: the dtype and devices every model is loaded in
+                (:class:`.placement.Placement`; default float32 on the CPU, or the
+                checkpoint's dtype on CUDA).
 
         Raises:
             ModelFormatError: a path does not exist, two models share a name, or an
@@ -113,6 +119,7 @@ class ModelRegistry:
             entries[name] = ModelEntry(name, path, str(path), queued_at=now)
         self._entries = entries
         self._cache_dir = cache_dir or default_cache_dir()
+        self._placement = placement
         self._cancel = threading.Event()
         self._done = threading.Event()
         if not entries:
@@ -139,7 +146,9 @@ class ModelRegistry:
             if entry.state != "loading":
                 continue
             try:
-                model = load_model(entry.name, entry.path, self._cache_dir, entry.source)
+                model = load_model(
+                    entry.name, entry.path, self._cache_dir, entry.source, self._placement
+                )
                 model.warm_up()
             except ImportError as error:
                 entry.state, entry.error = "failed", f"{error}: {PRETRAINED_EXTRA}"

@@ -37,7 +37,6 @@ import numpy as np
 import torch
 
 from ..attention.cancellation import check_cancelled
-from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
 from .model import Block, ModelFormatError, PretrainedModel
 from .recorder import AttentionRecording, record_attention
@@ -334,7 +333,7 @@ class SpeechModel(PretrainedModel):
 
     def warm_up(self) -> None:
         """One second of silence through the whole path (torch's lazy start-up)."""
-        self.transcribe(np.zeros(SAMPLE_RATE, np.float32), device="cpu", max_new_tokens=4)
+        self.transcribe(np.zeros(SAMPLE_RATE, np.float32), device="auto", max_new_tokens=4)
 
     def features(self, samples: np.ndarray) -> torch.Tensor:
         """(1, mel bins, 3000) float32 log-mel features of 30 s (the audio, then silence)."""
@@ -365,9 +364,8 @@ class SpeechModel(PretrainedModel):
         """
         if samples.size > MAX_AUDIO_S * SAMPLE_RATE + ROUNDING_SAMPLES:
             raise AudioError(f"{samples.size / SAMPLE_RATE:.1f} s is over {MAX_AUDIO_S:g} s")
-        run_on = resolve_device(device)
-        model = self.on(run_on)
-        features = self.features(samples).to(run_on)
+        run_on, model = self.placed_on(device)
+        features = self.features(samples).to(run_on, self.dtype)
         config = self.config
         suppress = list(getattr(config, "suppress_tokens", None) or [])
         begin = list(getattr(config, "begin_suppress_tokens", None) or [])
@@ -420,5 +418,5 @@ class SpeechModel(PretrainedModel):
             block_calls=self.block_calls(model, recording),
             transcribe_ms=transcribe_ms,
             compute_ms=compute_ms,
-            device=run_on.type,
+            device=str(run_on),
         )

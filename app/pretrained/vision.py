@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import numpy as np
 import torch
 
-from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError, UnsupportedInputError
 from .model import ModelFormatError, PretrainedModel, rollout_step
+from .placement import Placement
 from .recorder import AttentionRecording, record_attention
 
 if TYPE_CHECKING:
@@ -263,7 +263,7 @@ class ImageModel(PretrainedModel):
         """A grey image through the model (torch's lazy start-up)."""
         from PIL import Image
 
-        self.analyse(Image.new("RGB", (64, 64), (128, 128, 128)), device="cpu")
+        self.analyse(Image.new("RGB", (64, 64), (128, 128, 128)), device="auto")
 
     def pixels(self, image: Image.Image) -> torch.Tensor:
         """``image`` as the model's own processor makes it: (1, 3, height, width) float32."""
@@ -296,13 +296,12 @@ class ImageModel(PretrainedModel):
                 was recorded, or the patches and tokens do not add up (an architecture
                 whose token layout this module does not know).
         """
-        run_on = resolve_device(device)
-        model = self.on(run_on)
+        run_on, model = self.placed_on(device)
         pixels = self.pixels(image) if pixels is None else pixels
         rows, cols = (side // self.patch_size for side in pixels.shape[-2:])
         start = time.perf_counter()
         with torch.inference_mode(), record_attention() as recording:
-            outputs = model(pixel_values=pixels.to(run_on))
+            outputs = model(pixel_values=pixels.to(run_on, self.dtype))
         compute_ms = (time.perf_counter() - start) * 1000.0
         prefix = self.prefix_names
         if not recording.calls:
@@ -332,25 +331,32 @@ class ImageModel(PretrainedModel):
             recording=recording,
             labels=labels,
             compute_ms=compute_ms,
-            device=run_on.type,
+            device=str(run_on),
             image_mean=tuple(getattr(processor, "image_mean", None) or (0.0, 0.0, 0.0)),
             image_std=tuple(getattr(processor, "image_std", None) or (1.0, 1.0, 1.0)),
         )
 
 
 def load_vision_dir(
-    name: str, folder: Path, config: Any, *, source: str | None = None
+    name: str,
+    folder: Path,
+    config: Any,
+    *,
+    source: str | None = None,
+    placement: Placement | None = None,
 ) -> ImageModel:
     """Load a local ViT / DeiT / DINOv2 directory with its image processor.
 
     A directory whose ``architectures`` name an image classifier loads with its head
     (``AutoModelForImageClassification``: the top labels come too); any other loads as
     the backbone (``AutoModel``). The caller puts the model in eval mode and on the
-    recorder (as :func:`.loading.load_model_dir` does).
+    recorder (as :func:`.loading.load_model_dir` does). ``placement`` says its dtype
+    and devices (default: float32 on the CPU, or the checkpoint's dtype on CUDA).
 
     Raises:
         ModelFormatError: transformers cannot load the weights or the image processor
             (``preprocessor_config.json``), or Pillow is not installed.
+        PlacementError: a placement accelerate cannot apply.
     """
     import transformers
 
@@ -365,7 +371,10 @@ def load_vision_dir(
         processor = transformers.AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
             folder, local_files_only=True, backend="pil"
         )
-        model = auto.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+        placement = placement or Placement()
+        model = auto.from_pretrained(
+            folder, local_files_only=True, **placement.loading_options(config)
+        )
     except ImportError as error:
         raise ModelFormatError(f"{folder}: reading images needs Pillow: {error}") from error
     except (OSError, ValueError, KeyError, TypeError) as error:
@@ -378,5 +387,9 @@ def load_vision_dir(
         model=model,
         tokenizer=None,  # type: ignore[arg-type]
         load_s=time.perf_counter() - start,
+        placement=placement,
+        reload=lambda device: auto.from_pretrained(
+            folder, local_files_only=True, **placement.single_device(device, config)
+        ),
         image_processor=processor,
     )

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 from torch import nn
 
-from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
 from .recorder import ablate_heads, zero_values
 
@@ -127,8 +126,7 @@ def value_zeroing(
     calls = [result.recording.calls[i] for i in result.block_calls[block]]
     length_q, length_k = int(calls[0].query.shape[2]), int(calls[0].key.shape[2])
     check_value_zeroing_work(len(calls), length_q, length_k)
-    run_on = resolve_device(device)
-    network = model.on(run_on)
+    run_on, network = model.placed_on(device)
     layers = layers_of(network, [call.module for call in calls])
     maps = []
     with ablate_heads(ablate), torch.inference_mode():

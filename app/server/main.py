@@ -51,7 +51,10 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         compute_attention, preset.sequences, mask=preset.mask, verify=True, config=preset.layer()
     )
     MODELS.configure(
-        settings.model_dirs, packaged=settings.packaged_models, cache_dir=settings.cache_dir
+        settings.model_dirs,
+        packaged=settings.packaged_models,
+        cache_dir=settings.cache_dir,
+        placement=settings.placement(),
     )
     MODELS.start()  # in the background: the server answers while models load
     RECORDINGS.resize(settings.recording_cache_bytes)

@@ -6,11 +6,12 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..attention.module_cache import DEFAULT_CACHE_BYTES
 from ..pretrained.loading import default_cache_dir
+from ..pretrained.placement import DType, Placement, PlacementError
 from ..pretrained.recordings import RECORDING_CACHE_BYTES
 from .limits import (
     MAX_BATCH,
@@ -84,6 +85,17 @@ class Settings(BaseSettings):
             longest input (4,096 tokens, generation included).
         cache_dir: where models dequantized from GGUF are kept as Hugging Face folders
             (default $XDG_CACHE_HOME/attnviz or ~/.cache/attnviz).
+        dtype: the dtype pretrained models are loaded in: auto (the checkpoint's own on
+            an accelerator, float32 on the CPU), float32, bfloat16 or float16.
+        device_map: where pretrained models are loaded: empty (CUDA when available,
+            else the CPU), auto (accelerate spreads each model over the GPUs, the CPU
+            and the disk), one device (cpu, cuda, cuda:1), or a JSON map of module
+            names to devices, as transformers' ``device_map``.
+        max_memory: the most each device may hold, JSON as accelerate's
+            ``max_memory`` (cuda:N accepted), e.g. '{"cuda:0": "70GiB", "cpu":
+            "100GiB"}'; alone it implies device_map auto.
+        offload_dir: a folder for the layers that fit in no device's memory (disk
+            offload); without it such a model fails to load, saying why.
     """
 
     model_config = SettingsConfigDict(env_prefix="ATTNVIZ_", env_file=".env", extra="ignore")
@@ -111,6 +123,31 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default_factory=default_cache_dir)
     recording_cache_bytes: int = Field(RECORDING_CACHE_BYTES, ge=0)
     max_request_bytes: int = Field(MAX_REQUEST_BYTES, ge=1)
+    dtype: DType = "auto"
+    device_map: str = ""
+    max_memory: str = ""
+    offload_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _placement_is_usable(self) -> Settings:
+        try:
+            self.placement()
+        except PlacementError as error:
+            raise ValueError(str(error)) from error
+        return self
+
+    def placement(self) -> Placement:
+        """How pretrained models are loaded (:class:`attnviz.pretrained.placement.Placement`).
+
+        Raises:
+            PlacementError: a setting that cannot be used, named in the message.
+        """
+        return Placement(
+            dtype=self.dtype,
+            device_map=self.device_map,
+            max_memory=self.max_memory,
+            offload_dir=self.offload_dir,
+        ).check()
 
     def resolved_torch_threads(self) -> int:
         """torch_threads, or the number of cores."""

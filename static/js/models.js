@@ -630,6 +630,8 @@ function takeLine(stream, line) {
     }
     if (drawsIt(stream)) layerProgress.set(stream, "Drawing the grid…", stream.total, stream.total);
     // The fields in POST /attention's order (Download JSON saves it as it is).
+    // A pass run while the layers streamed sends its time and next tokens last.
+    for (const late of ["compute_ms", "next_tokens"]) if (late in end) start[late] = end[late];
     return {
       ...start, shape: end.shape, attentions, head_mean: headMean, layer_mean: end.layer_mean,
       rollout: end.rollout, special_share: end.special_share,

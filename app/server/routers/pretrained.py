@@ -14,7 +14,13 @@ from fastapi.responses import Response, StreamingResponse
 
 from ...attention.errors import AttentionInputError
 from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, TokenizedBatch
-from ...pretrained.admission import InputLengths, check_memory, check_options, check_positions
+from ...pretrained.admission import (
+    InputLengths,
+    check_memory,
+    check_options,
+    check_positions,
+)
+from ...pretrained.admission import recording_bytes as estimated_recording_bytes
 from ...pretrained.display import (
     MAX_AVERAGE_SIZE,
     LayerWalk,
@@ -32,7 +38,7 @@ from ...pretrained.methods import (
     with_method,
 )
 from ...pretrained.model import Block, Generation, PretrainedAttentions
-from ...pretrained.recorder import Neuron
+from ...pretrained.recorder import AttentionRecording, Neuron
 from ...pretrained.recordings import RECORDINGS
 from ...pretrained.zeroing import value_zeroing
 from ..dependencies import SettingsDep
@@ -100,6 +106,11 @@ def model_info(entry: ModelEntry) -> ModelInfo:
             "chat_template": model.chat_template,
             "can_generate": model.family == "decoder",
             "load_s": model.load_s,
+            "dtype": str(model.dtype).removeprefix("torch."),
+            "parameter_bytes": model.parameter_bytes,
+            "layers_per_device": model.layers_per_device(),
+            "device": str(model.home),
+            "placed": model.placed,
         }
     )
 
@@ -269,11 +280,12 @@ def stream_response(
     """The blocking part of :func:`stream_model_attention`: run, then stream each layer."""
     started = time.perf_counter()
     batch, targets, block = tokenized(model, request, settings)
-    prepared = prepare_sequence(model, request, batch, targets, block, settings)
+    prepared = prepare_sequence(model, request, batch, targets, block, settings, observe=True)
     enc = request.encoding
 
     def lines() -> Iterator[bytes]:
         walk = prepared.walk
+        observed = walk.observed
         yield ndjson({"type": "start", **sequence_fields(model, request, prepared)})
         try:
             for maps in walk.layers():
@@ -286,12 +298,23 @@ def stream_response(
                     }
                 )
             view = walk.view()
-        except (AttentionInputError, RuntimeError) as error:
+        except (AttentionInputError, RuntimeError, ValueError) as error:
             yield ndjson({"type": "error", "detail": str(error)})
             return
+        # An observed pass ran while the layers were sent: its time and next tokens
+        # come last (the start line has compute_ms 0 and next_tokens null).
+        late = (
+            {
+                "compute_ms": walk.result.compute_ms,
+                "next_tokens": next_tokens(model, walk.result, request.top_k, walk.keep_q),
+            }
+            if observed
+            else {}
+        )
         yield ndjson(
             {
                 "type": "end",
+                **late,
                 "shape": list(view.attentions[:, None].shape),
                 "layer_mean": encode_floats(view.layer_mean[None], enc),
                 "rollout": None if view.rollout is None else encode_floats(view.rollout[None], enc),
@@ -380,8 +403,16 @@ def prepare_sequence(
     targets: TokenizedBatch | None,
     block: Block,
     settings: Settings,
+    *,
+    observe: bool = False,
 ) -> PreparedSequence:
     """Check the one-input options, generate when asked, run (or reuse) the forward pass.
+
+    With ``observe`` (the streamed grid), a plain request (the weights, pooled to a
+    display size, no generation, ablation, query or neuron) whose pass is not kept runs
+    no pass here: its walk runs it while streaming, observed
+    (:class:`attnviz.pretrained.display.WalkObserver`), so that each layer is sent as
+    soon as the pass has computed it.
 
     Every option is checked before anything runs, against the model's config and the
     tokenised length (plus ``max_new_tokens`` with generation): indices, method bounds,
@@ -489,11 +520,24 @@ def prepare_sequence(
                 query_index=request.query_index,
                 target_index=request.target_index,
             )
-        result = (
-            generation.result
-            if generation is not None and generation.result is not None
-            else RECORDINGS.run(model, alone, alone_targets, device=request.device)
-        )
+        pending = None
+        if (
+            observe
+            and generation is None
+            and not request.ablate
+            and request.method == "attention"
+            and request.display_size is not None
+            and request.query_index is None
+            and not request.neuron
+            and RECORDINGS.kept(model, alone, alone_targets, device=request.device) is None
+        ):
+            result, pending = observed_pass(model, alone, alone_targets, lengths, request.device)
+        else:
+            result = (
+                generation.result
+                if generation is not None and generation.result is not None
+                else RECORDINGS.run(model, alone, alone_targets, device=request.device)
+            )
         ablation = None
         switched = None
         if request.ablate:
@@ -512,6 +556,8 @@ def prepare_sequence(
             head_index=request.head_index,
             display_size=request.display_size,
             merge_words=request.merge_words,
+            pending=pending,
+            block_of=model.block_of(model.on(torch.device(result.device))),
         )
         query_rows = None
         if request.query_index is not None:
@@ -552,6 +598,39 @@ def prepare_sequence(
     return PreparedSequence(
         result, walk, generation, query_rows, step, summed, method_map, ablation, gradients
     )
+
+
+def observed_pass(
+    model: PretrainedModel,
+    batch: TokenizedBatch,
+    targets: TokenizedBatch | None,
+    lengths: InputLengths,
+    device: str,
+) -> tuple[PretrainedAttentions, Callable[[Any], PretrainedAttentions]]:
+    """A placeholder result (no recording yet) and the observed pass that will replace it.
+
+    The pass records the query and key states too when they fit the recording cache
+    (a later click then reuses them), else nothing.
+
+    Raises:
+        AttentionInputError: (field ``device``) as :meth:`.model.PretrainedModel.device_for`.
+    """
+    run_on = model.device_for(device)
+    placeholder = PretrainedAttentions(
+        batch=batch,
+        targets=targets,
+        recording=AttentionRecording(),
+        block_calls={b: list(range(model.block_layers(b))) for b in model.blocks},
+        decoder_head=None,
+        compute_ms=0.0,
+        device=str(run_on),
+    )
+    record = estimated_recording_bytes(model, lengths) <= RECORDINGS.max_bytes
+
+    def run(observer: Any) -> PretrainedAttentions:
+        return RECORDINGS.observed(model, batch, targets, observer, device=device, record=record)
+
+    return placeholder, run
 
 
 def check_method_options(

@@ -88,6 +88,26 @@ class ModelInfo(BaseModel):
     chat_template: bool | None = Field(None, description="Whether prompts can use `chat`.")
     can_generate: bool | None = Field(None, description="Whether `max_new_tokens` applies.")
     load_s: float | None = Field(None, description="How long loading took, in seconds.")
+    dtype: str | None = Field(
+        None, description="The dtype of its weights: float32, bfloat16 or float16 (ATTNVIZ_DTYPE)."
+    )
+    parameter_bytes: int | None = Field(
+        None, description="Bytes of its parameters in that dtype, wherever they lie."
+    )
+    layers_per_device: dict[str, int] | None = Field(
+        None,
+        description="How many transformer blocks lie on each device: 'cuda:0', 'cpu', "
+        "'mps', or 'disk' for blocks offloaded there (ATTNVIZ_DEVICE_MAP, "
+        "ATTNVIZ_MAX_MEMORY, ATTNVIZ_OFFLOAD_DIR).",
+    )
+    device: str | None = Field(
+        None, description="Where its inputs go and a request's device 'auto' runs it."
+    )
+    placed: bool | None = Field(
+        None,
+        description="Whether a device map placed it: it then runs only where it lies, and a "
+        "request for another device is a 422.",
+    )
 
 
 class ModelListResponse(BaseModel):

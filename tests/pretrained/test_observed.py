@@ -1,0 +1,151 @@
+"""The grid computed during the forward pass equals the grid walked from a recording.
+
+An observed walk (:class:`attnviz.pretrained.display.WalkObserver`) runs the model with
+each layer of its block computing its weights by the model's own eager attention, in
+chunks of query rows, and building the view from each chunk as it comes. Its layers,
+means, rollout and hidden share equal those of a walk over a recorded pass (itself
+equal to transformers' ``output_attentions``, tests/pretrained/test_families.py), with
+chunks of a few rows (many per layer, starting inside words and pooled blocks) and with
+one chunk per layer; the model's outputs are unchanged.
+"""
+
+import itertools
+import time
+
+import pytest
+import torch
+from attnviz.pretrained import PretrainedModel
+from attnviz.pretrained import display as display_module
+from attnviz.pretrained.display import LayerWalk
+from attnviz.pretrained.loading import load_model_dir
+
+from tests.pretrained import tiny
+from tests.pretrained.support import require_transformers
+
+FAMILIES = ["llama", "mistral", "gpt2", "bert", "t5", "bart"]
+TEXT = " ".join(["the cat sat on the mat because it was tired"] * 3)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PretrainedModel]:
+    require_transformers()
+    root = tmp_path_factory.mktemp("tiny-observed")
+    return {name: load_model_dir(name, tiny.save_tiny(name, root / name)) for name in FAMILIES}
+
+
+def walks(model: PretrainedModel) -> list[dict[str, object]]:
+    """Every display choice of a grid: blocks, hiding, merging, pooling, one head."""
+    return [
+        {
+            "block": block,
+            "hide_special_tokens": hide,
+            "merge_words": merge,
+            "display_size": size,
+            "layer_index": None if head is None else 1,
+            "head_index": head,
+        }
+        for block, hide, merge, size, head in itertools.product(
+            model.blocks, [False, True], [False, True], [4, 7, 64], [None, 1]
+        )
+        if not (hide and model.family == "decoder")  # tiny decoders have no special tokens
+    ]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("chunk_floats", [150, 2**23])
+def test_an_observed_walk_equals_the_walk_of_a_recorded_pass(
+    models: dict[str, PretrainedModel],
+    name: str,
+    chunk_floats: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", chunk_floats)
+    model = models[name]
+    batch = model.tokenize([TEXT])
+    targets = (
+        model.decoder_inputs(["a big red house and a small tree today"])
+        if model.family == "encoder-decoder"
+        else None
+    )
+    recorded = model.run(batch, targets)
+    block_of = model.block_of(model.model)
+    chunks: list[int] = []
+    for options in walks(model):
+        expected = LayerWalk(recorded, **options)  # type: ignore[arg-type]
+        expected_layers = list(expected.layers())
+        expected_view = expected.view()
+
+        def run(observer: object) -> object:
+            original = observer.row_chunks  # type: ignore[attr-defined]
+
+            def counted(*args: int) -> list[tuple[int, int]]:
+                found = original(*args)
+                chunks.append(len(found))
+                return found  # type: ignore[no-any-return]
+
+            observer.row_chunks = counted  # type: ignore[attr-defined]
+            return model.run(batch, targets, observer=observer, record=False)  # type: ignore[arg-type]
+
+        walk = LayerWalk(recorded, **options, pending=run, block_of=block_of)  # type: ignore[arg-type]
+        assert walk.observed
+        layers = list(walk.layers())
+        view = walk.view()
+        assert [m.layer for m in layers] == [m.layer for m in expected_layers]
+        for got, want in zip(layers, expected_layers, strict=True):
+            torch.testing.assert_close(got.attentions, want.attentions, atol=1e-5, rtol=0)
+            torch.testing.assert_close(got.head_mean, want.head_mean, atol=1e-5, rtol=0)
+        torch.testing.assert_close(view.layer_mean, expected_view.layer_mean, atol=1e-5, rtol=0)
+        if expected_view.rollout is None:
+            assert view.rollout is None
+        else:
+            assert view.rollout is not None
+            torch.testing.assert_close(view.rollout, expected_view.rollout, atol=1e-5, rtol=0)
+        assert view.pooling == expected_view.pooling
+        assert view.tokens == expected_view.tokens
+        if expected_view.special_share is None:
+            assert view.special_share is None
+        else:
+            assert view.special_share == pytest.approx(expected_view.special_share, abs=1e-6)
+        # the observed pass's own result replaces the placeholder, next tokens included
+        assert walk.result is not recorded and walk.result.compute_ms > 0
+        if model.family == "decoder":
+            assert walk.result.next_tokens is not None and recorded.next_tokens is not None
+            assert torch.equal(walk.result.next_tokens.ids, recorded.next_tokens.ids)
+    assert max(chunks) > 1 if chunk_floats == 150 else max(chunks) == 1
+
+
+def test_an_observed_walk_given_up_stops_its_pass(
+    models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", 150)
+    model = models["llama"]
+    batch = model.tokenize([TEXT])
+    recorded = model.run(batch)
+    calls: list[int] = []
+
+    def walk() -> LayerWalk:
+        def run(observer: object) -> object:
+            take = observer.take  # type: ignore[attr-defined]
+
+            def slow(*args: object) -> None:
+                time.sleep(0.02)  # the last layer is still to come when layer 0 is sent
+                calls.append(1)
+                take(*args)
+
+            observer.take = slow  # type: ignore[attr-defined]
+            return model.run(batch, observer=observer, record=False)  # type: ignore[arg-type]
+
+        return LayerWalk(
+            recorded, display_size=8, pending=run, block_of=model.block_of(model.model)
+        )
+
+    assert len(list(walk().layers())) == model.num_layers
+    whole = len(calls)
+    calls.clear()
+    layers = walk().layers()
+    next(layers)  # layer 0 sent: the pass goes on in its thread
+    layers.close()  # the client is gone: the pass stops at its next chunk, joined
+    stopped = len(calls)
+    time.sleep(0.2)
+    assert len(calls) == stopped  # nothing ran after the close
+    assert stopped < whole
