@@ -24,7 +24,7 @@ from ..attention.errors import AttentionInputError, InputTooLargeError
 from .gradients import check_gradient_cells, gradient_cells
 from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
 from .model import HEAD_CHUNK_FLOATS, MAX_ROLLOUT_TOKENS, Block, PretrainedModel
-from .recorder import QUERY_CHUNK
+from .recorder import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
 from .zeroing import check_value_zeroing_work
 
 FLOAT_BYTES: Final = 4
@@ -228,6 +228,8 @@ def estimate_peak_bytes(
     runs: int = 1,
     display_size: int | None = None,
     method: str = "attention",
+    observed: bool = False,
+    recorded: bool = True,
 ) -> int:
     """The memory a one-input request needs at its peak, above the idle server, in bytes.
 
@@ -248,6 +250,12 @@ def estimate_peak_bytes(
 
     plus :data:`WORKING_BYTES` for the allocator and the framework.
 
+    An ``observed`` request (the streamed grid computed during the pass,
+    :class:`.display.WalkObserver`) has no view phase of its own: its forward pass holds
+    one chunk of a layer's weights, :data:`.recorder.OBSERVED_CHUNK_FLOATS` x
+    :data:`EAGER_COPIES`, plus what the view keeps; without ``recorded`` (a recording
+    larger than the recording cache is not made) only the mask is held, not the states.
+
     Checked against measured peak RSS growth (benchmarks/hostile.py): SmolLM2 at 4,032
     + 64 tokens, streamed grid at display_size 64, is estimated at 1.7 GiB and grew the
     server by 1.4 GiB.
@@ -267,11 +275,24 @@ def estimate_peak_bytes(
     kept = 2 * len_q * len_k + model.block_layers(block) * (heads + 1) * side_q * side_k
     logits = 256 * model.vocab_size if model.family != "encoder" else 0
     view = eager + kept + logits
+    if observed:  # the view is built during the pass, a chunk at a time
+        forward = max(forward, OBSERVED_CHUNK_FLOATS * EAGER_COPIES) + kept
+        view = logits
     gradients = 0
     if method in GRADIENT_METHODS:
         gradients = 3 * gradient_cells(model, lengths.total, lengths.target)
     phases = max(forward, view, gradients)
-    return runs * recording_bytes(model, lengths) + phases * FLOAT_BYTES + WORKING_BYTES
+    held = runs * recording_bytes(model, lengths) if recorded else _mask_bytes(model, lengths)
+    return held + phases * FLOAT_BYTES + WORKING_BYTES
+
+
+def _mask_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
+    """The masks (and T5's position bias) a pass holds without a recording, in bytes."""
+    total = 0
+    for block in model.blocks:
+        area = lengths.queries(block) * lengths.keys(block)
+        total += area * (1 + (model.block_heads(block) if _position_bias(model) else 0))
+    return total * FLOAT_BYTES
 
 
 def check_memory(
@@ -283,6 +304,8 @@ def check_memory(
     runs: int = 1,
     display_size: int | None = None,
     method: str = "attention",
+    observed: bool = False,
+    recorded: bool = True,
 ) -> int:
     """Refuse a request whose :func:`estimate_peak_bytes` is over ``limit`` bytes.
 
@@ -295,7 +318,7 @@ def check_memory(
     """
     estimate = functools.partial(
         estimate_peak_bytes, model, block=block, runs=runs, display_size=display_size,
-        method=method,
+        method=method, observed=observed, recorded=recorded,
     )  # fmt: skip
     needed = estimate(lengths)
     if needed <= limit:

@@ -20,7 +20,7 @@ from .errors import field_error
 if TYPE_CHECKING:
     from .settings import Settings
 
-MAX_TOKENS: Final = 4096
+MAX_TOKENS: Final = 8192
 """The most tokens one sequence may have."""
 MAX_BATCH: Final = 64
 """The most sequences (or texts) one batch may have."""

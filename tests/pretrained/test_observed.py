@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+from attnviz.attention.cancellation import ComputeCancelledError
 from attnviz.pretrained import PretrainedModel
 from attnviz.pretrained import display as display_module
 from attnviz.pretrained.display import LayerWalk
@@ -149,3 +150,24 @@ def test_an_observed_walk_given_up_stops_its_pass(
     time.sleep(0.2)
     assert len(calls) == stopped  # nothing ran after the close
     assert stopped < whole
+
+
+@pytest.mark.parametrize("observed", [True, False])
+def test_a_walk_past_its_deadline_stops_with_the_deadline_s_message(
+    models: dict[str, PretrainedModel], observed: bool
+) -> None:
+    model = models["llama"]
+    batch = model.tokenize([TEXT])
+    recorded = model.run(batch)
+    walk = LayerWalk(
+        recorded,
+        display_size=8,
+        pending=(lambda observer: model.run(batch, observer=observer, record=False))
+        if observed
+        else None,
+        block_of=model.block_of(model.model),
+    )
+    assert walk.observed == observed
+    walk.deadline = (time.monotonic() - 1, "the time budget of 60 s ran out")
+    with pytest.raises(ComputeCancelledError, match="time budget of 60 s"):
+        list(walk.layers())

@@ -314,6 +314,25 @@ def test_the_estimate_grows_with_the_input_and_admits_smollm2_at_4096_tokens() -
     )
 
 
+def test_the_streamed_grid_at_8192_tokens_is_admitted_and_the_recorded_view_is_not() -> None:
+    """Computed during the pass, the grid holds a chunk of weights, not a group of heads."""
+    from attnviz.pretrained.admission import InputLengths, estimate_peak_bytes
+    from attnviz.server.limits import MAX_REQUEST_BYTES, MAX_TOKENS
+
+    smollm2 = smollm2_shape()
+    lengths = InputLengths(MAX_TOKENS)
+    observed = estimate_peak_bytes(
+        smollm2, lengths, block="decoder", display_size=64, observed=True, recorded=False
+    )
+    walked = estimate_peak_bytes(smollm2, lengths, block="decoder", display_size=64)
+    assert observed < MAX_REQUEST_BYTES < walked
+    # the recording, when kept, is counted; the mask alone when not
+    kept = estimate_peak_bytes(
+        smollm2, lengths, block="decoder", display_size=64, observed=True, recorded=True
+    )
+    assert kept > observed
+
+
 def smollm2_shape() -> Any:
     """SmolLM2-135M's config as the estimate reads it: 30 layers, 9 heads, 3 key/value heads."""
     from types import SimpleNamespace

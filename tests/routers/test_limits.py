@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from attnviz.server.limits import MAX_TOKENS
 from attnviz.server.main import create_app
 from attnviz.server.middleware import CONTENT_SECURITY_POLICY
 from attnviz.server.settings import Settings, get_settings
@@ -213,6 +214,9 @@ def test_device_out_of_memory_is_503_and_the_server_keeps_serving(
     assert client.post(URL, json={"sequences": [[1, 2, 3]], "seed": 99}).status_code == 200
 
 
+MAX = MAX_TOKENS  # the schema's bound on one sequence (ATTNVIZ_MAX_SEQ_LEN's default)
+
+
 def _words(count: int) -> str:
     return " ".join(f"w{i}" for i in range(count))
 
@@ -220,23 +224,23 @@ def _words(count: int) -> str:
 @pytest.mark.parametrize(
     ("path", "body", "loc", "count", "limit"),
     [
-        (URL, {"sequences": [_words(4097)]}, ["body", "sequences", 0], 4097, 4096),
-        (URL, {"sequences": [list(range(4097))]}, ["body", "sequences", 0], 4097, 4096),
+        (URL, {"sequences": [_words(MAX + 1)]}, ["body", "sequences", 0], MAX + 1, MAX),
+        (URL, {"sequences": [list(range(MAX + 1))]}, ["body", "sequences", 0], MAX + 1, MAX),
         (
             URL,
-            {"sequences": ["a b"], "targets": [_words(4097)]},
+            {"sequences": ["a b"], "targets": [_words(MAX + 1)]},
             ["body", "targets", 0],
-            4097,
-            4096,
+            MAX + 1,
+            MAX,
         ),
         ("/api/v1/lessons/decoding", {"sequence": _words(129)}, ["body", "sequence"], 129, 128),
         ("/api/v1/lessons/decoding", {"sequence": [1] * 129}, ["body", "sequence"], 129, 128),
         (
             "/api/v1/lessons/transformer",
-            {"sequences": [_words(4097)]},
+            {"sequences": [_words(MAX + 1)]},
             ["body", "sequences", 0],
-            4097,
-            4096,
+            MAX + 1,
+            MAX,
         ),
     ],
 )

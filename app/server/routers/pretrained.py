@@ -12,6 +12,7 @@ import torch
 from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import Response, StreamingResponse
 
+from ...attention.cancellation import ComputeCancelledError
 from ...attention.errors import AttentionInputError
 from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, TokenizedBatch
 from ...pretrained.admission import (
@@ -283,8 +284,17 @@ def stream_response(
     prepared = prepare_sequence(model, request, batch, targets, block, settings, observe=True)
     enc = request.encoding
 
+    walk = prepared.walk
+    # The time budget covers the stream too: a walk (and an observed pass) running past
+    # it stops, and the stream ends with an error line saying so.
+    budget = settings.compute_timeout_s
+    walk.deadline = (
+        time.monotonic() + budget - (time.perf_counter() - started),
+        f"the computation took longer than {budget:g} s (ATTNVIZ_COMPUTE_TIMEOUT_S) and was "
+        "stopped; try fewer or shorter texts",
+    )
+
     def lines() -> Iterator[bytes]:
-        walk = prepared.walk
         observed = walk.observed
         yield ndjson({"type": "start", **sequence_fields(model, request, prepared)})
         try:
@@ -298,7 +308,7 @@ def stream_response(
                     }
                 )
             view = walk.view()
-        except (AttentionInputError, RuntimeError, ValueError) as error:
+        except (AttentionInputError, ComputeCancelledError, RuntimeError, ValueError) as error:
             yield ndjson({"type": "error", "detail": str(error)})
             return
         # An observed pass ran while the layers were sent: its time and next tokens
@@ -495,6 +505,19 @@ def prepare_sequence(
             target_token_id=request.target_token_id,
         )
         check_view_cells(model, request, lengths, block, settings)
+        observing = (
+            observe
+            and not request.max_new_tokens
+            and not request.ablate
+            and request.method == "attention"
+            and request.display_size is not None
+            and request.query_index is None
+            and not request.neuron
+            and RECORDINGS.kept(model, alone, alone_targets, device=request.device) is None
+        )
+        recorded = (
+            not observing or estimated_recording_bytes(model, lengths) <= RECORDINGS.max_bytes
+        )
         check_memory(
             model,
             lengths,
@@ -503,6 +526,8 @@ def prepare_sequence(
             runs=2 if request.ablate else 1,
             display_size=request.display_size,
             method=request.method,
+            observed=observing,
+            recorded=recorded,
         )
         generation = None
         if request.max_new_tokens:
@@ -521,17 +546,10 @@ def prepare_sequence(
                 target_index=request.target_index,
             )
         pending = None
-        if (
-            observe
-            and generation is None
-            and not request.ablate
-            and request.method == "attention"
-            and request.display_size is not None
-            and request.query_index is None
-            and not request.neuron
-            and RECORDINGS.kept(model, alone, alone_targets, device=request.device) is None
-        ):
-            result, pending = observed_pass(model, alone, alone_targets, lengths, request.device)
+        if observing:
+            result, pending = observed_pass(
+                model, alone, alone_targets, request.device, record=recorded
+            )
         else:
             result = (
                 generation.result
@@ -604,13 +622,14 @@ def observed_pass(
     model: PretrainedModel,
     batch: TokenizedBatch,
     targets: TokenizedBatch | None,
-    lengths: InputLengths,
     device: str,
+    *,
+    record: bool,
 ) -> tuple[PretrainedAttentions, Callable[[Any], PretrainedAttentions]]:
     """A placeholder result (no recording yet) and the observed pass that will replace it.
 
-    The pass records the query and key states too when they fit the recording cache
-    (a later click then reuses them), else nothing.
+    With ``record`` (the states fit the recording cache) the pass records the query,
+    key and value states too, so that a later click reuses them; else nothing.
 
     Raises:
         AttentionInputError: (field ``device``) as :meth:`.model.PretrainedModel.device_for`.
@@ -625,7 +644,6 @@ def observed_pass(
         compute_ms=0.0,
         device=str(run_on),
     )
-    record = estimated_recording_bytes(model, lengths) <= RECORDINGS.max_bytes
 
     def run(observer: Any) -> PretrainedAttentions:
         return RECORDINGS.observed(model, batch, targets, observer, device=device, record=record)
