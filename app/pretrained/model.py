@@ -51,6 +51,7 @@ from .recorder import (
     Neuron,
     StepwiseRecording,
     ablate_heads,
+    eager_attention,
     neuron,
     observe_attention,
     record_attention,
@@ -70,6 +71,9 @@ BLOCKS: Final[dict[Family, tuple[Block, ...]]] = {
 """The attention blocks of each family, in the order the model runs them."""
 CROSS_MODULES: Final = frozenset({"encoder_attn", "EncDecAttention", "crossattention"})
 """Module names transformers gives cross attention (BART/Marian, T5, BERT as a decoder)."""
+ALIBI_TYPES: Final = frozenset({"bloom", "mpt", "falcon"})
+"""Model types with ALiBi position bias (Press et al. 2022); transformers computes it inside
+their own attention modules, outside the attention interface."""
 POSITIONS_AFTER_PADDING: Final = frozenset(
     {
         "roberta",
@@ -421,6 +425,37 @@ class Generation:
         return self.recording.head_weights(step * self.num_layers + layer, head)[0, -1]
 
 
+def unrecorded_message(name: str, model: nn.Module) -> str:
+    """Why a model whose attention layers called no attention function is refused."""
+    modules = sorted(
+        {type(m).__name__ for m in model.modules() if type(m).__name__.endswith("Attention")}
+    )
+    config = getattr(model, "config", None)
+    alibi = getattr(config, "alibi", False) or getattr(config, "model_type", "") in ALIBI_TYPES
+    feature = " (its ALiBi position bias is computed inside them)" if alibi else ""
+    return (
+        f"{name} ({type(model).__name__}): its attention layers "
+        f"({', '.join(modules) or 'none found'}) compute attention themselves{feature}, not "
+        "through transformers' attention interface, so AttnViz cannot record or reproduce "
+        "their weights and refuses the model rather than draw them wrong"
+    )
+
+
+def check_reproducible(recording: AttentionRecording) -> None:
+    """Refuse a recording whose attention modules have no eager function to recompute with.
+
+    Raises:
+        ModelFormatError: naming the module class and its modeling file.
+    """
+    for call in recording.calls:
+        try:
+            eager_attention(call.module)
+        except TypeError as error:
+            raise ModelFormatError(
+                f"AttnViz cannot reproduce this model's attention: {error}"
+            ) from error
+
+
 def _same_device(a: torch.device, b: torch.device) -> bool:
     """Whether two devices are one ("cuda" is "cuda:0")."""
     return a.type == b.type and (a.index or 0) == (b.index or 0)
@@ -486,10 +521,18 @@ class PretrainedModel:
             )
 
     def warm_up(self) -> None:
-        """One short input through the model once it is loaded (torch's lazy start-up)."""
+        """One short input through the model once it is loaded (torch's lazy start-up).
+
+        It also checks that every attention layer can be reproduced: each recorded call's
+        module has an eager attention function AttnViz computes its weights with.
+
+        Raises:
+            ModelFormatError: the model's attention is not reproducible (as :meth:`run`,
+                or a layer without ``eager_attention_forward``), the message says which.
+        """
         warm = self.tokenize([WARM_UP_TEXT])
         targets = self.decoder_inputs([WARM_UP_TEXT]) if self.family == "encoder-decoder" else None
-        self.run(warm, targets, device="auto")
+        check_reproducible(self.run(warm, targets, device="auto").recording)
 
     @property
     def config(self) -> Any:
@@ -911,10 +954,7 @@ class PretrainedModel:
                 torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
         if record and not recording.calls:
-            raise ModelFormatError(
-                f"{self.name} ({type(model).__name__}): no attention layer called transformers' "
-                "attention interface, so there is no attention to show"
-            )
+            raise ModelFormatError(unrecorded_message(self.name, model))
         return PretrainedAttentions(
             batch=batch,
             targets=targets,

@@ -166,6 +166,10 @@ class AttentionRecording:
             )
         check_cancelled()
         heads = slice(first * call.group_size, (first + count) * call.group_size)
+        if getattr(call.module, "sinks", None) is not None and count < call.num_key_value_heads:
+            # the eager function reads every head's sink from the module: all heads at once
+            every = self.groups_weights(layer, 0, call.num_key_value_heads, query=query)
+            return every[:, heads]
         queries = call.query[:, heads]
         key = call.key[:, first : first + count]
         mask = call.attention_mask
@@ -180,7 +184,7 @@ class AttentionRecording:
         if kwargs.get(POSITION_BIAS) is None:
             kwargs.pop(POSITION_BIAS, None)
         with torch.inference_mode():
-            _, weights = _eager_attention(call.module)(
+            _, weights = eager_attention(call.module)(
                 call.module,
                 queries,
                 key,
@@ -468,8 +472,12 @@ class GradientCapture:
     gates: list[torch.Tensor] = field(default_factory=list)
 
 
-def _eager_attention(module: nn.Module) -> EagerAttention:
-    """The ``eager_attention_forward`` of the modeling file that defines ``module``."""
+def eager_attention(module: nn.Module) -> EagerAttention:
+    """The ``eager_attention_forward`` of the modeling file that defines ``module``.
+
+    Raises:
+        TypeError: that file has none (the weights cannot be recomputed).
+    """
     modeling = importlib.import_module(type(module).__module__)
     function = getattr(modeling, "eager_attention_forward", None)
     if function is None:
@@ -533,6 +541,14 @@ def recording_attention(
         return _observed_attention(
             observer, module, query, key, value, attention_mask, scaling, kwargs
         ), None
+    if needs_eager(module, kwargs):  # what SDPA cannot compute: the model's own eager
+        output = _observed_attention(
+            _Unobserved(), module, query, key, value, attention_mask, scaling, kwargs
+        )
+        if heads:
+            output = output.clone()
+            output[:, :, list(heads)] = 0
+        return output, None
     bias = kwargs.pop(POSITION_BIAS, None)
     if bias is not None:  # SDPA takes it as part of the additive mask
         attention_mask = bias if attention_mask is None else bias + attention_mask
@@ -565,6 +581,34 @@ def recording_attention(
     return output, None
 
 
+def needs_eager(module: nn.Module, kwargs: dict[str, Any]) -> bool:
+    """Whether a call needs the model's eager attention: SDPA has no such option.
+
+    Logit soft-capping (Gemma 2's ``softcap``: tanh(scores / cap) * cap) and learned
+    attention sinks (gpt-oss's ``module.sinks``: one more logit per head in the softmax,
+    dropped after it) change the weights in ways SDPA cannot express.
+    """
+    return kwargs.get("softcap") is not None or getattr(module, "sinks", None) is not None
+
+
+class _Unobserved:
+    """An observer that keeps nothing: the eager attention of a call SDPA cannot run."""
+
+    def wants(self, module: nn.Module) -> bool:
+        return True
+
+    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
+        return [
+            (start, min(length_q, start + QUERY_CHUNK)) for start in range(0, length_q, QUERY_CHUNK)
+        ]
+
+    def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
+        return None
+
+    def layer_done(self) -> None:
+        return None
+
+
 def _observed_attention(
     observer: AttentionObserver,
     module: nn.Module,
@@ -586,7 +630,7 @@ def _observed_attention(
     Returns:
         attn_output (B, L_q, H, d_v).
     """
-    eager = _eager_attention(module)
+    eager = eager_attention(module)
     length_q, length_k = int(query.shape[2]), int(key.shape[2])
     bias = kwargs.get(POSITION_BIAS)
     seen = None
@@ -676,7 +720,7 @@ def _gated_attention(
     Returns:
         attn_output (B, L_q, H, d_v) with head h multiplied by ξ_h, and no weights.
     """
-    output, weights = _eager_attention(module)(
+    output, weights = eager_attention(module)(
         module, query, key, value, attention_mask, scaling=scaling, dropout=0.0, **kwargs
     )
     if weights is None:

@@ -286,6 +286,143 @@ BUILDERS: dict[str, tuple[Callable[[Style, int], Any], Style]] = {
 }
 """Each tiny model by its config's ``model_type``: its builder and its tokenizer's style."""
 
+
+def _gemma2(s: Style, vocab: int) -> Any:
+    import transformers
+
+    config = transformers.Gemma2Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,  # layer 0 slides, layer 1 is global
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        sliding_window=SLIDING_WINDOW,
+        attn_logit_softcapping=0.5,  # small, so that the capping changes the weights
+        final_logit_softcapping=2.0,
+        query_pre_attn_scalar=20,  # scaling 20**-0.5, not head_dim**-0.5
+        bos_token_id=s.id("<s>"),
+        eos_token_id=s.id("</s>"),
+        pad_token_id=s.id("</s>"),
+    )
+    return transformers.Gemma2ForCausalLM(config)
+
+
+def _gemma3(s: Style, vocab: int) -> Any:
+    import transformers
+
+    config = transformers.Gemma3TextConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,  # multi-query: every head reads one key/value head
+        head_dim=8,
+        max_position_embeddings=64,
+        sliding_window=SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        query_pre_attn_scalar=12,
+        bos_token_id=s.id("<s>"),
+        eos_token_id=s.id("</s>"),
+        pad_token_id=s.id("</s>"),
+    )
+    return transformers.Gemma3ForCausalLM(config)
+
+
+def _gpt_oss(s: Style, vocab: int) -> Any:
+    import transformers
+
+    config = transformers.GptOssConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        max_position_embeddings=64,
+        sliding_window=SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        bos_token_id=s.id("<s>"),
+        eos_token_id=s.id("</s>"),
+        pad_token_id=s.id("</s>"),
+    )
+    model = transformers.GptOssForCausalLM(config)
+    with torch.no_grad():  # learned sinks, large enough to take a visible share
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    return model
+
+
+def _granite(s: Style, vocab: int) -> Any:
+    import transformers
+
+    config = transformers.GraniteConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attention_multiplier=0.7,  # the scores' scaling, not head_dim**-0.5
+        bos_token_id=s.id("<s>"),
+        eos_token_id=s.id("</s>"),
+    )
+    return transformers.GraniteForCausalLM(config)
+
+
+def _qwen2_sliding(s: Style, vocab: int) -> Any:
+    import transformers
+
+    config = transformers.Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_sliding_window=True,
+        sliding_window=SLIDING_WINDOW,
+        max_window_layers=1,  # layer 0 global, layer 1 slides
+        eos_token_id=s.id("<|endoftext|>"),
+        pad_token_id=s.id("<|endoftext|>"),
+    )
+    return transformers.Qwen2ForCausalLM(config)
+
+
+def _bloom(s: Style, vocab: int) -> Any:
+    import transformers
+
+    config = transformers.BloomConfig(
+        vocab_size=vocab, hidden_size=32, n_layer=2, n_head=4, bos_token_id=s.id("<s>"),
+        eos_token_id=s.id("</s>"),
+    )  # fmt: skip
+    return transformers.BloomForCausalLM(config)
+
+
+QUIRKS: dict[str, tuple[Callable[[Style, int], Any], Style]] = {
+    "gemma2": (_gemma2, DECODER_STYLE),
+    "gemma3_text": (_gemma3, DECODER_STYLE),
+    "gpt_oss": (_gpt_oss, DECODER_STYLE),
+    "granite": (_granite, DECODER_STYLE),
+    "qwen2_sliding": (_qwen2_sliding, QWEN2_STYLE),
+}
+"""Decoders whose attention has a family's quirk, each as a tiny random model: logit
+soft-capping, query scaling other than head_dim**-0.5 and alternating sliding-window layers
+(Gemma 2), multi-query heads with sliding and global layers (Gemma 3), learned attention
+sinks (gpt-oss), Granite's attention multiplier, Qwen2's sliding window from a layer on."""
+REFUSED = {"bloom": (_bloom, DECODER_STYLE)}
+"""Models whose attention does not go through transformers' attention interface (BLOOM's
+ALiBi): AttnViz refuses them at load, naming why."""
+
+
 FAMILIES = {
     "gpt2": "decoder",
     "llama": "decoder",
@@ -301,8 +438,11 @@ FAMILIES = {
 
 
 def save_tiny(model_type: str, folder: Path, *, seed: int = 0) -> Path:
-    """Build the tiny ``model_type`` (random weights from ``seed``) and save it to ``folder``."""
-    build, style = BUILDERS[model_type]
+    """Build the tiny ``model_type`` (random weights from ``seed``) and save it to ``folder``.
+
+    ``model_type`` is one of :data:`BUILDERS`, :data:`QUIRKS` or :data:`REFUSED`.
+    """
+    build, style = {**BUILDERS, **QUIRKS, **REFUSED}[model_type]
     tokenizer = word_tokenizer(style)
     torch.manual_seed(seed)
     model = build(style, len(tokenizer))
