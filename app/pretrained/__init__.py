@@ -8,7 +8,7 @@ demand by the model's own eager attention. Needs the ``pretrained`` extra; witho
 inputs, H heads, L tokens (padded), as in :mod:`attnviz.attention`.
 """
 
-from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, load_model, load_model_dir
+from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, load_model, load_model_dir, wrap_model
 from .model import (
     BLOCKS,
     Block,
@@ -40,4 +40,5 @@ __all__ = [
     "attention_rollout",
     "load_model",
     "load_model_dir",
+    "wrap_model",
 ]

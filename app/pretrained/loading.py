@@ -231,6 +231,53 @@ def load_model_dir(
     )
 
 
+def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> PretrainedModel:
+    """A transformers text model the caller has loaded, ready for AttnViz, not copied.
+
+    Any dtype, device or accelerate device map: the model runs where it lies, its
+    ``attn_implementation`` set to AttnViz's recorder (the same object: its other
+    uses then record nothing outside AttnViz's views, and compute what SDPA computes).
+
+    Args:
+        model: a ``transformers`` ``PreTrainedModel`` (an encoder, a decoder with its
+            head, or an encoder-decoder) already loaded.
+        tokenizer: its tokenizer.
+        name: how views and requests name it; default the config's ``name_or_path``.
+
+    Returns:
+        A :class:`.model.PretrainedModel` around ``model`` itself; a request for another
+        device than the model's is refused (it has no files to load from).
+
+    Raises:
+        ModelFormatError: a speech or image model (load those from their directory), or
+            one whose attention does not take transformers' attention functions.
+    """
+    config = model.config
+    if config.model_type in VISION_TYPES or config.model_type == "whisper":
+        raise ModelFormatError(
+            f"{type(model).__name__}: wrap_model takes text models; load a speech or image "
+            "model from its directory (ATTNVIZ_MODEL_DIRS or load_model_dir)"
+        )
+    try:
+        _ready(model)
+    except (ValueError, TypeError) as error:
+        raise ModelFormatError(
+            f"{type(model).__name__} does not take an attention function (transformers' "
+            f"AttentionInterface), so AttnViz cannot record its attention: {error}"
+        ) from error
+    label = name or str(getattr(config, "name_or_path", "") or type(model).__name__)
+    return PretrainedModel(
+        name=label,
+        source="loaded in Python",
+        path=Path(str(getattr(config, "name_or_path", "") or ".")),
+        family=family_of(config),
+        model=model,
+        tokenizer=tokenizer,
+        load_s=0.0,
+        reload=None,
+    )
+
+
 def load_ctranslate2_whisper(
     name: str,
     folder: Path,

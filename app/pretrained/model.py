@@ -669,14 +669,17 @@ class PretrainedModel:
         if _same_device(wanted, self.home):
             return self.home
         if self.placed or self.reload is None:
-            where = ", ".join(self.layers_per_device()) or str(self.home)
-            how = "a device map (ATTNVIZ_DEVICE_MAP)" if self.placed else "the caller"
-            raise AttentionInputError(
-                "device",
-                f"{self.name} was placed by {how} on {where} and runs where it lies; "
-                "send device 'auto'",
-            )
+            raise self._stays_where_it_lies()
         return wanted
+
+    def _stays_where_it_lies(self) -> AttentionInputError:
+        where = ", ".join(self.layers_per_device()) or str(self.home)
+        how = "a device map (ATTNVIZ_DEVICE_MAP)" if self.placed else "the caller"
+        return AttentionInputError(
+            "device",
+            f"{self.name} was placed by {how} on {where} and runs where it lies; "
+            "send device 'auto'",
+        )
 
     def on(self, device: torch.device) -> PreTrainedModel:
         """The model to run on ``device``: itself where it lies, else a copy loaded there once.
@@ -690,8 +693,7 @@ class PretrainedModel:
         if _same_device(device, self.home):
             return self.model
         if self.placed or self.reload is None:
-            self.device_for(device.type)  # raises, naming the placement
-        assert self.reload is not None
+            raise self._stays_where_it_lies()
         key = str(device)
         with self._lock:
             if key not in self._copies:

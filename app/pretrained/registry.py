@@ -233,6 +233,19 @@ class ModelRegistry:
             "model", f"no model on offer reads {modality}; name one in ATTNVIZ_MODEL_DIRS"
         )
 
+    def add(self, model: PretrainedModel) -> None:
+        """Offer a model loaded elsewhere (:func:`.loading.wrap_model`), ready at once.
+
+        Raises:
+            ModelFormatError: a model of that name is already on offer.
+        """
+        if model.name in self._entries:
+            raise ModelFormatError(f"two models are named {model.name!r}; pass name= to wrap_model")
+        self._entries[model.name] = ModelEntry(
+            model.name, model.path, model.source, state="ready", model=model,
+            queued_at=time.monotonic(),
+        )  # fmt: skip
+
     def clear(self) -> None:
         """Forget every model (they stay cached in :func:`.loading.load_model`)."""
         self._entries = {}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import torch
@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from .. import __version__
 from ..attention import compute_attention
 from ..attention.module_cache import MODULES
-from ..pretrained import MODELS
+from ..pretrained import MODELS, PretrainedModel
 from ..pretrained.recordings import RECORDINGS
 from ..resources import STATIC_DIR
 from .errors import install_error_handlers, require_valid_unicode
@@ -56,6 +56,8 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         cache_dir=settings.cache_dir,
         placement=settings.placement(),
     )
+    for given in getattr(application.state, "models", ()):  # create_app(models=...)
+        MODELS.add(given)
     MODELS.start()  # in the background: the server answers while models load
     RECORDINGS.resize(settings.recording_cache_bytes)
     yield
@@ -77,8 +79,17 @@ def configure_access_log() -> None:
         logger.propagate = False
 
 
-def create_app() -> FastAPI:
-    """The AttnViz app: page at /, JSON API at /api/v1, docs at /docs and /redoc."""
+def create_app(models: Sequence[PretrainedModel] = ()) -> FastAPI:
+    """The AttnViz app: page at /, JSON API at /api/v1, docs at /docs and /redoc.
+
+    Args:
+        models: models loaded in Python (:func:`attnviz.pretrained.wrap_model`: any dtype,
+            device or device map), offered after the configured ones, ready at once::
+
+                model = AutoModelForCausalLM.from_pretrained(path, device_map="auto")
+                app = create_app([wrap_model(model, tokenizer, name="mine")])
+                uvicorn.run(app)
+    """
     application = FastAPI(
         lifespan=lifespan,
         # /docs and /redoc are served by attnviz.server.routers.pages from this server's own copy
@@ -92,6 +103,7 @@ def create_app() -> FastAPI:
         "cross-attention masks.",
         dependencies=[Depends(require_valid_unicode)],
     )
+    application.state.models = list(models)
     install_error_handlers(application)
     install_openapi(application, REQUEST_SCHEMAS)
     settings = get_settings()

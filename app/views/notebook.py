@@ -430,12 +430,14 @@ def model_view(
 
 
 _registry: Any = None  # the models show() has loaded, kept for the next call
+_wrapped: dict[int, Any] = {}  # the models show() was handed, wrapped once each
 
 
 def show(
     text: str,
-    model: str | None = None,
+    model: Any = None,
     *,
+    tokenizer: Any = None,
     layer: int | None = None,
     method: str = "attention",
     target: str | None = None,
@@ -445,9 +447,13 @@ def show(
 
     Args:
         text: one input, tokenised by the model's own tokenizer.
-        model: a packaged model's name (``all-MiniLM-L6-v2``, ``SmolLM2-135M-Instruct``) or
-            a local Hugging Face directory or ``.gguf`` file of a text model; None for
-            all-MiniLM-L6-v2 (the first packaged one).
+        model: a packaged model's name (``all-MiniLM-L6-v2``, ``SmolLM2-135M-Instruct``),
+            a local Hugging Face directory or ``.gguf`` file of a text model, a
+            transformers model already loaded (any dtype, device or device map; with
+            ``tokenizer``; recorded where it lies, not copied), or a
+            :class:`attnviz.pretrained.PretrainedModel`; None for all-MiniLM-L6-v2 (the
+            first packaged one).
+        tokenizer: the tokenizer of a transformers model passed as ``model``.
         layer: one layer's heads (:func:`head_view`); None for every layer
             (:func:`model_view`).
         method: "attention" (the softmax weights) or "norm" (Kobayashi et al.'s
@@ -465,21 +471,31 @@ def show(
     import torch
 
     from ..attention.errors import AttentionInputError
-    from ..pretrained import PACKAGED_MODELS, ModelRegistry
+    from ..pretrained import PACKAGED_MODELS, ModelRegistry, PretrainedModel, wrap_model
     from ..pretrained.methods import PER_HEAD_METHODS, with_method
 
     if method != "attention" and method not in PER_HEAD_METHODS:
         raise AttentionInputError("method", f"{method!r}: show draws 'attention' or 'norm'")
-    if model is None:  # the default text model, not whichever model a registry holds
-        model = PACKAGED_MODELS[0].name
-    local = Path(model).exists()
-    name = Path(model).name.removesuffix(".gguf") if local else model
-    if _registry is None or name not in _registry.names():
-        registry = ModelRegistry()
-        registry.configure([Path(model)] if local else [], packaged=[] if local else [model])
-        registry.load()
-        _registry = registry
-    pretrained = _registry.get(name)
+    if isinstance(model, PretrainedModel):
+        pretrained = model
+    elif model is not None and not isinstance(model, str | Path):  # loaded by the caller
+        if tokenizer is None:
+            raise AttentionInputError("tokenizer", "pass the loaded model's tokenizer too")
+        pretrained = _wrapped.get(id(model)) or wrap_model(model, tokenizer)
+        _wrapped[id(model)] = pretrained
+    else:
+        if model is None:  # the default text model, not whichever model a registry holds
+            model = PACKAGED_MODELS[0].name
+        local = Path(model).exists()
+        name = Path(model).name.removesuffix(".gguf") if local else str(model)
+        if _registry is None or name not in _registry.names():
+            registry = ModelRegistry()
+            registry.configure(
+                [Path(model)] if local else [], packaged=[] if local else [str(model)]
+            )
+            registry.load()
+            _registry = registry
+        pretrained = _registry.get(name)
     pretrained.require("text", "use /models, or POST the file to /api/v1/speech or /vision")
     targets = None if target is None else [target]
     result = pretrained.attention([text], targets=targets, device=device)

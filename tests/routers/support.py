@@ -25,9 +25,10 @@ def decode(spec: dict[str, Any], expect: str | None = None) -> np.ndarray:
 
 
 @contextmanager
-def serving(env: dict[str, str], wait_s: float = 120) -> Iterator[Any]:
-    """A TestClient of an app started with ``env`` set, once every model has loaded (or
-    failed) within ``wait_s`` seconds; the settings and models are reset after."""
+def serving(env: dict[str, str], wait_s: float = 120, models: Sequence[Any] = ()) -> Iterator[Any]:
+    """A TestClient of an app started with ``env`` set (and ``models`` loaded in Python,
+    ``create_app(models)``), once every model has loaded (or failed) within ``wait_s``
+    seconds; the settings and models are reset after."""
     from attnviz.pretrained import MODELS
     from attnviz.server.main import create_app
     from attnviz.server.settings import get_settings
@@ -38,7 +39,7 @@ def serving(env: dict[str, str], wait_s: float = 120) -> Iterator[Any]:
         mp.setenv(name, value)
     get_settings.cache_clear()
     try:
-        with TestClient(create_app()) as client:
+        with TestClient(create_app(models)) as client:
             assert MODELS.wait(wait_s)
             yield client
     finally:
