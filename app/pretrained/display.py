@@ -44,6 +44,9 @@ from ..attention.errors import AttentionInputError
 from .model import MAX_ROLLOUT_TOKENS, Block, PretrainedAttentions, TokenizedBatch, rollout_step
 from .recorder import OBSERVED_CHUNK_FLOATS
 
+MIN_CHUNK_ROWS: Final = 64
+"""The fewest query rows an observed chunk is given when it could have more (a chunk's
+fixed costs: the eager function's key/value repeat, the Python around it)."""
 MAX_AVERAGE_SIZE: Final = 512
 """Layer means and rollouts longer than this per side are block-max pooled to it."""
 
@@ -624,10 +627,17 @@ class WalkObserver:
         return True
 
     def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
-        """Chunks of about OBSERVED_CHUNK_FLOATS weights, starting where :attr:`starts` allow."""
+        """Chunks of about OBSERVED_CHUNK_FLOATS weights, starting where :attr:`starts` allow.
+
+        At most an eighth of the rows each (and at least :data:`MIN_CHUNK_ROWS`): a causal
+        chunk computes its rows against every key up to its last row, so a chunk of C rows
+        computes about C / 2 rows' worth of masked keys; an eighth keeps that under 7% of
+        the layer's work.
+        """
         if length_q != self.length_q:
             raise RuntimeError(f"an observed call has {length_q} queries, not {self.length_q}")
         rows = max(1, OBSERVED_CHUNK_FLOATS // max(1, num_heads * length_k))
+        rows = min(rows, max(MIN_CHUNK_ROWS, -(-length_q // 8)))
         chunks, start = [], 0
         for boundary in [*self.starts[1:], length_q]:
             if boundary - start >= rows or boundary == length_q:
