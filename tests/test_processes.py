@@ -1,10 +1,14 @@
-"""Two real server processes give bit-identical weights for the same request."""
+"""Two real server processes give bit-identical answers for the same request (stateless
+replicas: any replica recomputes any view from the request alone, docs/scaling.md)."""
 
 import json
+import time
 import urllib.request
 from typing import Any
 
-from attnviz.devtools import live_server
+from attnviz.devtools import live_process, live_server
+
+from tests.pretrained.support import require_pretrained_extra
 
 REQUEST = {
     "sequences": ["the cat sat on the mat", "a dog"],
@@ -15,9 +19,9 @@ REQUEST = {
 }
 
 
-def post_attention(base_url: str, body: dict[str, Any]) -> Any:
+def post_attention(base_url: str, body: dict[str, Any], path: str = "/api/v1/attention") -> Any:
     request = urllib.request.Request(
-        f"{base_url}/api/v1/attention",
+        f"{base_url}{path}",
         data=json.dumps(body).encode(),
         headers={"content-type": "application/json"},
     )
@@ -34,3 +38,22 @@ def test_same_seed_same_weights_across_two_server_processes() -> None:
     # JSON floats round-trip exactly, so equal lists mean bit-identical float32 values.
     assert first["weights"] == second["weights"]
     assert first["weights"] != other_seed["weights"]
+
+
+def test_two_replicas_draw_the_same_pretrained_maps() -> None:
+    require_pretrained_extra()
+    env = {"ATTNVIZ_PACKAGED_MODELS": '["all-MiniLM-L6-v2"]'}
+    body = {"texts": ["The cat sat on the mat."], "sequence_index": 0, "display_size": 8}
+    answers = []
+    for _ in range(2):
+        with live_process(env=env, timeout_s=60) as (url, _):
+            deadline = time.monotonic() + 120
+            while True:
+                with urllib.request.urlopen(f"{url}/api/v1/models", timeout=30) as response:
+                    if not json.load(response)["loading"] or time.monotonic() > deadline:
+                        break
+                time.sleep(0.5)
+            answers.append(post_attention(url, body, "/api/v1/models/attention"))
+    first, second = answers
+    assert first["shape"][0] == 6 and first["attentions"] == second["attentions"]
+    assert first["layer_mean"] == second["layer_mean"] and first["rollout"] == second["rollout"]

@@ -20,7 +20,10 @@ import functools
 from dataclasses import dataclass
 from typing import Final
 
+import torch
+
 from ..attention.errors import AttentionInputError, InputTooLargeError
+from .display import MAX_AVERAGE_SIZE
 from .gradients import check_gradient_cells, gradient_cells
 from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
 from .model import HEAD_CHUNK_FLOATS, MAX_ROLLOUT_TOKENS, Block, PretrainedModel
@@ -28,7 +31,7 @@ from .recorder import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
 from .zeroing import check_value_zeroing_work
 
 FLOAT_BYTES: Final = 4
-"""Bytes of one recorded number (float32: models run in float32 here)."""
+"""Bytes of one float32 number: the maps, whatever the model's dtype, are float32."""
 EAGER_COPIES: Final = 4
 """How many (G, L_q, L_k) tensors the model's eager attention holds at once for one group
 of heads (scores, the masked scores, their softmax, the float32 copy returned)."""
@@ -205,7 +208,8 @@ def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
 
     N x (H + 2 H_kv) x L x d_k numbers per block, plus one (L_q, L_k) float mask per block
     (transformers builds one and hands it to every layer), plus T5's position bias
-    (H, L_q, L_k) per block, which its layers share too.
+    (H, L_q, L_k) per block, which its layers share too; each number in the model's dtype
+    (2 bytes in bfloat16 or float16, 4 in float32).
     """
     total = 0
     d_k = head_dim(model)
@@ -217,7 +221,21 @@ def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
         total += model.block_layers(block) * per_layer + len_q * len_k
         if _position_bias(model):
             total += heads * len_q * len_k
-    return total * FLOAT_BYTES
+    return total * dtype_bytes(model)
+
+
+def dtype_bytes(model: PretrainedModel) -> int:
+    """Bytes of one number in the model's dtype (float32 for a model that does not say)."""
+    dtype = getattr(model, "dtype", None)
+    return int(dtype.itemsize) if isinstance(dtype, torch.dtype) else FLOAT_BYTES
+
+
+def device_free_bytes(device: torch.device) -> int | None:
+    """Free memory of a CUDA device (``torch.cuda.mem_get_info``), None for the CPU's."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)
 
 
 def estimate_peak_bytes(
@@ -230,6 +248,8 @@ def estimate_peak_bytes(
     method: str = "attention",
     observed: bool = False,
     recorded: bool = True,
+    layer_index: int | None = None,
+    head_index: int | None = None,
 ) -> int:
     """The memory a one-input request needs at its peak, above the idle server, in bytes.
 
@@ -272,7 +292,15 @@ def estimate_peak_bytes(
     eager = max(group, min(HEAD_CHUNK_FLOATS, heads * len_q * len_k)) * EAGER_COPIES
     side_q = len_q if display_size is None else min(len_q, display_size)
     side_k = len_k if display_size is None else min(len_k, display_size)
-    kept = 2 * len_q * len_k + model.block_layers(block) * (heads + 1) * side_q * side_k
+    # the shown maps: every layer or layer_index's, every head or head_index's, and each
+    # shown layer's head mean (pooled to MAX_AVERAGE_SIZE for one head at full size)
+    shown_layers = model.block_layers(block) if layer_index is None else 1
+    shown_heads = heads if head_index is None else 1
+    mean_q, mean_k = side_q, side_k
+    if head_index is not None and display_size is None:
+        mean_q, mean_k = min(len_q, MAX_AVERAGE_SIZE), min(len_k, MAX_AVERAGE_SIZE)
+    shown = shown_layers * (shown_heads * side_q * side_k + mean_q * mean_k)
+    kept = 2 * len_q * len_k + shown
     logits = 256 * model.vocab_size if model.family != "encoder" else 0
     view = eager + kept + logits
     if observed:  # the view is built during the pass, a chunk at a time
@@ -306,30 +334,43 @@ def check_memory(
     method: str = "attention",
     observed: bool = False,
     recorded: bool = True,
+    free_bytes: int | None = None,
+    device: str = "",
+    layer_index: int | None = None,
+    head_index: int | None = None,
 ) -> int:
     """Refuse a request whose :func:`estimate_peak_bytes` is over ``limit`` bytes.
+
+    ``free_bytes``, when given (the free memory of the GPU the model runs on,
+    :func:`device_free_bytes`), is a second limit, named in the message with ``device``.
 
     Returns:
         The estimate, in bytes.
 
     Raises:
         InputTooLargeError: (413) naming ``max_new_tokens`` when the prompt alone would
-            fit, else ``texts``; the message has the estimate and the limit.
+            fit, else ``texts``; the message has the estimate and the limit (and which).
     """
     estimate = functools.partial(
         estimate_peak_bytes, model, block=block, runs=runs, display_size=display_size,
-        method=method, observed=observed, recorded=recorded,
+        method=method, observed=observed, recorded=recorded, layer_index=layer_index,
+        head_index=head_index,
     )  # fmt: skip
     needed = estimate(lengths)
-    if needed <= limit:
+    bound = limit if free_bytes is None else min(limit, free_bytes)
+    if needed <= bound:
         return needed
     alone = InputLengths(lengths.source, lengths.target)
-    field = "max_new_tokens" if lengths.new_tokens and estimate(alone) <= limit else "texts"
+    field = "max_new_tokens" if lengths.new_tokens and estimate(alone) <= bound else "texts"
+    over = (
+        f"over the {_size(bound)} free on {device or 'the device'}"
+        if bound < limit
+        else f"over the limit of {_size(limit)} (ATTNVIZ_MAX_REQUEST_BYTES)"
+    )
     raise InputTooLargeError(
         field,
         f"this request would need about {_size(needed)} of memory at its peak "
-        f"({lengths.total} tokens through {model.name}), over the limit of {_size(limit)} "
-        "(ATTNVIZ_MAX_REQUEST_BYTES); use a shorter text"
+        f"({lengths.total} tokens through {model.name}), {over}; use a shorter text"
         + (" or fewer new tokens" if lengths.new_tokens else ""),
     )
 

@@ -28,6 +28,7 @@ H x L_q x L_k weights at a time, plus what is kept. The display choices, all opt
 from __future__ import annotations
 
 import contextvars
+import math
 import queue
 import threading
 import time
@@ -393,10 +394,12 @@ class LayerWalk:
         """Whether :meth:`layers` runs the forward pass itself, observing it.
 
         So when the walk was made with ``pending`` (a pass not run yet) and a
-        ``display_size`` (:class:`WalkObserver`); :attr:`result` is then a placeholder
-        (no recording) until the pass has run.
+        ``display_size`` or a ``head_index`` (:class:`WalkObserver`); :attr:`result` is
+        then a placeholder (no recording) until the pass has run.
         """
-        return self.pending is not None and self.display_size is not None
+        return self.pending is not None and (
+            self.display_size is not None or self.head_index is not None
+        )
 
     def layers(self) -> Iterator[LayerMaps]:
         """Compute the layers in order; yield the shown ones (all, or layer_index's).
@@ -600,6 +603,12 @@ class WalkObserver:
             units = len(shown)
         key_units = len(walk.shown(walk.keys, walk.keep_k)[0])
         self.factor_q, self.factor_k = walk.factors(units, key_units)
+        # a head clicked at full size has its layer's mean pooled to MAX_AVERAGE_SIZE
+        self.mean_q, self.mean_k = self.factor_q, self.factor_k
+        if walk.display_size is None and walk.head_index is not None:
+            self.mean_q = -(-units // MAX_AVERAGE_SIZE)
+            self.mean_k = -(-key_units // MAX_AVERAGE_SIZE)
+        step = math.lcm(self.factor_q, self.mean_q)
         self.units, self.key_units = units, key_units
         self.shown_before = torch.cat([torch.zeros(1, dtype=torch.long), keep.long().cumsum(0)])
         self.unit_of_shown = unit_of_shown
@@ -609,7 +618,7 @@ class WalkObserver:
             first_token.setdefault(unit_of_shown[index], position)
         self.starts = [
             0,
-            *sorted(first_token[u] for u in range(self.factor_q, units, self.factor_q)),
+            *sorted(first_token[u] for u in range(step, units, step)),
         ]
         self.length_q = length_q
         self.raw_mean: torch.Tensor | None = None
@@ -695,17 +704,24 @@ class WalkObserver:
         heads = shown
         if walk.head_index is not None:
             heads = shown[walk.head_index : walk.head_index + 1]
-        rows_out = -(-self.units // self.factor_q)
-        columns_out = -(-self.key_units // self.factor_k)
         if self.attentions is None or self.head_mean is None:
-            self.attentions = torch.zeros(heads.shape[0], rows_out, columns_out, device=device)
-            self.head_mean = torch.zeros(rows_out, columns_out, device=device)
+            self.attentions = torch.zeros(
+                heads.shape[0],
+                -(-self.units // self.factor_q),
+                -(-self.key_units // self.factor_k),
+                device=device,
+            )
+            self.head_mean = torch.zeros(
+                -(-self.units // self.mean_q), -(-self.key_units // self.mean_k), device=device
+            )
         b0 = u0 // self.factor_q
         pooled_heads = block_pooled(heads, self.factor_q, self.factor_k)
         out_rows, out_columns = pooled_heads.shape[-2:]
         self.attentions[:, b0 : b0 + out_rows, :out_columns] = pooled_heads
-        pooled_mean = block_pooled(mean, self.factor_q, self.factor_k)
-        self.head_mean[b0 : b0 + out_rows, :out_columns] = pooled_mean
+        m0 = u0 // self.mean_q
+        pooled_mean = block_pooled(mean, self.mean_q, self.mean_k)
+        out_rows, out_columns = pooled_mean.shape[-2:]
+        self.head_mean[m0 : m0 + out_rows, :out_columns] = pooled_mean
 
     def layer_done(self) -> None:
         """The layer's rollout step; its shown maps to the sink."""

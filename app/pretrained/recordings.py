@@ -237,15 +237,17 @@ class RecordingCache:
         temperature: float,
         seed: int,
         device: str = "auto",
+        record_pass: bool = True,
     ) -> Generation:
         """:meth:`.model.PretrainedModel.generate`, or the kept generation of the same prompt.
 
-        The steps are not recorded one by one (``record_steps=False``): generating
-        records, as it goes, the one causal pass over prompt + new tokens
-        (``record_pass``), returned in the generation's ``result`` and kept here as
-        :meth:`run` keeps passes, so the maps of a generated text cost no second forward
-        pass. A kept generation (a repeated request) has no ``result``: :meth:`run` gives
-        its pass.
+        The steps are not recorded one by one (``record_steps=False``). With
+        ``record_pass``, generating records, as it goes, the one causal pass over prompt +
+        new tokens, returned in the generation's ``result`` and kept here as :meth:`run`
+        keeps passes, so the maps of a generated text cost no second forward pass;
+        without it nothing is recorded (the caller runs one observed pass after, the
+        streamed grid). A kept generation (a repeated request) has no ``result``:
+        :meth:`run` gives its pass.
 
         Raises:
             AttentionInputError: as :meth:`.model.PretrainedModel.generate`.
@@ -264,7 +266,7 @@ class RecordingCache:
             seed=seed,
             device=device,
             record_steps=False,
-            record_pass=True,
+            record_pass=record_pass,
         )
         result = generation.result
         with self._lock:

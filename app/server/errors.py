@@ -83,11 +83,23 @@ def engine_errors(device: str, location: str = "body") -> Iterator[None]:
         raise field_error(code, error.field, error.message, location) from error
     except torch.OutOfMemoryError as error:
         raise field_error(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            "device",
-            f"the {device} device ran out of memory; try a smaller request",
-            location,
+            status.HTTP_503_SERVICE_UNAVAILABLE, "device", out_of_memory(device), location
         ) from error
+
+
+def out_of_memory(device: str) -> str:
+    """The 503's message after a device ran out of memory; empties torch's CUDA cache first.
+
+    What the failed request allocated is free once its tensors are gone; emptying the
+    caching allocator hands it back to the device, so that the next request (and other
+    processes) find it free and the server stays healthy.
+    """
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return (
+        f"the {device} device ran out of memory (its cache was emptied, the server goes on); "
+        "try a smaller request"
+    )
 
 
 ECHO_MAX_CHARS: Final = 200

@@ -46,8 +46,9 @@ def walks(model: PretrainedModel) -> list[dict[str, object]]:
             "head_index": head,
         }
         for block, hide, merge, size, head in itertools.product(
-            model.blocks, [False, True], [False, True], [4, 7, 64], [None, 1]
+            model.blocks, [False, True], [False, True], [4, 7, 64, None], [None, 1]
         )
+        if size is not None or head is not None  # a whole layer at full size is not observed
         if not (hide and model.family == "decoder")  # tiny decoders have no special tokens
     ]
 
@@ -61,6 +62,8 @@ def test_an_observed_walk_equals_the_walk_of_a_recorded_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", chunk_floats)
+    # averages (and a clicked head's layer mean) pooled here too, in blocks of 5 or 6
+    monkeypatch.setattr(display_module, "MAX_AVERAGE_SIZE", 6)
     model = models[name]
     batch = model.tokenize([TEXT])
     targets = (

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import TARGETS, TEXTS, WORDS, save_tiny
@@ -258,9 +259,12 @@ def test_a_request_over_the_memory_budget_is_a_413_with_the_estimate(
 
     model = MODELS.get("tiny-llama")
     text = prompt_of_length(24)
-    alone = estimate_peak_bytes(model, InputLengths(24), block="decoder", display_size=8)
+    # the streamed grid is computed during its pass (observed), its small recording kept
+    alone = estimate_peak_bytes(
+        model, InputLengths(24), block="decoder", display_size=8, observed=True
+    )
     generating = estimate_peak_bytes(
-        model, InputLengths(24, new_tokens=16), block="decoder", display_size=8
+        model, InputLengths(24, new_tokens=16), block="decoder", display_size=8, observed=True
     )
     assert alone < generating
     body = {
@@ -283,6 +287,31 @@ def test_a_request_over_the_memory_budget_is_a_413_with_the_estimate(
         assert detail["loc"][-1] == field
         assert "ATTNVIZ_MAX_REQUEST_BYTES" in detail["msg"]
         assert f"{generating / 2**20:,.0f} MiB" in detail["msg"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_request_over_the_device_s_free_memory_is_a_413_naming_both_figures(
+    client: TestClient, nothing_runs: None, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    """On a GPU, the device's free memory (torch.cuda.mem_get_info) is a second limit."""
+    import attnviz.server.routers.pretrained as pretrained_router
+
+    monkeypatch.setattr(pretrained_router, "device_free_bytes", lambda device: 3 * 2**20)
+    body = {"model": "tiny-llama", "texts": [prompt_of_length(24)], "sequence_index": 0}
+    response = client.post(route, json={**body, "display_size": 8})
+    assert response.status_code == 413, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"][-1] == "texts"
+    assert "over the 3 MiB free on cpu" in detail["msg"] and "would need about" in detail["msg"]
+
+
+def test_the_recording_is_estimated_in_the_model_s_dtype() -> None:
+    from attnviz.pretrained.admission import InputLengths, recording_bytes
+
+    model = smollm2_shape()
+    full = recording_bytes(model, InputLengths(1024))
+    model.dtype = torch.bfloat16
+    assert recording_bytes(model, InputLengths(1024)) * 2 == full
 
 
 def test_the_estimate_grows_with_the_input_and_admits_smollm2_at_4096_tokens() -> None:

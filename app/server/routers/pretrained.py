@@ -20,6 +20,7 @@ from ...pretrained.admission import (
     check_memory,
     check_options,
     check_positions,
+    device_free_bytes,
 )
 from ...pretrained.admission import recording_bytes as estimated_recording_bytes
 from ...pretrained.display import (
@@ -43,7 +44,7 @@ from ...pretrained.recorder import AttentionRecording, Neuron
 from ...pretrained.recordings import RECORDINGS
 from ...pretrained.zeroing import value_zeroing
 from ..dependencies import SettingsDep
-from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc
+from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc, out_of_memory
 from ..executor import computed, held_while_sent
 from ..limits import check_cells, check_limit
 from ..schemas.pretrained import (
@@ -209,9 +210,11 @@ def model_response(
             result = model.run(batch, targets, device=request.device)
             result = with_method(result, model.on(torch.device(result.device)), request.method)
         return respond(batch_payload(model, request, result, block))
-    prepared = prepare_sequence(model, request, batch, targets, block, settings)
+    prepared = prepare_sequence(model, request, batch, targets, block, settings, observe=True)
     with engine_errors(request.device):
         view = prepared.walk.view()
+    # an observed pass's own result (its next tokens, its time) replaces the placeholder
+    prepared = replace(prepared, result=prepared.walk.result)
     return respond(sequence_payload(model, request, prepared, view))
 
 
@@ -308,6 +311,9 @@ def stream_response(
                     }
                 )
             view = walk.view()
+        except torch.OutOfMemoryError:
+            yield ndjson({"type": "error", "detail": out_of_memory(request.device)})
+            return
         except (AttentionInputError, ComputeCancelledError, RuntimeError, ValueError) as error:
             yield ndjson({"type": "error", "detail": str(error)})
             return
@@ -418,11 +424,10 @@ def prepare_sequence(
 ) -> PreparedSequence:
     """Check the one-input options, generate when asked, run (or reuse) the forward pass.
 
-    With ``observe`` (the streamed grid), a plain request (the weights, pooled to a
-    display size, no generation, ablation, query or neuron) whose pass is not kept runs
-    no pass here: its walk runs it while streaming, observed
-    (:class:`attnviz.pretrained.display.WalkObserver`), so that each layer is sent as
-    soon as the pass has computed it.
+    With ``observe``, a plain request (the weights, pooled to a display size or one head,
+    no ablation, query or neuron) whose pass is not kept runs no pass here: its walk runs
+    it, observed (:class:`attnviz.pretrained.display.WalkObserver`), the maps built during
+    the pass, so that a stream sends each layer as soon as the pass has computed it.
 
     Every option is checked before anything runs, against the model's config and the
     tokenised length (plus ``max_new_tokens`` with generation): indices, method bounds,
@@ -505,12 +510,14 @@ def prepare_sequence(
             target_token_id=request.target_token_id,
         )
         check_view_cells(model, request, lengths, block, settings)
+        run_on = model.device_for(request.device)
+        # With generation, the new tokens come from an unrecorded, key/value-cached run
+        # (SDPA), then one observed pass covers prompt + new tokens.
         observing = (
             observe
-            and not request.max_new_tokens
             and not request.ablate
             and request.method == "attention"
-            and request.display_size is not None
+            and (request.display_size is not None or request.head_index is not None)
             and request.query_index is None
             and not request.neuron
             and RECORDINGS.kept(model, alone, alone_targets, device=request.device) is None
@@ -528,6 +535,10 @@ def prepare_sequence(
             method=request.method,
             observed=observing,
             recorded=recorded,
+            free_bytes=device_free_bytes(run_on),
+            device=str(run_on),
+            layer_index=request.layer_index,
+            head_index=request.head_index,
         )
         generation = None
         if request.max_new_tokens:
@@ -538,6 +549,7 @@ def prepare_sequence(
                 temperature=request.temperature,
                 seed=request.seed,
                 device=request.device,
+                record_pass=not observing,
             )
             alone = model.extended(alone, generation.new_ids)
             check_positions(
