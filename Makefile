@@ -58,6 +58,7 @@ bench: install browser
 bench-models: install browser
 	$(BIN)/python -m benchmarks.pretrained
 	$(BIN)/python -m benchmarks.decoder
+	$(BIN)/python -m benchmarks.placement
 	$(BIN)/python -m benchmarks.methods
 	$(BIN)/python -m benchmarks.media
 

@@ -72,8 +72,8 @@ ENDINGS = (  # each one token after a space, for SmolLM2's tokenizer
 
 def prompt_of(model: PretrainedModel, length: int) -> str:
     """A text of exactly ``length`` tokens (the passage repeated, cut at a token)."""
-    ids = model.tokenize([PASSAGE * (length // 40 + 2)]).input_ids[0, :length]
-    text = model.tokenizer.decode(ids.tolist())
+    ids = model.tokenizer(PASSAGE * (length // 40 + 2))["input_ids"][:length]
+    text = model.tokenizer.decode(ids)
     assert model.tokenize([text]).input_ids.shape[1] == length, "not a token boundary"
     return str(text)
 
@@ -108,8 +108,9 @@ def decoder_server() -> Iterator[tuple[str, Any]]:
         yield url, process
 
 
-def stream_once(client: httpx.Client, text: str) -> tuple[float, float, float]:
-    """One streamed grid (ms to its first layer line and to its end), then one head (ms)."""
+def stream_once(client: httpx.Client, text: str, pid: int) -> tuple[float, float, float, int, int]:
+    """One streamed grid (ms to its first layer line and to its end), then one head (ms);
+    the server's resident memory growth (bytes) during each (VmHWM reset before each)."""
     body: dict[str, Any] = {
         "model": NAME,
         "texts": [text],
@@ -117,6 +118,7 @@ def stream_once(client: httpx.Client, text: str) -> tuple[float, float, float]:
         "display_size": 64,
         "encoding": "base64_float32",
     }
+    base = reset_peak(pid)
     started = time.perf_counter()
     layers, first = 0, 0.0
     with client.stream("POST", "/api/v1/models/attention/layers", json=body) as r:
@@ -129,13 +131,16 @@ def stream_once(client: httpx.Client, text: str) -> tuple[float, float, float]:
                 if layers == 1:
                     first = (time.perf_counter() - started) * 1000
     whole = (time.perf_counter() - started) * 1000
+    grid_growth = peak_rss_bytes(pid) - base
     assert layers == 30, layers
     head = {**body, "layer_index": 15, "head_index": 4}
     del head["display_size"]
+    base = reset_peak(pid)
     started = time.perf_counter()
     answer = client.post("/api/v1/models/attention", json=head)
     assert answer.status_code == 200, answer.text
-    return first, whole, (time.perf_counter() - started) * 1000
+    click = (time.perf_counter() - started) * 1000
+    return first, whole, click, grid_growth, peak_rss_bytes(pid) - base
 
 
 DRAWN = "document.getElementById('view-model').dataset.drawn === 'true'"
@@ -221,6 +226,7 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
         with torch.inference_mode():
             return transformers_model(b.input_ids).logits
 
+    growths: list[tuple[int, int]] = []
     figures: dict[str, list[float]] = {
         k: [] for k in ("forward", "recorded", "first", "whole", "head", "page_first", "page_whole")
     }
@@ -232,7 +238,10 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
                 with attention_implementation(transformers_model, "sdpa"):
                     forward = median_ms(lambda b=batch: run_forward(b), 1)
                 recorded = median_ms(lambda b=batch: model.run(b, device="cpu"), 1)
-                first, whole, head = stream_once(client, prompt())
+                first, whole, head, grid_growth, click_growth = stream_once(
+                    client, prompt(), process.pid
+                )
+                growths.append((grid_growth, click_growth))
                 shown = None if page is None else page(prompt())
                 if rep == 0:
                     continue
@@ -245,9 +254,11 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
                 if shown is not None:
                     figures["page_first"].append(shown[0])
                     figures["page_whole"].append(shown[1])
-        peak = peak_rss_bytes(process.pid)
     result: dict[str, Any] = {k: statistics.median(v) if v else None for k, v in figures.items()}
-    result["growth"] = peak - idle
+    result["grid_growth"] = max(g for g, _ in growths)
+    result["click_growth"] = max(c for _, c in growths)
+    result["growth"] = max(result["grid_growth"], result["click_growth"])
+    result["peak"] = idle + result["growth"]
     result["first_x"] = statistics.median(
         a / f for a, f in zip(figures["first"], figures["forward"], strict=True)
     )
@@ -262,7 +273,6 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
         if figures["page_whole"]
         else None
     )
-    result["peak"] = peak
     reference_ms = reference_gib = None
     cells = 30 * 9 * length**2
     if cells * 4 < 4 * GiB:
@@ -354,7 +364,8 @@ def main() -> None:
             f"{m['recorded']:.0f} ms; first layer {m['first']:.0f} ms "
             f"({m['first_x']:.2f}x forward), whole grid {m['whole']:.0f} ms "
             f"({m['whole_x']:.2f}x forward); one head {m['head']:.0f} ms; "
-            f"server peak {m['peak'] / GiB:.2f} GiB, growth {m['growth'] / GiB:.2f} GiB; "
+            f"server peak {m['peak'] / GiB:.2f} GiB, growth {m['growth'] / GiB:.2f} GiB "
+            f"(grid {m['grid_growth'] / GiB:.2f} GiB, click {m['click_growth'] / GiB:.2f} GiB); "
             f"{page}{reference}",
             flush=True,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -13,7 +14,7 @@ from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import Response, StreamingResponse
 
 from ...attention.cancellation import ComputeCancelledError
-from ...attention.errors import AttentionInputError
+from ...attention.errors import AttentionInputError, InputTooLargeError
 from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, TokenizedBatch
 from ...pretrained.admission import (
     InputLengths,
@@ -513,6 +514,20 @@ def prepare_sequence(
         run_on = model.device_for(request.device)
         # With generation, the new tokens come from an unrecorded, key/value-cached run
         # (SDPA), then one observed pass covers prompt + new tokens.
+        memory = functools.partial(
+            check_memory,
+            model,
+            lengths,
+            settings.max_request_bytes,
+            block=block,
+            runs=2 if request.ablate else 1,
+            display_size=request.display_size,
+            method=request.method,
+            free_bytes=device_free_bytes(run_on),
+            device=str(run_on),
+            layer_index=request.layer_index,
+            head_index=request.head_index,
+        )
         observing = (
             observe
             and not request.ablate
@@ -522,24 +537,19 @@ def prepare_sequence(
             and not request.neuron
             and RECORDINGS.kept(model, alone, alone_targets, device=request.device) is None
         )
+        if observing and request.display_size is None:
+            # One head at full size: a recorded pass and that head's eager attention cost
+            # less time than an observed pass (every layer's weights); observed only when
+            # the recorded pass would not fit in memory.
+            try:
+                memory()
+                observing = False
+            except InputTooLargeError:
+                pass
         recorded = (
             not observing or estimated_recording_bytes(model, lengths) <= RECORDINGS.max_bytes
         )
-        check_memory(
-            model,
-            lengths,
-            settings.max_request_bytes,
-            block=block,
-            runs=2 if request.ablate else 1,
-            display_size=request.display_size,
-            method=request.method,
-            observed=observing,
-            recorded=recorded,
-            free_bytes=device_free_bytes(run_on),
-            device=str(run_on),
-            layer_index=request.layer_index,
-            head_index=request.head_index,
-        )
+        memory(observed=observing, recorded=recorded)
         generation = None
         if request.max_new_tokens:
             generation = RECORDINGS.generate(
