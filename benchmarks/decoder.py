@@ -108,7 +108,9 @@ def decoder_server() -> Iterator[tuple[str, Any]]:
         yield url, process
 
 
-def stream_once(client: httpx.Client, text: str, pid: int) -> tuple[float, float, float, int, int]:
+def stream_once(
+    client: httpx.Client, text: str, pid: int, length: int
+) -> tuple[float, float, float, int, int]:
     """One streamed grid (ms to its first layer line and to its end), then one head (ms);
     the server's resident memory growth (bytes) during each (VmHWM reset before each)."""
     body: dict[str, Any] = {
@@ -133,8 +135,11 @@ def stream_once(client: httpx.Client, text: str, pid: int) -> tuple[float, float
     whole = (time.perf_counter() - started) * 1000
     grid_growth = peak_rss_bytes(pid) - base
     assert layers == 30, layers
-    head = {**body, "layer_index": 15, "head_index": 4}
-    del head["display_size"]
+    # One head at full size is L^2 numbers: beyond ATTNVIZ_MAX_WEIGHT_CELLS' 2^25 (about
+    # 5,800 tokens) the click asks for it pooled to 4,096 per side.
+    head = {**body, "layer_index": 15, "head_index": 4, "display_size": None}
+    if length > 5792:
+        head["display_size"] = 4096
     base = reset_peak(pid)
     started = time.perf_counter()
     answer = client.post("/api/v1/models/attention", json=head)
@@ -239,7 +244,7 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
                     forward = median_ms(lambda b=batch: run_forward(b), 1)
                 recorded = median_ms(lambda b=batch: model.run(b, device="cpu"), 1)
                 first, whole, head, grid_growth, click_growth = stream_once(
-                    client, prompt(), process.pid
+                    client, prompt(), process.pid, length
                 )
                 growths.append((grid_growth, click_growth))
                 shown = None if page is None else page(prompt())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -125,21 +125,28 @@ class ModelRegistry:
         if not entries:
             self._done.set()
 
-    def load(self) -> None:
+    def load(self, after_each: Callable[[], object] | None = None) -> None:
         """Load every model still loading, in order, and run a short input through each.
 
         A model that cannot be loaded becomes "failed" with the reason; the others go on.
+        ``after_each`` runs after each model (the server hands the memory a load freed,
+        a float32 checkpoint cast to bfloat16 for one, back to the system).
         Loaders run one at a time (a lock): a loader left from an earlier configuration
         finishes before the next starts, and signals only its own configuration's end.
         """
         done, cancel, entries = self._done, self._cancel, list(self._entries.values())
         try:
             with _LOADING:
-                self._load(entries, cancel)
+                self._load(entries, cancel, after_each)
         finally:
             done.set()
 
-    def _load(self, entries: list[ModelEntry], cancel: threading.Event) -> None:
+    def _load(
+        self,
+        entries: list[ModelEntry],
+        cancel: threading.Event,
+        after_each: Callable[[], object] | None = None,
+    ) -> None:
         for entry in entries:
             if cancel.is_set():
                 return
@@ -156,10 +163,14 @@ class ModelRegistry:
                 entry.state, entry.error = "failed", str(error) or type(error).__name__
             else:
                 entry.model, entry.state = model, "ready"
+            if after_each is not None:
+                after_each()
 
-    def start(self) -> threading.Thread:
+    def start(self, after_each: Callable[[], object] | None = None) -> threading.Thread:
         """Load in a background thread (daemon: a server shutting down does not wait)."""
-        thread = threading.Thread(target=self.load, name="attnviz-model-loader", daemon=True)
+        thread = threading.Thread(
+            target=self.load, args=(after_each,), name="attnviz-model-loader", daemon=True
+        )
         self._thread = thread
         thread.start()
         return thread

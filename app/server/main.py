@@ -20,7 +20,7 @@ from ..resources import STATIC_DIR
 from .errors import install_error_handlers, require_valid_unicode
 from .executor import run_compute, start_executor, stop_executor
 from .limits import UPLOAD_PATHS
-from .memory import tune_allocator
+from .memory import release_memory, tune_allocator
 from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .openapi import install_openapi
 from .presets import DEFAULT_PRESET
@@ -58,7 +58,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     )
     for given in getattr(application.state, "models", ()):  # create_app(models=...)
         MODELS.add(given)
-    MODELS.start()  # in the background: the server answers while models load
+    MODELS.start(release_memory)  # in the background: the server answers while models load
     RECORDINGS.resize(settings.recording_cache_bytes)
     yield
     MODELS.stop()

@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import Response, StreamingResponse
 
 from ...attention.cancellation import ComputeCancelledError
-from ...attention.errors import AttentionInputError, InputTooLargeError
+from ...attention.errors import AttentionInputError
 from ...pretrained import MODELS, ModelEntry, ModelNotReady, PretrainedModel, TokenizedBatch
 from ...pretrained.admission import (
     InputLengths,
@@ -537,15 +537,6 @@ def prepare_sequence(
             and not request.neuron
             and RECORDINGS.kept(model, alone, alone_targets, device=request.device) is None
         )
-        if observing and request.display_size is None:
-            # One head at full size: a recorded pass and that head's eager attention cost
-            # less time than an observed pass (every layer's weights); observed only when
-            # the recorded pass would not fit in memory.
-            try:
-                memory()
-                observing = False
-            except InputTooLargeError:
-                pass
         recorded = (
             not observing or estimated_recording_bytes(model, lengths) <= RECORDINGS.max_bytes
         )
