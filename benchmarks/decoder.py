@@ -136,10 +136,10 @@ def stream_once(
     grid_growth = peak_rss_bytes(pid) - base
     assert layers == 30, layers
     # One head at full size is L^2 numbers: beyond ATTNVIZ_MAX_WEIGHT_CELLS' 2^25 (about
-    # 5,800 tokens) the click asks for it pooled to 4,096 per side.
+    # 5,800 tokens) the click asks for it pooled to 1,024 per side.
     head = {**body, "layer_index": 15, "head_index": 4, "display_size": None}
     if length > 5792:
-        head["display_size"] = 4096
+        head["display_size"] = 1024  # the request schema's largest
     base = reset_peak(pid)
     started = time.perf_counter()
     answer = client.post("/api/v1/models/attention", json=head)
@@ -247,6 +247,12 @@ def measure(model: PretrainedModel, length: int, reps: int) -> dict[str, Any]:
                     client, prompt(), process.pid, length
                 )
                 growths.append((grid_growth, click_growth))
+                print(
+                    f"  L={length} rep {rep}: forward {forward:.0f} ms, grid: first layer "
+                    f"{first:.0f} ms, whole {whole:.0f} ms, growth {grid_growth / GiB:.2f} GiB; "
+                    f"click {head:.0f} ms, growth {click_growth / GiB:.2f} GiB",
+                    flush=True,
+                )
                 shown = None if page is None else page(prompt())
                 if rep == 0:
                     continue

@@ -633,23 +633,17 @@ def _observed_attention(
     eager = eager_attention(module)
     length_q, length_k = int(query.shape[2]), int(key.shape[2])
     bias = kwargs.get(POSITION_BIAS)
-    seen = None
-    if attention_mask is not None and attention_mask.shape[-2] > 1:
-        seen = (
-            attention_mask
-            if attention_mask.dtype == torch.bool
-            else attention_mask > torch.finfo(attention_mask.dtype).min / 2
-        )
-        # the last key each row sees, over every batch row and broadcast head
-        seen_any = seen.reshape(-1, *seen.shape[-2:]).any(dim=0)
-        positions = torch.arange(1, length_k + 1, device=seen.device)
-        last_seen = (seen_any * positions).amax(dim=-1)  # (L_q,) 0 for a row seeing nothing
+    per_row = attention_mask is not None and attention_mask.shape[-2] > 1
     parts = []
     for start, stop in observer.row_chunks(length_q, length_k, int(query.shape[1])):
         check_cancelled()
         keys = length_k
-        if seen is not None:
-            keys = max(1, int(last_seen[start:stop].max()))
+        if per_row:  # the last key any row of the chunk sees (chunk by chunk: no L x L copy)
+            assert attention_mask is not None
+            rows = attention_mask[..., start:stop, :]
+            seen = rows if rows.dtype == torch.bool else rows > torch.finfo(rows.dtype).min / 2
+            columns = seen.reshape(-1, length_k).any(dim=0).nonzero()
+            keys = max(1, int(columns[-1]) + 1) if columns.numel() else 1
         mask = attention_mask
         if mask is not None:
             mask = mask if mask.shape[-2] == 1 else mask[..., start:stop, :]
