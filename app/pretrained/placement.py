@@ -69,6 +69,21 @@ def _device_value(value: Any, setting: str) -> int | str:
     return "cuda" if text == "cuda" else text
 
 
+def _json_object(text: str, setting: str) -> dict[str, Any]:
+    """A setting's value read as a non-empty JSON object.
+
+    Raises:
+        PlacementError: naming ``setting``: not JSON, or not a non-empty object.
+    """
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise PlacementError(f"{setting}: not JSON: {error}") from error
+    if not isinstance(raw, dict) or not raw:
+        raise PlacementError(f"{setting}: must be a non-empty JSON object")
+    return raw
+
+
 @dataclass(frozen=True)
 class Placement:
     """How models are loaded: dtype and device map, from the ``ATTNVIZ_`` settings.
@@ -119,12 +134,7 @@ class Placement:
         if text == "auto":
             return "auto"
         if text.startswith("{"):
-            try:
-                raw = json.loads(text)
-            except json.JSONDecodeError as error:
-                raise PlacementError(f"ATTNVIZ_DEVICE_MAP: not JSON: {error}") from error
-            if not isinstance(raw, dict) or not raw:
-                raise PlacementError("ATTNVIZ_DEVICE_MAP: a JSON map must be a non-empty object")
+            raw = _json_object(text, "ATTNVIZ_DEVICE_MAP")
             return {str(k): _device_value(v, "ATTNVIZ_DEVICE_MAP") for k, v in raw.items()}
         device = _device_value(text, "ATTNVIZ_DEVICE_MAP")
         return f"cuda:{device}" if isinstance(device, int) else device
@@ -139,12 +149,7 @@ class Placement:
         text = self.max_memory.strip()
         if not text:
             return None
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise PlacementError(f"ATTNVIZ_MAX_MEMORY: not JSON: {error}") from error
-        if not isinstance(raw, dict) or not raw:
-            raise PlacementError("ATTNVIZ_MAX_MEMORY: must be a non-empty JSON object")
+        raw = _json_object(text, "ATTNVIZ_MAX_MEMORY")
         limits: dict[int | str, int | str] = {}
         for key, size in raw.items():
             device = _device_value(key, "ATTNVIZ_MAX_MEMORY")

@@ -316,22 +316,11 @@ def test_the_recording_is_estimated_in_the_model_s_dtype() -> None:
 
 def test_the_estimate_grows_with_the_input_and_admits_smollm2_at_4096_tokens() -> None:
     """The default budget admits the longest input of the packaged decoder's shape."""
-    from types import SimpleNamespace
 
     from attnviz.pretrained.admission import InputLengths, estimate_peak_bytes
     from attnviz.server.limits import MAX_REQUEST_BYTES
 
-    smollm2 = SimpleNamespace(  # SmolLM2-135M's config: 30 layers, 9 heads, 3 key/value heads
-        blocks=("decoder",),
-        family="decoder",
-        d_model=576,
-        num_heads=9,
-        num_key_value_heads=3,
-        num_layers=30,
-        vocab_size=49_152,
-        block_layers=lambda block: 30,
-        block_heads=lambda block: 9,
-    )
+    smollm2 = smollm2_shape()
     sizes = [
         estimate_peak_bytes(smollm2, InputLengths(n), block="decoder", display_size=64)  # type: ignore[arg-type]
         for n in (256, 1024, 4032)
