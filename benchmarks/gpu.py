@@ -54,8 +54,8 @@ def timed(function: Callable[[], Any], reps: int) -> float:
 
 def measure(model: Any, batch: Any, reps: int) -> dict[str, float]:
     """Forward, first layer, grid and peak memory of one model and input (see the docstring)."""
+    from attnviz.pretrained import PretrainedAttentions
     from attnviz.pretrained.display import LayerWalk
-    from attnviz.pretrained.model import PretrainedAttentions
     from attnviz.pretrained.recorder import AttentionRecording
 
     from benchmarks.decoder import attention_implementation
@@ -107,7 +107,7 @@ def measure(model: Any, batch: Any, reps: int) -> dict[str, float]:
 
 def random_batch(model: Any, length: int) -> Any:
     """A TokenizedBatch of ``length`` random token ids (a model without a tokenizer)."""
-    from attnviz.pretrained.model import TokenizedBatch
+    from attnviz.pretrained import TokenizedBatch
 
     ids = torch.randint(
         0, model.vocab_size, (1, length), generator=torch.Generator().manual_seed(0)

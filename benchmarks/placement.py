@@ -3,8 +3,8 @@
 Usage (from the repository root):  .venv/bin/python -m benchmarks.placement
 
 Each configuration starts a fresh ``python -m attnviz`` (loopback) serving SmolLM2 only and
-waits until it has loaded (the GGUF file's cache folder already filled, as after the first
-start), then reads the process's memory from /proc: ``VmHWM``, the peak resident memory
+waits until it has loaded (the GGUF file's cache folder in that dtype already filled by a
+first start), then reads the process's memory from /proc: ``VmHWM``, the peak resident memory
 while loading (the warm-up input included), and ``VmRSS``, what the loaded server holds. The
 bare server (no model) is the base. Figures, in MiB:
 
@@ -57,6 +57,7 @@ def main() -> None:
     held = {}
     parameters = {}
     for dtype in ("float32", "bfloat16"):
+        served({**base_env, "ATTNVIZ_DTYPE": dtype})  # fills this dtype's GGUF cache if empty
         got = served({**base_env, "ATTNVIZ_DTYPE": dtype})
         (info,) = got["models"]
         assert info["state"] == "ready" and info["dtype"] == dtype, info

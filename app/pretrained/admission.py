@@ -23,11 +23,14 @@ from typing import Final
 import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError
+from .blocks import Block
 from .display import MAX_AVERAGE_SIZE
 from .gradients import check_gradient_cells, gradient_cells
 from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
-from .model import HEAD_CHUNK_FLOATS, MAX_ROLLOUT_TOKENS, Block, PretrainedModel
+from .model import PretrainedModel
 from .recorder import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
+from .results import HEAD_CHUNK_FLOATS
+from .rollout import MAX_ROLLOUT_TOKENS
 from .zeroing import check_value_zeroing_work
 
 FLOAT_BYTES: Final = 4
@@ -112,7 +115,7 @@ def check_options(
     Raises:
         AttentionInputError: naming the field: a layer, head, position or token id out of
             range; (``texts``) an input over a method's bound (rollout
-            :data:`.model.MAX_ROLLOUT_TOKENS`, flow, value zeroing, ``norm``'s
+            :data:`.rollout.MAX_ROLLOUT_TOKENS`, flow, value zeroing, ``norm``'s
             summed_norm, the gradient methods); (``max_new_tokens``) generation asked of
             a model that does not generate.
     """
@@ -262,7 +265,7 @@ def estimate_peak_bytes(
       added to the mask: a whole layer's), and generation's key/value cache,
       N x 2 x H_kv x L x d_k;
     * the view: one group of heads through the model's eager attention,
-      max(group, :data:`.model.HEAD_CHUNK_FLOATS`) x :data:`EAGER_COPIES`, what the view
+      max(group, :data:`.results.HEAD_CHUNK_FLOATS`) x :data:`EAGER_COPIES`, what the view
       keeps for the whole input (the layer sum and rollout, L_q x L_k each; every layer's
       shown maps, pooled to ``display_size``) and one chunk of logits (256 x vocab);
     * a gradient method's pass (``method``): every layer's weights, their gradients and

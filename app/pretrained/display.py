@@ -2,7 +2,7 @@
 
 The page works on one input at a time. It runs alone (no padding), so every map is
 L_q x L_k over its real tokens. The maps are computed layer by layer from the
-recording (:class:`.model.PretrainedAttentions`), so memory holds one layer's
+recording (:class:`.results.PretrainedAttentions`), so memory holds one layer's
 H x L_q x L_k weights at a time, plus what is kept. The display choices, all optional:
 
 * hide the special tokens ([CLS], [SEP], <|im_start|>, BOS, ...): their rows and
@@ -12,7 +12,7 @@ H x L_q x L_k weights at a time, plus what is kept. The display choices, all opt
   it) and then renormalised the same way. ``special_share`` says how much of each row
   the hidden tokens took.
 * merge word pieces into words (``merge_words``): the pieces of one word, as the
-  tokenizer's pre-tokenizer splits the text (:attr:`.model.TokenizedBatch.word_ids`),
+  tokenizer's pre-tokenizer splits the text (:attr:`.tokens.TokenizedBatch.word_ids`),
   become one row and one column. A word's column is the SUM over its key pieces (the
   attention the word gets) and its row the MEAN over its query pieces (the word's
   pieces averaged), so rows still sum to 1: M[a, b] = (1 / |A|) sum_{i in A} sum_{j in
@@ -42,8 +42,11 @@ from torch.nn import functional
 
 from ..attention.cancellation import ComputeCancelledError, check_cancelled
 from ..attention.errors import AttentionInputError
-from .model import MAX_ROLLOUT_TOKENS, Block, PretrainedAttentions, TokenizedBatch, rollout_step
+from .blocks import Block
 from .recorder import OBSERVED_CHUNK_FLOATS
+from .results import PretrainedAttentions
+from .rollout import MAX_ROLLOUT_TOKENS, rollout_step
+from .tokens import TokenizedBatch
 
 MIN_CHUNK_ROWS: Final = 64
 """The fewest query rows an observed chunk is given when it could have more (a chunk's
@@ -365,7 +368,7 @@ class LayerWalk:
         """Whether rollout is computed.
 
         It is of the weights (not another method's maps), of square blocks, up to
-        :data:`.model.MAX_ROLLOUT_TOKENS` tokens.
+        :data:`.rollout.MAX_ROLLOUT_TOKENS` tokens.
         """
         return (
             self.result.method == "attention"
@@ -785,7 +788,7 @@ class BatchMaps:
             padding keys get 0.
         head_mean: (N, B, L_q, L_k) the mean over heads.
         layer_mean: (B, L_q, L_k) the mean over every layer and head.
-        rollout: (B, L, L) attention rollout (:func:`.model.attention_rollout`), or None
+        rollout: (B, L, L) attention rollout (:func:`.rollout.attention_rollout`), or None
             for cross attention and for a method other than the weights.
     """
 

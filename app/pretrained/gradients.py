@@ -45,7 +45,9 @@ from .recorder import ablate_heads, capture_gradients, record_attention
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from .model import Block, PretrainedModel, TokenizedBatch
+    from .blocks import Block
+    from .model import PretrainedModel
+    from .tokens import TokenizedBatch
 
 MAX_GRADIENT_CELLS: Final = 2**27
 """The most attention weights (N x H x L_q x L_k over every block) a gradient pass keeps in
@@ -81,7 +83,7 @@ class GradientPass:
         relevance: per call, Ā = E_h[(∇A ⊙ A)^+]: (L_q, L_k) float32 on the CPU.
         importance: per call, |∂target/∂ξ_h|: (H,) float32 on the CPU.
         block_calls: the calls of each block, layer 0 first (as
-            :attr:`.model.PretrainedAttentions.block_calls`).
+            :attr:`.results.PretrainedAttentions.block_calls`).
         compute_ms: wall time of the forward and backward passes, in ms.
     """
 

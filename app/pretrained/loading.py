@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
-from .model import Family, ModelFormatError, PretrainedModel
+from .blocks import Family
+from .model import ModelFormatError, PretrainedModel
 from .placement import Placement, PlacementError
 from .recorder import use_recorder
 from .speech import SpeechModel
@@ -316,11 +317,21 @@ def load_ctranslate2_whisper(
     return loaded
 
 
-def cache_folder(gguf: Path, cache_dir: Path, *, prefix: str | None = None) -> Path:
-    """The cache folder of one model file, keyed by its name (or ``prefix``), size and mtime."""
+def cache_folder(
+    gguf: Path,
+    cache_dir: Path,
+    *,
+    prefix: str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
+    """The cache folder of one model file, keyed by its name (or ``prefix``), size and mtime.
+
+    Weights saved in another dtype than float32 have their own folder (``-bfloat16``).
+    """
     stat = gguf.stat()
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", prefix or gguf.stem)
-    return cache_dir / f"{stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    suffix = "" if dtype == torch.float32 else "-" + str(dtype).removeprefix("torch.")
+    return cache_dir / f"{stem}-{stat.st_size}-{int(stat.st_mtime)}{suffix}"
 
 
 def load_gguf(
@@ -333,11 +344,14 @@ def load_gguf(
 ) -> PretrainedModel:
     """Load a decoder from a GGUF file, dequantized once into a cache folder.
 
-    The first load dequantizes (tens of seconds) and saves the model (safetensors), its
-    config and its tokenizer to :func:`cache_folder`, atomically (a ``.partial`` folder
-    renamed); every load then reads that folder as :func:`load_model_dir` does, in the
-    placement's dtype and on its devices (under a second for SmolLM2). A cache that
-    cannot be written is replaced by a temporary folder, removed once loaded.
+    The first load dequantizes (tens of seconds) and saves the model (safetensors) in the
+    placement's dtype (float32 for ``auto``: a quantized file has no dtype of its own),
+    its config and its tokenizer to :func:`cache_folder`, atomically (a ``.partial``
+    folder renamed); every load then reads that folder as :func:`load_model_dir` does, on
+    the placement's devices (under a second for SmolLM2). One cache per dtype: loading
+    bfloat16 weights from a float32 file would hold both while casting (measured 3.4x the
+    bfloat16 parameter bytes at the peak, against 1.3x allowed). A cache that cannot be
+    written is replaced by a temporary folder, removed once loaded.
 
     Raises:
         ModelFormatError: the file is missing, the ``gguf`` package is not installed,
@@ -348,19 +362,20 @@ def load_gguf(
     if not gguf.is_file():
         raise ModelFormatError(f"{gguf}: no such GGUF file")
     start = time.perf_counter()
-    folder = cache_folder(gguf, cache_dir)
+    dtype = (placement or Placement()).torch_dtype(None)
+    folder = cache_folder(gguf, cache_dir, dtype=dtype)
     temporary = None
     if not (folder / "config.json").is_file():
         try:
             partial = folder.with_name(folder.name + ".partial")
-            dequantize_gguf(gguf, partial)
+            dequantize_gguf(gguf, partial, dtype=dtype)
             partial.rename(folder)  # a crash mid-save leaves no half cache behind
         except OSError as error:  # a read-only cache: a temporary folder, this load only
             logging.getLogger("attnviz").warning("%s: not cached in %s: %s", gguf, cache_dir, error)
             import tempfile
 
             temporary = Path(tempfile.mkdtemp(prefix="attnviz-gguf-"))
-            dequantize_gguf(gguf, temporary)
+            dequantize_gguf(gguf, temporary, dtype=dtype)
             folder = temporary
     try:
         loaded = load_model_dir(name, folder, source=source or str(gguf), placement=placement)
@@ -375,8 +390,11 @@ def load_gguf(
     return loaded
 
 
-def dequantize_gguf(gguf: Path, target: Path) -> None:
-    """Dequantize a GGUF decoder to float32 and save it, with its tokenizer, in ``target``.
+def dequantize_gguf(gguf: Path, target: Path, *, dtype: torch.dtype = torch.float32) -> None:
+    """Dequantize a GGUF decoder to ``dtype`` and save it, with its tokenizer, in ``target``.
+
+    The weights are dequantized to float32 first (transformers' GGUF reader), then cast:
+    the same numbers as loading the float32 cache in ``dtype``.
 
     Raises:
         ModelFormatError: the ``gguf`` package is not installed, or transformers cannot
@@ -400,8 +418,8 @@ def dequantize_gguf(gguf: Path, target: Path) -> None:
     config = copy.deepcopy(quantized.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
-    model.load_state_dict(quantized.state_dict())
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+    model.load_state_dict(quantized.state_dict())  # copies, casting to dtype
     del quantized
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)

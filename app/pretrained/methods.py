@@ -34,7 +34,7 @@ from ..attention.errors import AttentionInputError
 from .recorder import AttentionCall, AttentionRecording
 
 if TYPE_CHECKING:
-    from .model import PretrainedAttentions
+    from .results import PretrainedAttentions
 
 Method = Literal[
     "attention", "norm", "rollout", "flow", "grad_rollout", "head_importance", "value_zeroing"

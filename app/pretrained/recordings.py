@@ -2,7 +2,7 @@
 
 A page asks for one input's grid, then for one head at full resolution, one layer, one
 token's rows: each is a view of the same forward pass. The recording of that pass
-(:class:`.model.PretrainedAttentions`: every layer's query and key states and the mask,
+(:class:`.results.PretrainedAttentions`: every layer's query and key states and the mask,
 layers x L x d numbers) is kept here, least recently used first out, within a byte
 budget (``ATTNVIZ_RECORDING_CACHE_BYTES``), so that a head costs its own eager
 attention (milliseconds) and not a forward pass (seconds for SmolLM2 at 1024 tokens).
@@ -24,8 +24,10 @@ from typing import Final
 import torch
 
 from .gradients import GradientPass, gradient_pass
-from .model import Generation, PretrainedAttentions, PretrainedModel, TokenizedBatch
+from .model import PretrainedModel
 from .recorder import AttentionObserver
+from .results import Generation, PretrainedAttentions
+from .tokens import TokenizedBatch
 
 RECORDING_CACHE_BYTES: Final = 256 * 2**20
 """The default budget of kept recordings, in bytes (ATTNVIZ_RECORDING_CACHE_BYTES).

@@ -38,7 +38,8 @@ import torch
 
 from ..attention.cancellation import check_cancelled
 from ..attention.errors import AttentionInputError
-from .model import Block, ModelFormatError, PretrainedModel
+from .blocks import Block
+from .model import ModelFormatError, PretrainedModel
 from .recorder import AttentionRecording, record_attention
 from .whisper import WHISPER_ENGLISH_VOCAB
 

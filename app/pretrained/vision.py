@@ -10,7 +10,7 @@ the model's own eager attention, to 1e-5 of transformers' ``output_attentions``.
 The image goes through the model's own image processor (resize, crop, normalise;
 transformers' PIL backend, so no torchvision is needed); the picture returned is that
 processed image, un-normalised, so an overlay lies exactly on what the model saw.
-Attention rollout (Abnar & Zuidema, ACL 2020; :func:`.model.attention_rollout`) is
+Attention rollout (Abnar & Zuidema, ACL 2020; :func:`.rollout.attention_rollout`) is
 given after every layer.
 """
 
@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from ..attention.errors import AttentionInputError, UnsupportedInputError
-from .model import ModelFormatError, PretrainedModel, rollout_step
+from .model import ModelFormatError, PretrainedModel
 from .placement import Placement
 from .recorder import AttentionRecording, record_attention
+from .rollout import rollout_step
 
 if TYPE_CHECKING:
     from PIL import Image

@@ -30,7 +30,9 @@ from ..attention.errors import AttentionInputError
 from .recorder import ablate_heads, zero_values
 
 if TYPE_CHECKING:
-    from .model import Block, PretrainedAttentions, PretrainedModel
+    from .blocks import Block
+    from .model import PretrainedModel
+    from .results import PretrainedAttentions
 
 MAX_VALUE_ZEROING_WORK: Final = 2**17
 """Value zeroing runs N x L_k layer passes over L_q tokens; the API computes it while

@@ -15,9 +15,16 @@ from typing import Any
 import pytest
 import torch
 from attnviz.attention import AttentionInputError
-from attnviz.pretrained import BLOCKS, ModelNotReady, ModelRegistry, PretrainedModel
+from attnviz.pretrained import (
+    BLOCKS,
+    ModelNotReady,
+    ModelRegistry,
+    PretrainedAttentions,
+    PretrainedModel,
+    TokenizedBatch,
+)
 from attnviz.pretrained.loading import family_of, load_model, load_model_dir
-from attnviz.pretrained.model import TOP_K, PretrainedAttentions, TokenizedBatch
+from attnviz.pretrained.results import TOP_K
 
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
@@ -665,9 +672,9 @@ def test_a_model_whose_tokenizer_overruns_its_embedding_fails_alone(tmp_path: Pa
 def test_head_groups_in_any_chunks_are_the_layer(
     name: str, chunk: int, models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from attnviz.pretrained import model as model_module
+    from attnviz.pretrained import results
 
-    monkeypatch.setattr(model_module, "HEAD_CHUNK_FLOATS", chunk)
+    monkeypatch.setattr(results, "HEAD_CHUNK_FLOATS", chunk)
     model = models[name]
     batch = model.tokenize(tiny.TEXTS)
     targets = model.decoder_inputs(tiny.TARGETS) if model.family == "encoder-decoder" else None

@@ -24,6 +24,7 @@ from ...pretrained.admission import (
     device_free_bytes,
 )
 from ...pretrained.admission import recording_bytes as estimated_recording_bytes
+from ...pretrained.blocks import Block
 from ...pretrained.display import (
     MAX_AVERAGE_SIZE,
     LayerWalk,
@@ -40,9 +41,9 @@ from ...pretrained.methods import (
     attention_flow,
     with_method,
 )
-from ...pretrained.model import Block, Generation, PretrainedAttentions
 from ...pretrained.recorder import AttentionRecording, Neuron
 from ...pretrained.recordings import RECORDINGS
+from ...pretrained.results import Generation, PretrainedAttentions
 from ...pretrained.zeroing import value_zeroing
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc, out_of_memory

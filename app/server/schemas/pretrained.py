@@ -11,8 +11,9 @@ from pydantic import (
 )
 
 from ...attention.engine import DeviceName
+from ...pretrained.blocks import Block
 from ...pretrained.methods import Method
-from ...pretrained.model import TOP_K, Block
+from ...pretrained.results import TOP_K
 from ..limits import (
     MAX_ABLATED_HEADS,
     MAX_BATCH,

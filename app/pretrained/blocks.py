@@ -1,0 +1,35 @@
+"""The attention blocks of each model family, and which block a module is in.
+
+* ``"encoder"`` (BERT, RoBERTa, DistilBERT, ...): block ``"encoder"``, bidirectional;
+* ``"decoder"`` (GPT-2, Llama, Qwen2, Mistral, SmolLM2, ...): block ``"decoder"``, causal;
+* ``"encoder-decoder"`` (T5, BART, Marian, Whisper): ``"encoder"`` self-attention over the
+  source, ``"decoder"`` causal self-attention over the target, ``"cross"`` attention from
+  target queries to source keys.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+Family = Literal["encoder", "decoder", "encoder-decoder"]
+Block = Literal["encoder", "decoder", "cross"]
+BLOCKS: Final[dict[Family, tuple[Block, ...]]] = {
+    "encoder": ("encoder",),
+    "decoder": ("decoder",),
+    "encoder-decoder": ("encoder", "decoder", "cross"),
+}
+"""The attention blocks of each family, in the order the model runs them."""
+CROSS_MODULES: Final = frozenset({"encoder_attn", "EncDecAttention", "crossattention"})
+"""Module names transformers gives cross attention (BART/Marian, T5, BERT as a decoder)."""
+
+
+def block_named(module_name: str) -> Block:
+    """The block of an encoder-decoder's attention module, by its dotted name in the model.
+
+    ``model.decoder.layers.0.encoder_attn`` is ``"cross"`` (:data:`CROSS_MODULES`), a name
+    with an ``encoder`` part ``"encoder"``, any other ``"decoder"``.
+    """
+    parts = set(module_name.split("."))
+    if parts & CROSS_MODULES:
+        return "cross"
+    return "encoder" if "encoder" in parts else "decoder"

@@ -1,0 +1,277 @@
+"""What a pass through a pretrained model gives: recorded attention, next tokens, generation.
+
+Shapes: N layers of a block, B inputs, H query heads, H_kv key/value heads, L tokens
+(padded to the longest), L_q x L_k for a block's maps (L_t x L_s for cross attention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import torch
+from torch import nn
+
+from ..attention.cancellation import check_cancelled
+from ..attention.errors import AttentionInputError
+from .blocks import Block
+from .recorder import AttentionRecording, Neuron, neuron
+from .tokens import TokenizedBatch
+
+HEAD_CHUNK_FLOATS: Final = 4 * 2**20
+"""The most weights (16 MB of float32) one eager call of a layer walk computes, past one
+group of heads. With the whole layer at once (38 MB for SmolLM2 at 1024 tokens) the
+streamed grid took 4.9 s to its end, a group at a time 3.5 s (benchmarks/decoder.py);
+the likely cause: glibc maps blocks over 32 MB afresh from the system for every layer."""
+TOP_K: Final = 10
+"""How many next-token candidates a decoder's result keeps per position."""
+_LOGIT_CHUNK: Final = 256  # positions per chunk when turning hidden states into top-k
+
+
+@dataclass(frozen=True)
+class NextTokens:
+    """A decoder's most likely next tokens at each position: softmax of the logits.
+
+    Attributes:
+        ids: (B, L, k) int64 token ids, most likely first.
+        probabilities: (B, L, k) float32.
+    """
+
+    ids: torch.Tensor
+    probabilities: torch.Tensor
+
+
+@dataclass(frozen=True)
+class DecoderHead:
+    """A decoder's final hidden states and its output head, for next tokens on demand.
+
+    Attributes:
+        hidden: (B, L, d_model) the backbone's last hidden states, on the model's device.
+        head: the output embedding (d_model -> vocab logits).
+    """
+
+    hidden: torch.Tensor
+    head: nn.Module
+
+    def divergence(self, other: DecoderHead) -> torch.Tensor:
+        """KL(this ‖ other) of the next-token distributions at each position, in nats.
+
+        Returns:
+            (B, L) float32 on the CPU, chunked as :meth:`top`.
+        """
+        parts = []
+        with torch.inference_mode():
+            for mine, theirs in zip(
+                torch.split(self.hidden, _LOGIT_CHUNK, dim=1),
+                torch.split(other.hidden, _LOGIT_CHUNK, dim=1),
+                strict=True,
+            ):
+                check_cancelled()
+                p = torch.log_softmax(self.head(mine).float(), dim=-1)
+                q = torch.log_softmax(other.head(theirs).float(), dim=-1)
+                parts.append((p.exp() * (p - q)).sum(dim=-1).clamp_min(0).cpu())
+        return torch.cat(parts, dim=1)
+
+    def top(self) -> NextTokens:
+        """Softmax of the logits, its top :data:`TOP_K` per position, 256 positions at a time.
+
+        The full (B, L, vocab) logits would be 800 MB for SmolLM2 at 4096 tokens.
+        """
+        ids, values = [], []
+        with torch.inference_mode():
+            for chunk in torch.split(self.hidden, _LOGIT_CHUNK, dim=1):
+                check_cancelled()
+                probabilities = torch.softmax(self.head(chunk).float(), dim=-1)
+                top = probabilities.topk(min(TOP_K, probabilities.shape[-1]), dim=-1)
+                ids.append(top.indices.cpu())
+                values.append(top.values.cpu())
+        return NextTokens(ids=torch.cat(ids, dim=1), probabilities=torch.cat(values, dim=1))
+
+
+@dataclass(frozen=True)
+class PretrainedAttentions:
+    """One batch through a model: its attention recorded per layer, weights on demand.
+
+    Attributes:
+        batch: the input (the source, for an encoder-decoder).
+        targets: an encoder-decoder's decoder input (``decoder_start`` + target), else None.
+        recording: every attention call of the pass (:class:`.recorder.AttentionRecording`).
+        block_calls: for each block of the family, the indices of its calls in
+            ``recording.calls``, layer 0 first.
+        decoder_head: a decoder's final hidden states (an encoder-decoder's logits over its
+            targets), which :attr:`next_tokens` turns into next-token probabilities when
+            first asked; None for encoders.
+        compute_ms: wall time of the forward pass, in ms (a decoder's output head, which
+            no map needs, not included).
+        device: where it ran, "cpu" or "cuda".
+        memo: maps derived from the whole recording (a view's averages), kept for the
+            next view of the same pass (:class:`.display.LayerWalk`).
+        method: what the maps hold: "attention" (the softmax weights) or another method
+            of :mod:`.methods` (:func:`.methods.with_method`).
+        final_hidden: an encoder's last hidden states (B, L, d_model) float32 on the CPU,
+            else None (head ablation compares them).
+    """
+
+    batch: TokenizedBatch
+    targets: TokenizedBatch | None
+    recording: AttentionRecording
+    block_calls: dict[Block, list[int]]
+    decoder_head: DecoderHead | None
+    compute_ms: float
+    device: str
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    method: str = "attention"
+    final_hidden: torch.Tensor | None = None
+
+    @property
+    def next_tokens(self) -> NextTokens | None:
+        """A decoder's top-:data:`TOP_K` next tokens per position (None for other families).
+
+        Computed from the kept final hidden states on first use, then kept: the output
+        head (L x d_model x vocab: 58 GFLOP for SmolLM2 at 1024 tokens) is paid only by
+        the views that show next tokens.
+        """
+        if self.decoder_head is None:
+            return None
+        if "next_tokens" not in self.memo:
+            self.memo["next_tokens"] = self.decoder_head.top()
+        return self.memo["next_tokens"]  # type: ignore[no-any-return]
+
+    @property
+    def first_block(self) -> Block:
+        """The family's first block, the default of every view."""
+        return next(iter(self.block_calls))
+
+    def num_layers(self, block: Block) -> int:
+        """N, the layers of ``block``."""
+        return len(self._calls(block))
+
+    def queries(self, block: Block) -> TokenizedBatch:
+        """The tokens whose queries ``block`` has (the targets, for decoder and cross)."""
+        return self.targets if block != "encoder" and self.targets is not None else self.batch
+
+    def keys(self, block: Block) -> TokenizedBatch:
+        """The tokens whose keys ``block`` has (the source, for cross attention)."""
+        return self.batch if block == "cross" else self.queries(block)
+
+    def layer_weights(self, block: Block, layer: int) -> torch.Tensor:
+        """Every head of one layer: (B, H, L_q, L_k) float32 on the CPU, rows summing to 1.
+
+        Raises:
+            AttentionInputError: (field ``layer_index``) no such layer.
+        """
+        return self.recording.layer_weights(self._call(block, layer))
+
+    def head_groups(self, block: Block, layer: int) -> Iterator[tuple[int, torch.Tensor]]:
+        """One layer's weights a few heads at a time, as :meth:`layer_weights` in pieces.
+
+        Yields (first head, (B, G, L_q, L_k) float32): whole groups of the query heads
+        that share a key/value head (a head each without grouped-query attention), as
+        many as fit in :data:`HEAD_CHUNK_FLOATS` numbers (at least one group) per call of
+        the model's eager attention. SmolLM2 at 4096 tokens: one group of 3 heads, 201 MB,
+        where its layer is 604 MB; MiniLM's 12 heads of a sentence: one call.
+
+        Raises:
+            AttentionInputError: (field ``layer_index``) no such layer.
+        """
+        call = self._call(block, layer)
+        recorded = self.recording.calls[call]
+        batch, _, length, _ = recorded.query.shape
+        group = batch * recorded.group_size * length * recorded.key.shape[2]
+        per_call = max(1, HEAD_CHUNK_FLOATS // group)
+        for first in range(0, recorded.num_key_value_heads, per_call):
+            count = min(per_call, recorded.num_key_value_heads - first)
+            weights = self.recording.groups_weights(call, first, count)
+            yield first * recorded.group_size, weights
+
+    def num_heads(self, block: Block, layer: int) -> int:
+        """H, the query heads of one layer.
+
+        Raises:
+            AttentionInputError: (field ``layer_index``) no such layer.
+        """
+        return self.recording.calls[self._call(block, layer)].num_heads
+
+    def query_rows(self, block: Block, query: int) -> torch.Tensor:
+        """The row of one query position in every layer and head: (N, B, H, L_k) float32.
+
+        Costs N x H x L_k, not N x H x L_q x L_k: only that query is recomputed.
+
+        Raises:
+            AttentionInputError: (field ``query_index``) no such position.
+        """
+        length = int(self.queries(block).input_ids.shape[1])
+        if not 0 <= query < length:
+            raise AttentionInputError("query_index", f"{query} is not below {length}")
+        rows = [self.recording.layer_weights(i, query=query) for i in self._calls(block)]
+        return torch.stack(rows)[:, :, :, 0]
+
+    def neuron(self, block: Block, layer: int, head: int, query: int) -> Neuron:
+        """Query position ``query``'s q, k, scores and weights in one head (input 0).
+
+        Raises:
+            AttentionInputError: (field ``layer_index`` / ``head_index`` / ``query_index``)
+                no such layer, head or position.
+        """
+        call = self._call(block, layer)
+        heads = self.num_heads(block, layer)
+        if not 0 <= head < heads:
+            raise AttentionInputError("head_index", f"{head} is not below {heads}")
+        length = int(self.queries(block).input_ids.shape[1])
+        if not 0 <= query < length:
+            raise AttentionInputError("query_index", f"{query} is not below {length}")
+        return neuron(self.recording, call, head, query)
+
+    def _calls(self, block: Block) -> list[int]:
+        if block not in self.block_calls:
+            raise AttentionInputError(
+                "block", f"{block!r}: this model's blocks are {', '.join(self.block_calls)}"
+            )
+        return self.block_calls[block]
+
+    def _call(self, block: Block, layer: int) -> int:
+        calls = self._calls(block)
+        if not 0 <= layer < len(calls):
+            raise AttentionInputError("layer_index", f"{layer} is not below {len(calls)}")
+        return calls[layer]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Tokens a decoder added to one prompt, with the attention of every step.
+
+    Attributes:
+        prompt_length: L, the prompt's tokens.
+        new_ids: the added token ids, in order.
+        new_tokens: the same as the tokenizer writes them.
+        num_layers: N.
+        recording: N calls for the prompt pass, then N per fed-back token.
+        compute_ms: wall time of the whole generation, in ms.
+        result: with ``record_pass``, the recorded causal pass over prompt + new tokens
+            taken while generating (:class:`PretrainedAttentions`), else None.
+    """
+
+    prompt_length: int
+    new_ids: list[int]
+    new_tokens: list[str]
+    num_layers: int
+    recording: AttentionRecording
+    compute_ms: float
+    result: PretrainedAttentions | None = None
+
+    def step_row(self, step: int, layer: int, head: int) -> torch.Tensor:
+        """The attention row of the query fed at ``step`` (1 = the first added token).
+
+        That token sits at position L + step - 1 and attends to every position up to
+        its own, through the key/value cache: returns (L + step,) float32 summing to 1.
+
+        Raises:
+            IndexError: no such step (the last added token is never fed back), layer
+                or head.
+        """
+        if not 1 <= step < len(self.new_ids):
+            raise IndexError(f"step {step} is not in 1..{len(self.new_ids) - 1}")
+        if not 0 <= layer < self.num_layers:
+            raise IndexError(f"layer {layer} is not in 0..{self.num_layers - 1}")
+        return self.recording.head_weights(step * self.num_layers + layer, head)[0, -1]
