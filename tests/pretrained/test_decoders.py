@@ -17,6 +17,7 @@ import torch
 from attnviz.attention import AttentionInputError
 from attnviz.pretrained import ModelFormatError, ModelRegistry, PretrainedModel, TokenizedBatch
 from attnviz.pretrained.loading import PACKAGED_MODELS, cache_folder, load_gguf
+from attnviz.pretrained.placement import Placement
 from attnviz.pretrained.recorder import use_recorder
 
 from tests.pretrained.support import require_modules
@@ -139,6 +140,28 @@ def test_the_cached_copy_loads_faster_and_computes_the_same(
         assert torch.equal(
             first.layer_weights("decoder", layer), second.layer_weights("decoder", layer)
         )
+
+
+def test_bfloat16_has_its_own_cache_of_the_same_numbers_cast(
+    smollm2: PretrainedModel, cache_dir: Path
+) -> None:
+    # Loading bfloat16 from the float32 cache would hold both while casting; the file
+    # is dequantized into a bfloat16 cache instead: the same numbers as the cast.
+    from safetensors import safe_open
+
+    placement = Placement(dtype="bfloat16")
+    half = load_gguf(NAME, gguf_file(), cache_dir, placement=placement)
+    folder = cache_folder(gguf_file(), cache_dir, dtype=torch.bfloat16)
+    assert folder.name.endswith("-bfloat16") and folder != cache_folder(gguf_file(), cache_dir)
+    with safe_open(folder / "model.safetensors", framework="pt") as weights:
+        assert {weights.get_slice(key).get_dtype() for key in weights.keys()} == {"BF16"}
+    assert half.dtype == torch.bfloat16 and half.placement == placement
+    floats = dict(smollm2.model.named_parameters())
+    for key, parameter in half.model.named_parameters():
+        assert torch.equal(parameter, floats[key].to(torch.bfloat16)), key
+    written = (folder / "model.safetensors").stat().st_mtime_ns
+    load_gguf(NAME, gguf_file(), cache_dir, placement=placement)
+    assert (folder / "model.safetensors").stat().st_mtime_ns == written  # read, not written
 
 
 def test_the_registry_offers_the_packaged_decoder(
