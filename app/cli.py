@@ -1,4 +1,4 @@
-"""The ``attnviz`` command: serve, compute, export.
+"""The ``attnviz`` command: serve, compute, export, models.
 
     attnviz serve [--host H] [--port P] [--workers N] [--reload]
     attnviz compute (--json FILE | --sequence TEXT ...) [options] [--output FILE]
@@ -9,9 +9,9 @@
 
 ``compute`` and ``export`` take the same inputs as POST /api/v1/attention, from flags
 or from a JSON file of that request (flags then override it). A ``--sequence`` whose
-tokens are all integers is token ids; otherwise it is words (as on the page). ``export
---model`` runs a pretrained model on ``--text`` instead (:func:`attnviz.show`). The
-output's suffix chooses the format: .html (standalone, offline), .png, .svg or .pdf.
+tokens are all integers is token ids; otherwise it is words (as on the page).
+``export --model`` runs a pretrained model on ``--text`` instead (:func:`attnviz.show`).
+The output's suffix chooses the format: .html (standalone, offline), .png, .svg or .pdf.
 """
 
 from __future__ import annotations
@@ -30,6 +30,17 @@ from .attention.masks import MASK_NAMES
 
 EXPORT_SUFFIXES = (".html", ".htm", ".png", ".svg", ".pdf")
 """What ``export --output`` writes, by the file's suffix."""
+
+
+def plain_text(text: str) -> str:
+    """reStructuredText markup taken out of a docstring, for a terminal.
+
+    ``code`` becomes code, :func:`attnviz.show` becomes attnviz.show.
+    """
+    import re
+
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return re.sub(r"``([^`]+)``", r"\1", text)
 
 
 class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
@@ -281,13 +292,21 @@ def cmd_models(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+class _CommandsShown(_DefaultsShown, argparse.RawDescriptionHelpFormatter):
+    """The main help: the usage lines of the description kept as written."""
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnviz`` command."""
     from . import __version__
 
     formatter = _DefaultsShown
     main_parser = argparse.ArgumentParser(
-        prog="attnviz", description=__doc__.splitlines()[0], formatter_class=formatter
+        prog="attnviz",
+        description=plain_text(__doc__),
+        formatter_class=_CommandsShown,
+        epilog="attnviz COMMAND --help shows one command's options.\n"
+        "Settings come from ATTNVIZ_* environment variables (docs/deploy.md).",
     )
     main_parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
     commands = main_parser.add_subparsers(dest="command", required=True)
@@ -346,6 +365,9 @@ def parser() -> argparse.ArgumentParser:
         "ATTNVIZ_MODEL_DIRS), filling the cache of GGUF models (ATTNVIZ_CACHE_DIR)",
     )
     models.set_defaults(run=cmd_models)
+    for action in commands._choices_actions:  # each command's --help opens with its summary
+        command = commands.choices[action.dest]
+        command.description = command.description or f"attnviz {action.dest}: {action.help}."
     return main_parser
 
 

@@ -40,6 +40,24 @@ def test_every_command_has_help_with_every_options_default(command: list[str]) -
         assert "(default:" in " ".join(entry.split()), entry
 
 
+def test_the_main_help_lists_every_command_in_plain_text() -> None:
+    from attnviz.cli import parser
+
+    result = attnviz("--help")
+    assert result.returncode == 0
+    commands = parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert set(commands) == {"serve", "compute", "export", "models"}
+    listed = result.stdout.split("positional arguments:", 1)[1]
+    for name in commands:
+        assert f"\n    {name} " in listed, name  # each with its one-line summary
+        assert f"attnviz {name}" in result.stdout.split("positional arguments:", 1)[0]
+    for markup in ("``", ":func:", ":class:", ":meth:", ":mod:", ":data:"):
+        assert markup not in result.stdout, markup
+    for name in commands:
+        own = attnviz(name, "--help").stdout
+        assert f"attnviz {name}: " in own and "``" not in own
+
+
 def test_version() -> None:
     from attnviz import __version__
 
