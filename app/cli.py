@@ -33,7 +33,7 @@ EXPORT_SUFFIXES = (".html", ".htm", ".png", ".svg", ".pdf")
 
 
 def plain_text(text: str) -> str:
-    """reStructuredText markup taken out of a docstring, for a terminal.
+    """A docstring for a terminal: its reStructuredText markup taken out.
 
     ``code`` becomes code, :func:`attnviz.show` becomes attnviz.show.
     """

@@ -154,7 +154,7 @@ def test_bfloat16_has_its_own_cache_of_the_same_numbers_cast(
     folder = cache_folder(gguf_file(), cache_dir, dtype=torch.bfloat16)
     assert folder.name.endswith("-bfloat16") and folder != cache_folder(gguf_file(), cache_dir)
     with safe_open(folder / "model.safetensors", framework="pt") as weights:
-        assert {weights.get_slice(key).get_dtype() for key in weights.keys()} == {"BF16"}
+        assert {weights.get_slice(key).get_dtype() for key in weights.keys()} == {"BF16"}  # noqa: SIM118
     assert half.dtype == torch.bfloat16 and half.placement == placement
     floats = dict(smollm2.model.named_parameters())
     for key, parameter in half.model.named_parameters():
