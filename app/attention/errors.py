@@ -33,3 +33,20 @@ class InputTooLargeError(AttentionInputError):
 
     The server answers 413 naming ``field``, with the estimate and the limit in the message.
     """
+
+
+def too_many_numbers(field: str, cells: int, limit: int, advice: str) -> InputTooLargeError:
+    """The error for a response that would carry ``cells`` numbers, over ``limit``.
+
+    Args:
+        field: the request field the error names.
+        cells: the numbers the response would carry.
+        limit: ATTNVIZ_MAX_WEIGHT_CELLS.
+        advice: what to change, at the end of the message.
+    """
+    return InputTooLargeError(
+        field,
+        f"the response would carry {cells} numbers ({cells * 4 / 2**20:.0f} MiB as "
+        f"float32: attention weights and the stages asked for), over the limit of "
+        f"{limit} (ATTNVIZ_MAX_WEIGHT_CELLS); {advice}",
+    )

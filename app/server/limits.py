@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from fastapi import status
 
 from ..attention.engine import MAX_NUM_HEADS
+from ..attention.errors import too_many_numbers
 from ..attention.tokens import token_count
 from ..attention.transformer import MAX_LAYERS
 from .errors import field_error
@@ -161,10 +162,5 @@ def check_cells(
         HTTPException: 413 naming ``field``, the size and the limit.
     """
     if cells > limit:
-        raise field_error(
-            status.HTTP_413_CONTENT_TOO_LARGE,
-            field,
-            f"the response would carry {cells} numbers ({cells * 4 / 2**20:.0f} MiB as "
-            f"float32: attention weights and the stages asked for), over the limit of "
-            f"{limit} (ATTNVIZ_MAX_WEIGHT_CELLS); {advice}",
-        )
+        error = too_many_numbers(field, cells, limit, advice)
+        raise field_error(status.HTTP_413_CONTENT_TOO_LARGE, field, error.message)

@@ -1,0 +1,564 @@
+"""One input's analysis of a pretrained model: check the options, generate, run, walk.
+
+What POST /api/v1/models/attention (with ``sequence_index``) and its streamed grid do
+between tokenising and answering, with no HTTP in it: the request's options arrive as a
+plain :class:`ViewOptions`, the server's limits as :class:`Limits`, and every refusal is
+an :class:`~attnviz.attention.errors.AttentionInputError` naming the request's field (the
+server answers 422, or 413 for :class:`~attnviz.attention.errors.InputTooLargeError`).
+Shapes: N layers, H heads, L_q x L_k one input's maps, P_q x P_k pooled.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import torch
+
+from ..attention.errors import AttentionInputError, InputTooLargeError, too_many_numbers
+from .admission import InputLengths, check_memory, check_options, check_positions, device_free_bytes
+from .admission import recording_bytes as estimated_recording_bytes
+from .blocks import Block
+from .display import MAX_AVERAGE_SIZE, LayerWalk, pooled
+from .gradients import GradientPass
+from .methods import GRADIENT_METHODS, Method, NormRecording, attention_flow, with_method
+from .model import PretrainedModel
+from .recorder import AttentionRecording, Neuron
+from .recordings import RECORDINGS
+from .results import Generation, PretrainedAttentions
+from .tokens import TokenizedBatch
+from .zeroing import value_zeroing
+
+ONE_INPUT_OPTIONS: Final = (
+    "hide_special_tokens",
+    "merge_words",
+    "neuron",
+    "layer_index",
+    "head_index",
+    "display_size",
+    "query_index",
+    "max_new_tokens",
+    "top_k",
+    "ablate",
+)
+"""Request options that apply to one input, so need sequence_index."""
+ONE_INPUT_METHODS: Final = frozenset({"flow", "value_zeroing", *GRADIENT_METHODS})
+"""Methods computed for one input, so needing sequence_index."""
+TARGET_OPTIONS: Final = ("target_index", "target_token_id")
+"""Request options that choose a gradient method's target."""
+ABLATION_TOP: Final = 5
+"""Next tokens shown before and after an ablation, per position."""
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """What a request asks of one input, as the fields of POST /api/v1/models/attention.
+
+    Attributes:
+        sequence_index: which input of the batch (None: the whole batch).
+        device: "auto", "cpu" or "cuda".
+        method: "attention" (the softmax weights) or a method of :mod:`.methods`.
+        layer_index: one layer's heads, else every layer.
+        head_index: with ``layer_index``, one head at full size.
+        query_index: one query position's rows in every layer and head.
+        display_size: pool each map to at most this side (block max), else full size.
+        hide_special_tokens: leave the tokenizer's special tokens out of the maps.
+        merge_words: one row and column per word (pieces summed over keys, averaged
+            over queries).
+        neuron: one query's step through one head (q, k, scores, weights).
+        top_k: next-token candidates per position (decoders).
+        ablate: ``[[layer, head], ...]`` switched off for a second pass.
+        max_new_tokens: tokens a decoder generates first (0: none).
+        temperature: 0 greedy, above 0 sampling.
+        seed: the sampling's seed.
+        target_index: a gradient method's output position.
+        target_token_id: a gradient method's target token.
+    """
+
+    sequence_index: int | None = None
+    device: str = "auto"
+    method: Method = "attention"
+    layer_index: int | None = None
+    head_index: int | None = None
+    query_index: int | None = None
+    display_size: int | None = None
+    hide_special_tokens: bool = False
+    merge_words: bool = False
+    neuron: bool = False
+    top_k: int = 0
+    ablate: list[list[int]] | None = None
+    max_new_tokens: int = 0
+    temperature: float = 0.0
+    seed: int = 0
+    target_index: int | None = None
+    target_token_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's bounds on one request (ATTNVIZ_MAX_SEQ_LEN, _MAX_WEIGHT_CELLS, ...).
+
+    Attributes:
+        max_seq_len: tokens of one input, prompt + new tokens.
+        max_weight_cells: numbers one response carries.
+        max_request_bytes: memory one request may take, in bytes.
+    """
+
+    max_seq_len: int
+    max_weight_cells: int
+    max_request_bytes: int
+
+
+@dataclass(frozen=True)
+class PreparedSequence:
+    """One input run (or taken from the recording cache), its display walk not yet run.
+
+    Attributes:
+        result: the recorded forward pass of the input (prompt + generated tokens).
+        walk: the display choices, to run layer by layer.
+        generation: what a decoder generated first, else None.
+        query_rows: (N, H, L_k) the rows of query_index, else None.
+        neuron: with ``neuron``, the step through the head, else None.
+        summed_norm: with method "norm" and layer_index, (1, P_q, P_k) the layer's
+            ‖Σ_h α f(x)‖ pooled as the head means, else None.
+        method_map: with method "flow" or "grad_rollout", (1, L, L); "value_zeroing",
+            (N, L_q, L_k); else None ("rollout" takes the view's).
+        ablation: with ablate, what switching the heads off changed (``ablation_fields``).
+        gradients: with a gradient method, its backward pass, else None.
+    """
+
+    result: PretrainedAttentions
+    walk: LayerWalk
+    generation: Generation | None
+    query_rows: torch.Tensor | None
+    neuron: Neuron | None = None
+    summed_norm: torch.Tensor | None = None
+    method_map: torch.Tensor | None = None
+    ablation: dict[str, Any] | None = None
+    gradients: GradientPass | None = None
+
+
+def prepare_sequence(
+    model: PretrainedModel,
+    options: ViewOptions,
+    batch: TokenizedBatch,
+    targets: TokenizedBatch | None,
+    block: Block,
+    limits: Limits,
+    *,
+    observe: bool = False,
+) -> PreparedSequence:
+    """Check the one-input options, generate when asked, run (or reuse) the forward pass.
+
+    With ``observe``, a plain request (the weights, pooled to a display size or one head,
+    no ablation, query or neuron) whose pass is not kept runs no pass here: its walk runs
+    it, observed (:class:`attnviz.pretrained.display.WalkObserver`), the maps built during
+    the pass, so that a stream sends each layer as soon as the pass has computed it.
+
+    Every option is checked before anything runs, against the model's config and the
+    tokenised length (plus ``max_new_tokens`` with generation): indices, method bounds,
+    the response's size and the memory the request would need
+    (:mod:`attnviz.pretrained.admission`).
+
+    Raises:
+        AttentionInputError: naming a bad option (the server's 422).
+        InputTooLargeError: over ATTNVIZ_MAX_WEIGHT_CELLS, ATTNVIZ_MAX_SEQ_LEN (prompt + new
+            tokens) or ATTNVIZ_MAX_REQUEST_BYTES (the server's 413).
+        torch.OutOfMemoryError: a device ran out of memory (the server's 503).
+    """
+    b = options.sequence_index
+    assert b is not None  # and below len(texts): checked by the caller
+    if options.head_index is not None and options.layer_index is None:
+        raise AttentionInputError("head_index", "set layer_index too")
+    if options.merge_words:
+        for field in ("query_index", "top_k"):
+            if getattr(options, field) not in (None, 0):
+                raise AttentionInputError(
+                    field,
+                    "counts tokens: not with merge_words (send it without merge_words)",
+                )
+    if options.neuron:
+        for field in ("layer_index", "head_index", "query_index"):
+            if getattr(options, field) is None:
+                raise AttentionInputError("neuron", f"set {field} too")
+        for field in ("hide_special_tokens", "merge_words"):
+            if getattr(options, field):
+                raise AttentionInputError(
+                    field,
+                    "not with neuron (its positions count every token)",
+                )
+    if options.method != "attention":
+        for field in ("neuron", "hide_special_tokens", "merge_words"):
+            if getattr(options, field):
+                raise AttentionInputError(
+                    field,
+                    f"not with method {options.method!r} (it works on the softmax weights)",
+                )
+    check_method_options(options, block)
+    if options.ablate:
+        for field in ("hide_special_tokens", "merge_words"):
+            if getattr(options, field):
+                raise AttentionInputError(
+                    field,
+                    "not with ablate (its positions count every token)",
+                )
+    if options.top_k and model.family != "decoder":
+        raise AttentionInputError(
+            "top_k",
+            f"next tokens are for decoders; {model.name} is {model.described}",
+        )
+    alone = batch.select(b)
+    alone_targets = None if targets is None else targets.select(b)
+    lengths = InputLengths(
+        source=int(alone.input_ids.shape[1]),
+        target=None if alone_targets is None else int(alone_targets.input_ids.shape[1]),
+        new_tokens=options.max_new_tokens,
+    )
+    check_generation_length(model, lengths, limits)
+    check_options(
+        model,
+        block,
+        lengths,
+        layer_index=options.layer_index,
+        head_index=options.head_index,
+        query_index=options.query_index,
+        ablate=options.ablate,
+        method=options.method,
+        target_index=options.target_index,
+        target_token_id=options.target_token_id,
+    )
+    check_view_cells(model, options, lengths, block, limits)
+    run_on = model.device_for(options.device)
+    # With generation, the new tokens come from an unrecorded, key/value-cached run
+    # (SDPA), then one observed pass covers prompt + new tokens.
+    memory = functools.partial(
+        check_memory,
+        model,
+        lengths,
+        limits.max_request_bytes,
+        block=block,
+        runs=2 if options.ablate else 1,
+        display_size=options.display_size,
+        method=options.method,
+        free_bytes=device_free_bytes(run_on),
+        device=str(run_on),
+        layer_index=options.layer_index,
+        head_index=options.head_index,
+    )
+    observing = (
+        observe
+        and not options.ablate
+        and options.method == "attention"
+        and (options.display_size is not None or options.head_index is not None)
+        and options.query_index is None
+        and not options.neuron
+        and RECORDINGS.kept(model, alone, alone_targets, device=options.device) is None
+    )
+    recorded = not observing or estimated_recording_bytes(model, lengths) <= RECORDINGS.max_bytes
+    memory(observed=observing, recorded=recorded)
+    generation = None
+    if options.max_new_tokens:
+        generation = RECORDINGS.generate(
+            model,
+            alone,
+            options.max_new_tokens,
+            temperature=options.temperature,
+            seed=options.seed,
+            device=options.device,
+            record_pass=not observing,
+        )
+        alone = model.extended(alone, generation.new_ids)
+        check_positions(
+            replace(lengths, new_tokens=len(generation.new_ids)),
+            query_index=options.query_index,
+            target_index=options.target_index,
+        )
+    pending = None
+    if observing:
+        result, pending = observed_pass(
+            model, alone, alone_targets, options.device, record=recorded
+        )
+    else:
+        result = (
+            generation.result
+            if generation is not None and generation.result is not None
+            else RECORDINGS.run(model, alone, alone_targets, device=options.device)
+        )
+    ablation = None
+    switched = None
+    if options.ablate:
+        intact = result
+        switched = ablated_modules(intact, block, options.ablate)
+        result = RECORDINGS.run(model, alone, alone_targets, device=options.device, ablate=switched)
+        ablation = ablation_fields(model, options.ablate, intact, result)
+    result = with_method(result, model.on(torch.device(result.device)), options.method)
+    walk = LayerWalk(
+        result,
+        block=block,
+        hide_special_tokens=options.hide_special_tokens,
+        layer_index=options.layer_index,
+        head_index=options.head_index,
+        display_size=options.display_size,
+        merge_words=options.merge_words,
+        pending=pending,
+        block_of=model.block_of(model.on(torch.device(result.device))),
+    )
+    query_rows = None
+    if options.query_index is not None:
+        query_rows = result.query_rows(block, options.query_index)
+    step = None
+    if options.neuron:
+        assert options.layer_index is not None and options.head_index is not None
+        assert options.query_index is not None
+        step = result.neuron(block, options.layer_index, options.head_index, options.query_index)
+    summed = None
+    if isinstance(result.recording, NormRecording) and options.layer_index is not None:
+        summed = layer_summed_norm(result, block, options)
+    method_map = None
+    if options.method == "flow":
+        method_map = flow_map(result, block)
+    gradients = None
+    if options.method in GRADIENT_METHODS:
+        gradients = RECORDINGS.gradients(
+            model,
+            alone,
+            alone_targets,
+            position=options.target_index,
+            token_id=options.target_token_id,
+            device=options.device,
+            ablate=switched,
+        )
+        if options.method == "grad_rollout":
+            method_map = pooled(gradients.rollout(block), MAX_AVERAGE_SIZE)[0]
+    if options.method == "value_zeroing":
+        memo = result.memo.setdefault(("value_zeroing", block), {})
+        if "maps" not in memo:
+            memo["maps"] = value_zeroing(
+                model, result, block, device=options.device, ablate=switched
+            )
+        method_map = memo["maps"]
+    return PreparedSequence(
+        result, walk, generation, query_rows, step, summed, method_map, ablation, gradients
+    )
+
+
+def observed_pass(
+    model: PretrainedModel,
+    batch: TokenizedBatch,
+    targets: TokenizedBatch | None,
+    device: str,
+    *,
+    record: bool,
+) -> tuple[PretrainedAttentions, Callable[[Any], PretrainedAttentions]]:
+    """A placeholder result (no recording yet) and the observed pass that will replace it.
+
+    With ``record`` (the states fit the recording cache) the pass records the query,
+    key and value states too, so that a later click reuses them; else nothing.
+
+    Raises:
+        AttentionInputError: (field ``device``) as :meth:`.model.PretrainedModel.device_for`.
+    """
+    run_on = model.device_for(device)
+    placeholder = PretrainedAttentions(
+        batch=batch,
+        targets=targets,
+        recording=AttentionRecording(),
+        block_calls={b: list(range(model.block_layers(b))) for b in model.blocks},
+        decoder_head=None,
+        compute_ms=0.0,
+        device=str(run_on),
+    )
+
+    def run(observer: Any) -> PretrainedAttentions:
+        return RECORDINGS.observed(model, batch, targets, observer, device=device, record=record)
+
+    return placeholder, run
+
+
+def check_method_options(options: ViewOptions, block: Block) -> None:
+    """Refuse what a method cannot do for this model, block and input (422 naming the field)."""
+    for field in TARGET_OPTIONS:
+        if getattr(options, field) is not None and options.method not in GRADIENT_METHODS:
+            raise AttentionInputError(
+                field,
+                "chooses the target of method 'grad_rollout' or 'head_importance', not "
+                f"of {options.method!r}",
+            )
+    if options.method in ("rollout", "grad_rollout") and block == "cross":
+        raise AttentionInputError(
+            "block",
+            f"{options.method} runs through square self-attention: not 'cross'",
+        )
+
+
+def ablated_modules(
+    result: PretrainedAttentions, block: Block, heads: list[list[int]]
+) -> dict[int, tuple[int, ...]]:
+    """``[[layer, head], ...]`` of ``block`` as ``id(attention module)`` -> query heads.
+
+    Raises:
+        AttentionInputError: (field ``ablate``) a layer or head the block does not have.
+    """
+    layers = result.num_layers(block)
+    switched: dict[int, set[int]] = {}
+    for layer, head in heads:
+        if layer >= layers:
+            raise AttentionInputError("ablate", f"layer {layer} is not below {layers}")
+        count = result.num_heads(block, layer)
+        if head >= count:
+            raise AttentionInputError("ablate", f"head {head} is not below {count}")
+        module = result.recording.calls[result.block_calls[block][layer]].module
+        switched.setdefault(id(module), set()).add(head)
+    return {key: tuple(sorted(value)) for key, value in switched.items()}
+
+
+def ablation_fields(
+    model: PretrainedModel,
+    heads: list[list[int]],
+    intact: PretrainedAttentions,
+    ablated: PretrainedAttentions,
+) -> dict[str, Any]:
+    """What switching ``heads`` off did to the output (the response's ``ablation``)."""
+    fields: dict[str, Any] = {"heads": sorted({(layer, head) for layer, head in heads})}
+    # The positions of the per-token fields: an encoder-decoder's targets, else the input.
+    fields["tokens"] = (intact.targets or intact.batch).tokens[0]
+    if intact.decoder_head is not None and ablated.decoder_head is not None:
+        fields["kl"] = intact.decoder_head.divergence(ablated.decoder_head)[0].tolist()
+        for name, result in (("top_before", intact), ("top_after", ablated)):
+            top = result.next_tokens
+            assert top is not None
+            fields[name] = [
+                [
+                    {
+                        "token": model.token_strings([int(i)])[0],
+                        "id": int(i),
+                        "probability": float(p),
+                    }
+                    for i, p in zip(ids[:ABLATION_TOP], probs[:ABLATION_TOP], strict=True)
+                ]
+                for ids, probs in zip(top.ids[0], top.probabilities[0], strict=True)
+            ]
+    if intact.final_hidden is not None and ablated.final_hidden is not None:
+        before, after = intact.final_hidden[0], ablated.final_hidden[0]
+        change = (after - before).norm(dim=-1) / before.norm(dim=-1).clamp_min(1e-12)
+        fields["hidden_change"] = change.tolist()
+    return fields
+
+
+def flow_map(result: PretrainedAttentions, block: Block) -> torch.Tensor:
+    """Attention flow (:func:`.methods.attention_flow`) of ``block`` for the one input.
+
+    The input's length was checked against :data:`.methods.MAX_FLOW_WORK` before it ran
+    (:func:`attnviz.pretrained.admission.check_options`).
+
+    Raises:
+        AttentionInputError: (field ``block``) cross attention (not square).
+    """
+    if block == "cross":
+        raise AttentionInputError(
+            "block", "attention flow runs through square self-attention: not 'cross'"
+        )
+    layers = result.num_layers(block)
+    means = torch.stack(
+        [result.layer_weights(block, layer)[0].mean(dim=0) for layer in range(layers)]
+    )
+    return attention_flow(means)[None]
+
+
+def layer_summed_norm(
+    result: PretrainedAttentions, block: Block, options: ViewOptions
+) -> torch.Tensor:
+    """Layer layer_index's ‖Σ_h α_ij^h f^h(x_j)‖ (method "norm"), pooled as the head means.
+
+    The layer and the input's length (MAX_SUMMED_NORM_TOKENS) were checked before it ran
+    (:func:`attnviz.pretrained.admission.check_options`).
+    """
+    assert isinstance(result.recording, NormRecording) and options.layer_index is not None
+    call = result.block_calls[block][options.layer_index]
+    return pooled(result.recording.summed_norm(call), options.display_size)[0]
+
+
+def check_one_input_options(options: ViewOptions) -> None:
+    """Refuse the one-input options without sequence_index (422 naming them)."""
+    for field in ONE_INPUT_OPTIONS:
+        if getattr(options, field) not in (None, False, 0):
+            raise AttentionInputError(
+                field,
+                "applies to one input: set sequence_index too",
+            )
+    if options.method in ONE_INPUT_METHODS:
+        raise AttentionInputError(
+            "method",
+            f"{options.method!r} is computed for one input: set sequence_index too",
+        )
+    for field in TARGET_OPTIONS:
+        if getattr(options, field) is not None:
+            raise AttentionInputError(
+                field,
+                "chooses a gradient method's target, for one input: set sequence_index too",
+            )
+
+
+def check_view_cells(
+    model: PretrainedModel,
+    options: ViewOptions,
+    lengths: InputLengths,
+    block: Block,
+    limits: Limits,
+) -> None:
+    """Refuse a one-input response that would carry over ATTNVIZ_MAX_WEIGHT_CELLS numbers.
+
+    Counts what is sent, after selection and pooling, not what is computed: layers
+    (1 with layer_index) x heads (1 with head_index) x the shown side squared, plus
+    the head means, the layer mean and rollout. With generation, at the most tokens it
+    may add (checked before it runs).
+    """
+    len_q, len_k = lengths.queries(block), lengths.keys(block)
+    side = options.display_size
+    p_q, p_k = (len_q, len_k) if side is None else (min(len_q, side), min(len_k, side))
+    num_layers, num_heads = model.block_layers(block), model.block_heads(block)
+    layers = 1 if options.layer_index is not None else num_layers
+    heads = 1 if options.head_index is not None else num_heads
+    averages = 2 * min(len_q, MAX_AVERAGE_SIZE) * min(len_k, MAX_AVERAGE_SIZE)
+    rows = 0 if options.query_index is None else num_layers * num_heads * len_k
+    means = layers * (
+        p_q * p_k
+        if options.head_index is None
+        else min(p_q, MAX_AVERAGE_SIZE) * min(p_k, MAX_AVERAGE_SIZE)
+    )
+    cells = layers * heads * p_q * p_k + means + averages + rows
+    if cells > limits.max_weight_cells:
+        raise too_many_numbers(
+            "texts", cells, limits.max_weight_cells, "set display_size or layer_index"
+        )
+
+
+def check_generation_length(model: PretrainedModel, lengths: InputLengths, limits: Limits) -> None:
+    """Refuse generation past ATTNVIZ_MAX_SEQ_LEN or the model's positions, before it runs.
+
+    The prompt was checked alone (:func:`check_lengths`); with ``max_new_tokens`` the
+    recorded pass covers prompt + new tokens, which must fit too.
+
+    Raises:
+        HTTPException: 413 naming max_new_tokens over ATTNVIZ_MAX_SEQ_LEN.
+        AttentionInputError: (field ``max_new_tokens``) over the model's positions.
+    """
+    if not lengths.new_tokens:
+        return
+    room = limits.max_seq_len - lengths.source
+    if lengths.total > limits.max_seq_len:
+        raise InputTooLargeError(
+            "max_new_tokens",
+            f"the prompt has {lengths.source} tokens and {lengths.new_tokens} new ones would "
+            f"make {lengths.total}, over the limit of {limits.max_seq_len} "
+            f"(ATTNVIZ_MAX_SEQ_LEN); ask for at most {max(0, room)} new tokens",
+        )
+    if model.max_tokens is not None and lengths.total > model.max_tokens:
+        raise AttentionInputError(
+            "max_new_tokens",
+            f"the prompt has {lengths.source} tokens and {model.name} takes at most "
+            f"{model.max_tokens} (max_position_embeddings); ask for at most "
+            f"{max(0, model.max_tokens - lengths.source)} new tokens",
+        )

@@ -1,0 +1,1 @@
+"""Response bodies, built apart from the routes that send them."""
