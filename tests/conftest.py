@@ -7,7 +7,65 @@ from attnviz.pretrained import MODELS, ModelRegistry, PretrainedModel
 from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 
+from tests import REPO_ROOT
 from tests.pretrained.support import require_pretrained_extra
+
+PACKAGED_MODEL_FIXTURES = frozenset(
+    {
+        ("tests.conftest", "client"),  # the app's lifespan loads every packaged model
+        ("tests.conftest", "minilm"),
+        ("tests.pretrained.test_decoders", "smollm2"),
+        ("tests.pretrained.test_speech", "whisper_dir"),
+        ("tests.routers.test_model_families_api", "smollm2"),
+        ("tests.test_any_json", "api"),
+        ("tests.test_fuzz", "ready_models"),
+    }
+)
+"""(module, name) of the fixtures that load a packaged model (MiniLM, SmolLM2, Whisper):
+the tests using them, directly or through another fixture, are marked ``models``."""
+SLOW_FILES = frozenset(
+    {
+        "test_wheel.py",
+        "test_docker_commands.py",
+        "test_processes.py",
+        "test_fuzz.py",
+    }
+)
+"""Test files marked ``slow`` as a whole: virtual environments built, servers started in
+processes, fuzzing."""
+
+
+def _uses_packaged_model(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    for name in item.fixturenames:  # type: ignore[attr-defined]
+        definitions = info.name2fixturedefs.get(name) or ()
+        if definitions:  # the last definition is the one the test gets
+            module = definitions[-1].func.__module__
+            if (module, name) in PACKAGED_MODEL_FIXTURES:
+                return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tiers by where a test lives and what it loads (``make test-fast`` runs
+    ``-m "not slow and not browser and not models and not cuda"``).
+
+    * ``browser``: everything under tests/browser/ (real Chromium, real uvicorn), and
+      any test using the ``browser`` fixture;
+    * ``models``: a test that uses a packaged model's fixture (:data:`PACKAGED_MODEL_FIXTURES`);
+    * ``slow``: the files of :data:`SLOW_FILES`, and tests marked so where they are.
+    """
+    tests = REPO_ROOT / "tests"
+    for item in items:
+        relative = item.path.relative_to(tests)
+        if relative.parts[0] == "browser" or "browser" in item.fixturenames:  # type: ignore[attr-defined]
+            item.add_marker(pytest.mark.browser)
+        if _uses_packaged_model(item):
+            item.add_marker(pytest.mark.models)
+        if relative.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser.test_notebook_export import open_offline
+from tests.support.browser import open_offline
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 

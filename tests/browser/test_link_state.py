@@ -12,10 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_links import decode, wait_heads
-from tests.browser.test_models_page import wait_drawn
-from tests.browser.test_page_fixes import new_page
 from tests.pretrained.support import require_pretrained_extra
+from tests.support.browser import decode_link, new_page, wait_drawn, wait_heads
 
 pytestmark = pytest.mark.browser
 
@@ -47,7 +45,7 @@ class HeldResponses:
 
 def written(page) -> Any:  # type: ignore[no-untyped-def]
     page.wait_for_selector("html[data-link='written']")
-    return decode(page.url)
+    return decode_link(page.url)
 
 
 def test_attention_page_link_carries_the_request_being_computed(page, server_url) -> None:  # type: ignore[no-untyped-def]

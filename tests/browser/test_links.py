@@ -6,7 +6,6 @@ the format, and hostile ones to check that the page refuses them with a message 
 still works.
 """
 
-import base64
 import json
 import random
 import string
@@ -16,24 +15,11 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
+from tests.support.browser import decode_link, encode_link, wait_heads
+
 pytestmark = pytest.mark.browser
 
 MAX_LINK_CHARS = 32 * 1024  # static/js/api.js
-HEADS = "#heads .head-plot .main-svg"
-
-
-def encode(request: object) -> str:
-    """A link's request parameter, as the page writes it."""
-    deflate = zlib.compressobj(wbits=-15)
-    raw = deflate.compress(json.dumps(request).encode()) + deflate.flush()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode(url: str) -> object:
-    """The request a link written by the page carries."""
-    value = parse_qs(urlsplit(url).query)["request"][0]
-    raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-    return json.loads(zlib.decompress(raw, wbits=-15))
 
 
 def wait_for_link(page, accept, timeout_s: float = 30.0, view: str | None = None) -> str:  # type: ignore[no-untyped-def]
@@ -45,7 +31,7 @@ def wait_for_link(page, accept, timeout_s: float = 30.0, view: str | None = None
         url = str(page.url)
         value = parse_qs(urlsplit(url).query).get("request", [""])[0]
         try:
-            request = json.loads(value) if value.startswith("{") else decode(url)
+            request = json.loads(value) if value.startswith("{") else decode_link(url)
             fragment = parse_qs(urlsplit(url).fragment)
             if accept(request) and (view is None or fragment.get("view") == [view]):
                 return url
@@ -53,11 +39,6 @@ def wait_for_link(page, accept, timeout_s: float = 30.0, view: str | None = None
             pass
         assert time.monotonic() < deadline, f"no such link in the URL: {page.url[:200]}"
         page.wait_for_timeout(100)
-
-
-def wait_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
-    page.locator(HEADS).nth(count - 1).wait_for(timeout=60_000)
-    page.wait_for_selector(f"#heads[data-drawn-heads='{count}']", timeout=60_000)
 
 
 def words(count: int, seed: int) -> str:
@@ -98,7 +79,7 @@ def test_a_2000_token_link_made_by_the_page_opens_and_draws(page, server_url) ->
     other.close()
     # The link is the compressed form, well within the limit; the open tab travels too.
     assert len(link) <= MAX_LINK_CHARS
-    assert decode(link)["sequences"] == [text]
+    assert decode_link(link)["sequences"] == [text]
     assert urlsplit(link).fragment.endswith("summary")
 
 
@@ -110,7 +91,7 @@ def test_the_models_page_link_round_trips(page, server_url) -> None:  # type: ig
     page.click(".tabs button[data-view=layer]")
     page.click("#compute")
     page.wait_for_selector("html[data-link='written']")
-    request = decode(page.url)
+    request = decode_link(page.url)
     assert request["texts"][1] == "A second one, ünïcödé & <b>tags</b>."
     assert request["text_pairs"] == ["And its pair.", None]
 
@@ -120,7 +101,7 @@ def test_the_models_page_link_round_trips(page, server_url) -> None:  # type: ig
     other.wait_for_selector("#view-layer[data-drawn='true']", timeout=30_000)
     assert other.input_value("#texts") == page.input_value("#texts")
     other.wait_for_selector("html[data-link='written']")
-    assert decode(other.url) == request  # the reopened page asks for the same thing
+    assert decode_link(other.url) == request  # the reopened page asks for the same thing
     other.close()
 
 
@@ -128,7 +109,7 @@ def test_the_views_settings_travel_in_the_link(page, server_url) -> None:  # typ
     """The colour scale, the selected tokens, the sequence, the head and (on /models) the
     layer are written into the fragment and opened again; defaults are left out."""
     request = {"sequences": ["the cat sat on the mat", "a dog ran"], "num_heads": 4, "d_model": 8}
-    page.goto(f"{server_url}/?request={encode(request)}#view=heads")
+    page.goto(f"{server_url}/?request={encode_link(request)}#view=heads")
     wait_heads(page, 4)
     assert urlsplit(page.url).fragment == "view=heads"
     page.select_option("#colour-scale", "row")
@@ -167,13 +148,15 @@ def test_the_views_settings_travel_in_the_link(page, server_url) -> None:  # typ
     other.close()
 
     # Malformed or unknown settings are ignored: the page opens with its defaults.
-    page.goto(f"{server_url}/?request={encode(request)}#view=heads&scale=nope&tokens=x&head=99")
+    page.goto(
+        f"{server_url}/?request={encode_link(request)}#view=heads&scale=nope&tokens=x&head=99"
+    )
     wait_heads(page, 4)
     assert page.input_value("#colour-scale") == "auto"
     assert page.input_value("#head-index") == "0"
     assert page.get_attribute("#heads", "data-selected") in (None, "")
     # A selection beyond the input's rows is dropped.
-    page.goto(f"{server_url}/?request={encode(request)}#view=heads&tokens=2,50")
+    page.goto(f"{server_url}/?request={encode_link(request)}#view=heads&tokens=2,50")
     wait_heads(page, 4)
     assert page.get_attribute("#heads", "data-selected") in (None, "")
     assert page.errors == []
@@ -182,7 +165,7 @@ def test_the_views_settings_travel_in_the_link(page, server_url) -> None:  # typ
 def test_the_models_pages_view_settings_travel_in_the_link(page, server_url) -> None:  # type: ignore[no-untyped-def]
     request = {"texts": ["Links carry the view as well as the sentence."]}
     page.goto(
-        f"{server_url}/models?request={encode(request)}#view=layer&layer=3&tokens=2&scale=log"
+        f"{server_url}/models?request={encode_link(request)}#view=layer&layer=3&tokens=2&scale=log"
     )
     page.wait_for_selector("#view-layer[data-drawn='true']", timeout=30_000)
     assert page.input_value("#layer-index") == "3"
@@ -209,6 +192,17 @@ def test_old_json_links_still_open(page, server_url) -> None:  # type: ignore[no
     wait_heads(page, 4)
     assert page.input_value("#sequences") == "the cat sat"
     assert page.locator("#link-note").is_hidden()
+    assert page.errors == []
+
+
+# Found by a user on the page (issue 12): links written before the fragment named its
+# setting (#parameters, now #view=parameters).
+def test_old_links_with_a_bare_view_still_open_that_tab(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/#parameters")
+    page.wait_for_function(
+        "document.getElementById('view-parameters').dataset.drawn === 'true'", timeout=15_000
+    )
+    assert page.url.endswith("#view=parameters")
     assert page.errors == []
 
 
@@ -239,22 +233,26 @@ def test_a_link_too_large_to_share_is_not_written_and_json_is_offered(page, serv
     page.click("#compute")
     page.wait_for_selector("html[data-link='written']")
     assert note.is_hidden()
-    assert decode(page.url)["sequences"] == ["the cat sat"]
+    assert decode_link(page.url)["sequences"] == ["the cat sat"]
     assert page.errors == []
 
 
-VALID = encode({"sequences": [[1, 2, 3]]})
+VALID = encode_link({"sequences": [[1, 2, 3]]})
 HOSTILE_INDEX = [
-    ("wrong type", encode({"sequences": [[1, 2, 3]], "d_model": "x"}), "d_model must be a number"),
-    ("a list, not an object", encode([1, 2, 3]), "not a JSON object"),
+    (
+        "wrong type",
+        encode_link({"sequences": [[1, 2, 3]], "d_model": "x"}),
+        "d_model must be a number",
+    ),
+    ("a list, not an object", encode_link([1, 2, 3]), "not a JSON object"),
     ("old link, a list", quote("[1, 2]"), "not a JSON object"),
-    ("sequences a string", encode({"sequences": "abc"}), "sequences must be a non-empty list"),
-    ("targets a number", encode({"sequences": ["a b"], "targets": 5}), "targets must be"),
-    ("no sequences", encode({"d_model": 8}), "sequences is missing"),
-    ("__proto__", encode({"__proto__": {"polluted": 1}}), 'the key "__proto__"'),
+    ("sequences a string", encode_link({"sequences": "abc"}), "sequences must be a non-empty list"),
+    ("targets a number", encode_link({"sequences": ["a b"], "targets": 5}), "targets must be"),
+    ("no sequences", encode_link({"d_model": 8}), "sequences is missing"),
+    ("__proto__", encode_link({"__proto__": {"polluted": 1}}), 'the key "__proto__"'),
     (
         "constructor.prototype",
-        encode({"sequences": [[1]], "constructor": {"prototype": {"polluted": 1}}}),
+        encode_link({"sequences": [[1]], "constructor": {"prototype": {"polluted": 1}}}),
         'the key "prototype"',  # JSON.parse's reviver sees inner keys first
     ),
     ("garbage base64", "%21%21not*base64%3F%3F", "neither JSON nor base64url"),
@@ -262,7 +260,11 @@ HOSTILE_INDEX = [
     ("not deflate", "QUFBQUFBQUE", "cut short or damaged"),
     ("old link, bad JSON", quote('{"sequences": [1,'), "not valid JSON"),
     # 5 MB of JSON in a 7 KB link: inflating stops at 4 MiB.
-    ("deflate bomb", encode({"sequences": [[1]], "x": " " * 5_000_000}), "expands to more than"),
+    (
+        "deflate bomb",
+        encode_link({"sequences": [[1]], "x": " " * 5_000_000}),
+        "expands to more than",
+    ),
 ]
 
 
@@ -290,11 +292,11 @@ def test_a_hostile_link_gives_a_message_and_the_default_preset(
     note.wait_for(state="hidden")
 
 
-VALID_MODELS = encode({"texts": [f"sentence {i} of a long link" for i in range(50)]})
+VALID_MODELS = encode_link({"texts": [f"sentence {i} of a long link" for i in range(50)]})
 HOSTILE_MODELS = [
-    ("texts a string", encode({"texts": "abc"}), "texts must be a non-empty list of strings"),
-    ("__proto__", encode({"texts": ["a"], "__proto__": {"polluted": 1}}), '"__proto__"'),
-    ("a list", encode(["a"]), "not a JSON object"),
+    ("texts a string", encode_link({"texts": "abc"}), "texts must be a non-empty list of strings"),
+    ("__proto__", encode_link({"texts": ["a"], "__proto__": {"polluted": 1}}), '"__proto__"'),
+    ("a list", encode_link(["a"]), "not a JSON object"),
     ("truncated blob", VALID_MODELS[: len(VALID_MODELS) // 2], "cut short or damaged"),
 ]
 

@@ -4,9 +4,9 @@ import httpx2 as httpx
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
+from tests.support.browser import GRID
 
-GRID = "document.getElementById('model-grid')"
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
 
 def redraw(page, view: str, action) -> None:  # type: ignore[no-untyped-def]

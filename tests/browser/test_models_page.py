@@ -10,6 +10,8 @@ import httpx2 as httpx
 import pytest
 from attnviz.devtools import live_process
 
+from tests.support.browser import GRID, grid_point, redraw, type_and_compute, wait_drawn
+
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
 SENTENCE = "Attention shows what a trained model looks at, token by token."
@@ -17,24 +19,10 @@ ATTENTION_URL = "/api/v1/models/attention"
 STREAM_URL = "/api/v1/models/attention/layers"
 
 
-# The model view's grid is one tiled heatmap (heatmap.js tiledGrid): div.cell(r, c) is
-# thumbnail (r, c)'s matrix as drawn, div.tiles places it in the big matrix.
-GRID = "document.getElementById('model-grid')"
+# The model view's grid is one tiled heatmap (GRID, tests/support/browser.py).
 GRID_SHAPE = (
     f"() => ({{traces: {GRID}.data.length, rows: {GRID}.tiles.rows, cols: {GRID}.tiles.cols}})"
 )
-
-
-def grid_point(page, r: int, c: int, i: int | None = None, j: int | None = None) -> list[int]:  # type: ignore[no-untyped-def]
-    """The big matrix's (row, column) of cell (i, j) of thumbnail (r, c) (its centre if None)."""
-    return page.evaluate(  # type: ignore[no-any-return]
-        f"""([r, c, i, j]) => {{
-            const t = {GRID}.tiles;
-            const row = i ?? Math.floor(t.height / 2);
-            return [t.y[r] + row, t.x[c] + (j ?? Math.floor(t.width / 2))];
-        }}""",
-        [r, c, i, j],
-    )
 
 
 def click_thumbnail(page, r: int, c: int) -> None:  # type: ignore[no-untyped-def]
@@ -51,23 +39,6 @@ def click_thumbnail(page, r: int, c: int) -> None:  # type: ignore[no-untyped-de
         [row, col],
     )
     page.mouse.click(x, y)
-
-
-def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]
-    page.wait_for_function(
-        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=20_000
-    )
-
-
-def redraw(page, view: str, action) -> None:  # type: ignore[no-untyped-def]
-    page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
-    action()
-    wait_drawn(page, view)
-
-
-def type_and_compute(page, text: str) -> None:  # type: ignore[no-untyped-def]
-    page.fill("#texts", text)
-    redraw(page, "model", lambda: page.click("#compute"))
 
 
 def test_typed_sentence_draws_the_6_by_12_grid_in_one_figure(page, server_url) -> None:  # type: ignore[no-untyped-def]

@@ -8,8 +8,7 @@ reader), and figure titles under Plotly's toolbar or cut off at the screen's edg
 
 import pytest
 
-from tests.browser.test_models_page import redraw, type_and_compute, wait_drawn
-from tests.browser.test_page_fixes import new_page
+from tests.support.browser import new_page, redraw, type_and_compute, wait_drawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 

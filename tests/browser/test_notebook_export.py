@@ -10,27 +10,9 @@ import attnviz
 import numpy as np
 import pytest
 
+from tests.support.browser import open_offline
+
 pytestmark = pytest.mark.browser
-
-
-def open_offline(browser, path: Path):  # type: ignore[no-untyped-def]
-    """A page showing ``path`` with every other request aborted; (page, outside URLs)."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    outside: list[str] = []
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-
-    def handle(route) -> None:  # type: ignore[no-untyped-def]
-        if route.request.url == path.as_uri():
-            route.continue_()
-        else:
-            outside.append(route.request.url)
-            route.abort()
-
-    page.route("**/*", handle)
-    page.goto(path.as_uri())
-    return page, outside, errors
 
 
 @pytest.mark.parametrize("kind", ["head", "model"])

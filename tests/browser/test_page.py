@@ -4,17 +4,9 @@ from pathlib import Path
 import pytest
 from attnviz.attention.tutorials import TUTORIAL_BATCH
 
+from tests.support.browser import HEADS, new_page, open_view, wait_for_heads
+
 pytestmark = pytest.mark.browser
-
-HEADS = "#heads .head-plot"
-
-
-def wait_for_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
-    page.wait_for_function(
-        f"document.querySelectorAll('{HEADS} .main-svg').length >= {count}"
-        f" && document.getElementById('heads').dataset.drawnHeads === '{count}'",
-        timeout=15_000,
-    )
 
 
 def test_default_preset_draws_one_heatmap_per_head_with_masked_keys_at_zero(
@@ -289,3 +281,133 @@ def test_the_form_works_from_the_keyboard(page, server_url) -> None:  # type: ig
     page.focus(".tabs button[data-view=parameters]")
     page.keyboard.press("Enter")
     page.wait_for_function("document.getElementById('view-parameters').dataset.drawn === 'true'")
+
+
+# Found wrong by a user on the page (issue 12): a refused request, a changed form and the
+# preset picker; errors beside their field, in plain words, in view.
+
+
+def test_a_refused_request_leaves_no_earlier_results_and_no_badge(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    open_view(page, "step")
+    page.locator("#verify-badge").wait_for(state="visible")
+    assert page.locator("#view-step .js-plotly-plot").count() == 8
+    page.fill("#num_heads", "3")
+    page.click("#compute")
+    page.locator("#error").wait_for(state="visible")
+    # Nothing of the earlier request stays: not the open tab's plots, not the badge.
+    assert page.locator("#view-step .js-plotly-plot").count() == 0
+    assert page.locator("#verify-badge").is_hidden()
+    assert "request was refused" in page.locator("#summary").text_content()
+    # Nor the heads, nor another tab.
+    page.click(".tabs button[data-view=heads]")
+    assert page.get_attribute("#view-heads", "hidden") is None
+    assert page.locator(f"{HEADS} .main-svg").count() == 0
+    page.click(".tabs button[data-view=summary]")
+    assert page.get_attribute("#view-summary", "hidden") is None
+    assert page.locator("#view-summary .js-plotly-plot").count() == 0
+    # Fixing the field draws again.
+    page.click(".tabs button[data-view=heads]")
+    page.fill("#num_heads", "2")
+    page.click("#compute")
+    wait_for_heads(page, 2)
+    assert page.locator("#verify-badge").is_visible()
+    assert page.locator("#error").is_hidden()
+    assert page.errors == []
+
+
+def test_results_are_stale_while_the_form_differs_and_the_preset_says_custom(
+    page, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    preset = page.input_value("#preset")
+    assert preset != "custom"
+    assert page.locator("#stale-note").is_hidden()
+    page.fill("#seed", "7")
+    # The drawn results are for seed 0: marked stale, and the preset is no longer the preset.
+    assert page.locator("#stale-note").is_visible()
+    assert page.get_attribute(".results", "data-stale") == "true"
+    assert page.input_value("#preset") == "custom"
+    assert page.locator("#preset option:checked").text_content() == "Custom"
+    # Back to the preset's value: neither stale nor custom.
+    page.fill("#seed", "0")
+    assert page.locator("#stale-note").is_hidden()
+    assert page.input_value("#preset") == preset
+    # Compute clears the stale mark; the picker still says Custom for an edited input.
+    page.fill("#seed", "7")
+    page.click("#compute")
+    page.wait_for_function("window.attnviz.lastResponse.seed === 7")
+    wait_for_heads(page, 2)
+    assert page.locator("#stale-note").is_hidden()
+    assert page.get_attribute(".results", "data-stale") == "false"
+    assert page.input_value("#preset") == "custom"
+    # Unchecking verify changes what Compute would show (the badge): stale again.
+    page.uncheck("#verify")
+    assert page.locator("#stale-note").is_visible()
+    assert page.errors == []
+
+
+def test_a_refused_field_is_marked_beside_it_and_the_message_is_in_view(
+    browser, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    page = new_page(browser, 1366, 768)
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.fill("#d_model", "10")
+    page.fill("#num_heads", "3")
+    page.click("#compute")
+    error = page.locator("#error")
+    error.wait_for(state="visible")
+    assert "must divide d_model (10)" in error.text_content()
+    # In the viewport, without scrolling.
+    box = error.bounding_box()
+    assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 768, box
+    # The field: aria-invalid, outlined, with its message beside it.
+    field = page.locator("#num_heads")
+    assert field.get_attribute("aria-invalid") == "true"
+    note = page.locator("#num_heads-error")
+    assert field.get_attribute("aria-describedby") == "num_heads-error"
+    assert "try 1, 2, 5 or 10" in note.text_content()
+    outline = page.evaluate("getComputedStyle(document.getElementById('num_heads')).outlineStyle")
+    assert outline == "solid"
+    field_box, note_box = field.bounding_box(), note.bounding_box()
+    assert 0 <= note_box["y"] - (field_box["y"] + field_box["height"]) < 20
+    assert page.locator("#d_model").get_attribute("aria-invalid") is None
+    # Pydantic's wording said plainly, beside d_model.
+    page.fill("#d_model", "0")
+    page.fill("#num_heads", "1")
+    page.click("#compute")
+    page.locator("#d_model-error").wait_for()
+    assert page.locator("#d_model-error").text_content() == "must be at least 1"
+    assert page.locator("#num_heads").get_attribute("aria-invalid") is None
+    # A bad line of the sequences names the line.
+    page.fill("#d_model", "8")
+    page.fill("#num_heads", "2")
+    page.fill("#sequences", "1 2 3\n4 5 300")
+    page.click("#compute")
+    page.locator("#sequences-error").wait_for()
+    assert page.locator("#sequences-error").text_content().startswith("line 2: token id 300")
+    # Editing the field takes its mark away; a good request clears the box.
+    page.fill("#sequences", "1 2 3\n4 5 6")
+    assert page.locator("#sequences").get_attribute("aria-invalid") is None
+    assert page.locator("#sequences-error").count() == 0
+    page.click("#compute")
+    wait_for_heads(page, 2)
+    assert error.is_hidden()
+    assert page.errors == []
+    page.context.close()
+
+
+def test_a_refused_view_control_is_marked_beside_it(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    open_view(page, "layers")
+    page.evaluate("document.getElementById('view-layers').dataset.drawn = 'stale'")
+    page.fill("#num-layers", "40")
+    page.dispatch_event("#num-layers", "change")
+    page.locator("#num-layers-error").wait_for()
+    assert page.locator("#num-layers-error").text_content() == "must be at most 12"
+    assert page.locator("#num-layers").get_attribute("aria-invalid") == "true"
+    assert page.errors == []

@@ -11,10 +11,8 @@ import httpx2 as httpx
 import pytest
 import torch
 
-from tests.browser.test_page import HEADS, wait_for_heads
-from tests.browser.test_page_fixes import CELL_CENTRE
-from tests.browser.test_views import open_view
-from tests.routers.test_models_api import merged_reference
+from tests.support.api import merged_reference
+from tests.support.browser import CELL_CENTRE, HEADS, open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
 

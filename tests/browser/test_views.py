@@ -1,10 +1,14 @@
 """Each lesson view, opened from the page in a real Chromium, is drawn."""
 
+import math
+
 import pytest
 
-from tests.browser.test_page import wait_for_heads
+from tests.support.browser import open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
+
+WORDS = "the cat sat on the mat"
 
 # view -> (CSS selector of its plots, the least number drawn for the default preset)
 VIEWS = {
@@ -15,14 +19,6 @@ VIEWS = {
     "dropout": (".dropout-plot", 2),
     "layers": (".grid-plot", 1),
 }
-
-
-def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
-    page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
-    page.click(f".tabs button[data-view={view}]")
-    page.wait_for_function(
-        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=15_000
-    )
 
 
 @pytest.mark.parametrize("view", sorted(VIEWS))
@@ -142,4 +138,89 @@ def test_views_follow_the_users_own_input(page, server_url) -> None:  # type: ig
         "() => document.querySelectorAll('#view-summary .summary-plot')[1].data[0].x"
     )
     assert bars == ["Head 0", "Head 1", "Head 2", "Head 3"]
+    assert page.errors == []
+
+
+# Found wrong by a user on the page (issue 12): the head summary charts, and the Layers
+# tab's mask checkboxes. Every number is read back from what Plotly drew (div.data,
+# div._fullLayout, the SVG) and compared with the API's own JSON.
+
+
+def compute_words(page, text: str = WORDS, d_model: int = 16, num_heads: int = 4) -> None:  # type: ignore[no-untyped-def]
+    page.fill("#sequences", text)
+    page.fill("#d_model", str(d_model))
+    page.fill("#num_heads", str(num_heads))
+    page.click("#compute")
+    wait_for_heads(page, num_heads)
+
+
+def test_head_summary_bars_are_the_api_numbers_on_a_numeric_axis(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    compute_words(page)
+    open_view(page, "summary")
+    response = page.evaluate("() => window.attnviz.lastResponse")
+    api = {
+        1: response["head_summary"]["entropy_bits"][0],
+        2: response["head_summary"]["max_weight"][0],
+    }
+    sharpest = min(range(4), key=lambda h: api[1][h])
+    assert (
+        f"the sharpest head is {sharpest} "
+        in page.locator("#view-summary .view-note").text_content()
+    )
+    for index, values in api.items():
+        selector = f"#view-summary .summary-plot >> nth={index}"
+        drawn = page.evaluate(
+            f"""() => {{
+                const div = document.querySelectorAll('#view-summary .summary-plot')[{index}];
+                const y = div._fullLayout.yaxis;
+                return {{x: div.data[0].x, y: div.data[0].y, type: y.type, range: y.range,
+                         ticks: [...div.querySelectorAll('.ytick text')].map((t) => t.textContent),
+                         heights: [...div.querySelectorAll('.bars .point path')].map(
+                             (p) => p.getBoundingClientRect().height)}};
+            }}"""
+        )
+        assert drawn["x"] == ["Head 0", "Head 1", "Head 2", "Head 3"]
+        assert drawn["y"] == pytest.approx(values, abs=1e-6)
+        # A numeric axis from 0 that holds every bar.
+        assert drawn["type"] == "linear"
+        assert drawn["range"][0] == 0 and drawn["range"][1] >= max(values)
+        # Every head is drawn, its bar's height proportional to its value.
+        heights = drawn["heights"]
+        assert len(heights) == 4
+        scale = heights[0] / values[0]
+        for height, value in zip(heights, values, strict=True):
+            assert height > 1
+            assert math.isclose(height, scale * value, abs_tol=1.5), (heights, values)
+        # Readable ticks: short numbers with at most 2 decimals, inside the figure.
+        assert len(drawn["ticks"]) >= 3
+        for tick in drawn["ticks"]:
+            number = float(tick)
+            assert number >= 0 and len(tick.split(".")[-1] if "." in tick else "") <= 2, tick
+        plot_box = page.locator(selector).bounding_box()
+        for box in [t.bounding_box() for t in page.locator(selector).locator(".ytick text").all()]:
+            assert box["x"] >= plot_box["x"], (box, plot_box)
+    assert page.errors == []
+
+
+def test_layers_tab_disables_the_mask_checkboxes_and_says_why(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    assert page.is_enabled("#mask-causal") and page.is_enabled("#mask-padding")
+    assert page.locator("#mask-note").is_hidden()
+    open_view(page, "layers")
+    assert page.is_disabled("#mask-causal") and page.is_disabled("#mask-padding")
+    note = page.locator("#mask-note")
+    assert note.is_visible()
+    assert "never causal" in note.text_content()
+    assert "never causal" in page.locator("#view-layers .layers-masks").text_content()
+    # What the tab draws: the encoder masks the padded keys only, never future keys.
+    z = page.evaluate(
+        "() => document.querySelector('#view-layers .grid-plot').data[0].z"
+    )  # layer 0, head 0 of sequence 0: 8 tokens and 2 <pad>
+    assert all(z[0][j] is not None for j in range(8))
+    assert all(z[i][j] is None for i in range(10) for j in (8, 9))
+    open_view(page, "heads")
+    assert page.is_enabled("#mask-causal") and page.locator("#mask-note").is_hidden()
     assert page.errors == []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.browser.test_page import wait_for_heads
+from tests.support.browser import wait_for_heads
 
 pytestmark = pytest.mark.browser
 

@@ -3,10 +3,19 @@
 from collections.abc import Iterator
 
 import pytest
+from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import BUILDERS, save_tiny
 from tests.routers.support import serving_model_dirs
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[TestClient]:
+    """The app in-process, a server error answered as a 500 rather than raised (one per
+    test module); its pretrained models are not waited for."""
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

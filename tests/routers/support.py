@@ -1,27 +1,12 @@
 """Shared by the API tests."""
 
-import base64
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-
-DTYPES = {"f8": "<f8", "f4": "<f4", "f2": "<f2", "u1": "u1"}
-
-
-def decode(spec: dict[str, Any], expect: str | None = None) -> np.ndarray:
-    """A base64 typed array {dtype, bdata, shape} of a response as a numpy array.
-
-    ``expect``, when given, is the dtype code the array must have.
-    """
-    if expect is not None:
-        assert spec["dtype"] == expect
-    dtype = DTYPES[spec["dtype"]]
-    return np.frombuffer(base64.b64decode(spec["bdata"]), dtype=dtype).reshape(spec["shape"])
 
 
 @contextmanager

@@ -17,7 +17,8 @@ from attnviz.pretrained import MODELS
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import BUILDERS, FAMILIES, TARGETS, TEXTS
-from tests.routers.support import ask_tiny, decode, output_projections
+from tests.routers.support import ask_tiny, output_projections
+from tests.support.api import decode
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
 

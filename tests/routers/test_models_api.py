@@ -12,15 +12,11 @@ from attnviz.server.main import create_app
 from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
 
-from tests.routers.support import decode as decode_array
+from tests.support.api import decode, merged_reference
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")
 
 URL = "/api/v1/models/attention"
-
-
-def decode(spec: dict[str, Any]) -> np.ndarray:
-    return decode_array(spec, expect="f4")
 
 
 def test_models_lists_the_packaged_minilm(client: TestClient) -> None:
@@ -84,7 +80,9 @@ def test_base64_encoding_carries_the_same_numbers(client: TestClient) -> None:
     plain = client.post(URL, json=body).json()
     compact = client.post(URL, json={**body, "encoding": "base64_float32"}).json()
     for name in ("attentions", "head_mean", "layer_mean", "rollout"):
-        np.testing.assert_array_equal(decode(compact[name]), np.asarray(plain[name], "f4"))
+        np.testing.assert_array_equal(
+            decode(compact[name], expect="f4"), np.asarray(plain[name], "f4")
+        )
 
 
 def test_the_model_can_be_named(client: TestClient) -> None:
@@ -260,22 +258,6 @@ def test_model_dirs_setting_registers_local_directories(minilm, tmp_path, monkey
     finally:
         get_settings.cache_clear()
         MODELS.clear()
-
-
-def merged_reference(maps: torch.Tensor, words: list[int]) -> torch.Tensor:
-    """The documented merge, written out: M[a, b] = mean over a's query pieces of the
-    sum over b's key pieces (words: the word number of each token, runs = words)."""
-    groups: list[list[int]] = []
-    for i, word in enumerate(words):
-        if groups and words[groups[-1][0]] == word:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    out = torch.zeros(*maps.shape[:-2], len(groups), len(groups))
-    for a, rows in enumerate(groups):
-        for b, cols in enumerate(groups):
-            out[..., a, b] = maps[..., rows, :][..., cols].sum(dim=-1).mean(dim=-1)
-    return out
 
 
 @pytest.mark.parametrize("hide", [False, True])

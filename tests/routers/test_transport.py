@@ -11,7 +11,7 @@ from attnviz.server.schemas import AttentionResponse, TransformerResponse
 from fastapi.testclient import TestClient
 from torch.nn import functional as F  # noqa: N812
 
-from tests.routers.support import decode
+from tests.support.api import decode
 
 URL = "/api/v1/attention"
 
@@ -167,3 +167,26 @@ def test_large_responses_stream_the_same_numbers(client: TestClient, encoding: s
     atol = 1e-3 if encoding == "base64_float16" else 0.0
     torch.testing.assert_close(weights, expected.attn_weights, atol=atol, rtol=0)
     assert data["shape"] == [1, 4, 512, 512]
+
+
+# float64 end to end: found from outside (issue 12) -----------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["json", "base64_float64"])
+def test_float64_results_come_back_at_float64_precision(api: TestClient, encoding: str) -> None:
+    batch = [[5, 17, 42, 0], [9, 3, 0, 0]]
+    body = {"sequences": batch, "dtype": "float64", "encoding": encoding, "d_model": 16}
+    body |= {"num_heads": 4, "include": ["head_mean"]}
+    data = api.post("/api/v1/attention", json=body).json()
+    reference = compute_attention(batch, LayerConfig(d_model=16, num_heads=4), dtype="float64")
+    spec = data["weights"]
+    if encoding == "json":
+        weights = np.asarray(spec, dtype=np.float64)
+    else:
+        weights = decode(spec, expect="f8")
+    assert np.array_equal(weights, reference.attn_weights.numpy())
+    # float32 could not hold these: the difference from its rounding is visible.
+    rounded = reference.attn_weights.numpy().astype(np.float32).astype(np.float64)
+    assert not np.array_equal(weights, rounded)
+    max_weight = np.asarray(data["head_summary"]["max_weight"])
+    assert np.array_equal(max_weight, reference.head_max_weight.numpy())

@@ -1,0 +1,43 @@
+"""Helpers of the API tests (tests/routers) and of the browser tests that check the page
+against the API's numbers: nothing here is a test."""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = {"f8": "<f8", "f4": "<f4", "f2": "<f2", "u1": "u1"}
+
+
+def decode(spec: dict[str, Any], expect: str | None = None) -> np.ndarray:
+    """A base64 typed array {dtype, bdata, shape} of a response as a numpy array.
+
+    ``expect``, when given, is the dtype code the array must have.
+    """
+    if expect is not None:
+        assert spec["dtype"] == expect
+    dtype = DTYPES[spec["dtype"]]
+    return np.frombuffer(base64.b64decode(spec["bdata"]), dtype=dtype).reshape(spec["shape"])
+
+
+def merged_reference(maps: torch.Tensor, words: list[int]) -> torch.Tensor:
+    """The documented merge, written out: M[a, b] = mean over a's query pieces of the
+    sum over b's key pieces (words: the word number of each token, runs = words)."""
+    import torch
+
+    groups: list[list[int]] = []
+    for i, word in enumerate(words):
+        if groups and words[groups[-1][0]] == word:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    out = torch.zeros(*maps.shape[:-2], len(groups), len(groups))
+    for a, rows in enumerate(groups):
+        for b, cols in enumerate(groups):
+            out[..., a, b] = maps[..., rows, :][..., cols].sum(dim=-1).mean(dim=-1)
+    return out

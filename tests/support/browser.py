@@ -1,0 +1,146 @@
+"""Helpers of the browser tests (tests/browser): pages, views, links and Plotly's drawing.
+
+Nothing here is a test; the test modules import from here, never from each other.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+# The attention page (/) -------------------------------------------------------------
+
+HEADS = "#heads .head-plot"
+"""The per-head maps of the Heads tab."""
+
+
+def wait_for_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
+    """Until ``count`` heads are drawn (15 s)."""
+    page.wait_for_function(
+        f"document.querySelectorAll('{HEADS} .main-svg').length >= {count}"
+        f" && document.getElementById('heads').dataset.drawnHeads === '{count}'",
+        timeout=15_000,
+    )
+
+
+def wait_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
+    """Until ``count`` heads are drawn, waited for as elements (60 s: long link inputs)."""
+    page.locator(f"{HEADS} .main-svg").nth(count - 1).wait_for(timeout=60_000)
+    page.wait_for_selector(f"#heads[data-drawn-heads='{count}']", timeout=60_000)
+
+
+def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
+    """Click the tab of ``view`` and wait until it is drawn afresh."""
+    page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
+    page.click(f".tabs button[data-view={view}]")
+    page.wait_for_function(
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=15_000
+    )
+
+
+def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
+    """A page at another viewport, made like the `page` fixture (CSP bypassed for eval)."""
+    context = browser.new_context(viewport={"width": width, "height": height}, bypass_csp=True)
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    return page
+
+
+# The page position of cell (row, col) of subplot `subplot` of the index-th plot matching
+# `selector`, from Plotly's own axes (rows and columns are the indices 0, 1, ...).
+CELL_CENTRE = """([selector, index, row, col, subplot]) => {
+    const div = document.querySelectorAll(selector)[index];
+    const suffix = subplot > 1 ? String(subplot) : "";
+    const xa = div._fullLayout["xaxis" + suffix];
+    const ya = div._fullLayout["yaxis" + suffix];
+    const box = div.querySelector(".main-svg").getBoundingClientRect();
+    // Whole pixels: the mouse events Chromium sends carry integer coordinates, and on a
+    // map of cells under 2 px a fractional centre could be read in the next cell.
+    return [Math.round(box.left + xa._offset + xa.l2p(col)),
+            Math.round(box.top + ya._offset + ya.l2p(row))];
+}"""
+
+
+# The models page (/models) ----------------------------------------------------------
+
+# The model view's grid is one tiled heatmap (heatmap.js tiledGrid): div.cell(r, c) is
+# thumbnail (r, c)'s matrix as drawn, div.tiles places it in the big matrix.
+GRID = "document.getElementById('model-grid')"
+
+
+def grid_point(page, r: int, c: int, i: int | None = None, j: int | None = None) -> list[int]:  # type: ignore[no-untyped-def]
+    """The big matrix's (row, column) of cell (i, j) of thumbnail (r, c) (its centre if None)."""
+    return page.evaluate(  # type: ignore[no-any-return]
+        f"""([r, c, i, j]) => {{
+            const t = {GRID}.tiles;
+            const row = i ?? Math.floor(t.height / 2);
+            return [t.y[r] + row, t.x[c] + (j ?? Math.floor(t.width / 2))];
+        }}""",
+        [r, c, i, j],
+    )
+
+
+def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]
+    """Until the view ``view`` of /models is drawn (20 s)."""
+    page.wait_for_function(
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=20_000
+    )
+
+
+def redraw(page, view: str, action) -> None:  # type: ignore[no-untyped-def]
+    """Mark ``view`` stale, run ``action`` and wait until the view is drawn again."""
+    page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
+    action()
+    wait_drawn(page, view)
+
+
+def type_and_compute(page, text: str) -> None:  # type: ignore[no-untyped-def]
+    """Type ``text`` into /models' form, compute, and wait for the model view."""
+    page.fill("#texts", text)
+    redraw(page, "model", lambda: page.click("#compute"))
+
+
+# Links ------------------------------------------------------------------------------
+
+
+def encode_link(request: object) -> str:
+    """A link's request parameter, as the page writes it."""
+    deflate = zlib.compressobj(wbits=-15)
+    raw = deflate.compress(json.dumps(request).encode()) + deflate.flush()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_link(url: str) -> object:
+    """The request a link written by the page carries."""
+    value = parse_qs(urlsplit(url).query)["request"][0]
+    raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    return json.loads(zlib.decompress(raw, wbits=-15))
+
+
+# Saved views (HTML files) -----------------------------------------------------------
+
+
+def open_offline(browser, path: Path):  # type: ignore[no-untyped-def]
+    """A page showing ``path`` with every other request aborted; (page, outside URLs,
+    page errors)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    outside: list[str] = []
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def handle(route) -> None:  # type: ignore[no-untyped-def]
+        if route.request.url == path.as_uri():
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", handle)
+    page.goto(path.as_uri())
+    return page, outside, errors
