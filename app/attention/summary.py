@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
+
+from .pooling import Reduction, block_factor, block_reduce
 
 
 def row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
@@ -83,7 +84,8 @@ def block_pool(
 
     Each block of factor_q x factor_k cells becomes its maximum ("max", so that a
     sharp weight stays visible) or its mean ("mean"); the last block of a side may
-    be partial. A block attends if any of its cells does.
+    be partial (:func:`attnviz.attention.pooling.block_reduce`). A block attends if any
+    of its cells does.
 
     Args:
         weights: (B, H, L_q, L_k) float.
@@ -95,18 +97,14 @@ def block_pool(
         pooled weights (B, H, ceil(L_q / factor_q), ceil(L_k / factor_k)), the pooled
         mask (B, same, same), factor_q and factor_k (1 where a side fits).
     """
-    batch, heads, len_q, len_k = weights.shape
-    factor_q, factor_k = -(-len_q // size), -(-len_k // size)
+    len_q, len_k = weights.shape[-2:]
+    factor_q, factor_k = block_factor(len_q, size), block_factor(len_k, size)
     if factor_q == factor_k == 1:
         return weights, mask, 1, 1
-    kernel = (factor_q, factor_k)
-    flat = weights.reshape(batch * heads, 1, len_q, len_k).float()
-    if method == "max":
-        pooled = F.max_pool2d(flat, kernel, ceil_mode=True)
-    else:
-        pooled = F.avg_pool2d(flat, kernel, ceil_mode=True, count_include_pad=False)
-    pooled_mask = F.max_pool2d(mask[:, None].float(), kernel, ceil_mode=True)[:, 0] > 0
-    return pooled.reshape(batch, heads, *pooled.shape[-2:]), pooled_mask, factor_q, factor_k
+    reduction: Reduction = "max" if method == "max" else "mean"
+    pooled = block_reduce(weights.float(), factor_q, factor_k, reduction)
+    pooled_mask = block_reduce(mask.float(), factor_q, factor_k, "max") > 0
+    return pooled, pooled_mask, factor_q, factor_k
 
 
 def block_labels(labels: list[str], factor: int) -> list[str]:

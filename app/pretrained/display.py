@@ -42,6 +42,7 @@ from torch.nn import functional
 
 from ..attention.cancellation import ComputeCancelledError, check_cancelled
 from ..attention.errors import AttentionInputError
+from ..attention.pooling import block_factor, block_reduce
 from .blocks import Block
 from .recorder import OBSERVED_CHUNK_FLOATS
 from .results import PretrainedAttentions
@@ -132,48 +133,20 @@ def pooled(maps: torch.Tensor, size: int | None) -> tuple[torch.Tensor, Pooling]
     if size is None:
         return maps, Pooling(1, 1)
     len_q, len_k = maps.shape[-2:]
-    factor_q, factor_k = -(-len_q // size), -(-len_k // size)
+    factor_q, factor_k = block_factor(len_q, size), block_factor(len_k, size)
     if factor_q == factor_k == 1:
         return maps, Pooling(1, 1)
     return block_pooled(maps, factor_q, factor_k), Pooling(factor_q, factor_k)
 
 
 def block_pooled(maps: torch.Tensor, factor_q: int, factor_k: int) -> torch.Tensor:
-    """(..., R, C) maps block-max pooled by ``factor_q`` rows and ``factor_k`` columns.
+    """(..., R, C) maps block-max pooled by ``factor_q`` rows and ``factor_k`` columns, float32.
 
     As :func:`pooled` with given factors (a last block may be partial): the rows of a
-    chunk that starts at a multiple of ``factor_q`` pool into the chunk's own rows. The
-    columns, then the rows, are reduced by ``amax`` over a view of whole blocks (plus one
-    partial block), five times faster than ``max_pool2d`` with a 64 x 64 kernel here.
+    chunk that starts at a multiple of ``factor_q`` pool into the chunk's own rows
+    (:func:`attnviz.attention.pooling.block_reduce`).
     """
-    return _pooled_rows(_pooled_columns(maps.float(), factor_k), factor_q)
-
-
-def _pooled_columns(maps: torch.Tensor, factor: int) -> torch.Tensor:
-    if factor == 1:
-        return maps
-    columns = maps.shape[-1]
-    whole = columns // factor * factor
-    parts = []
-    if whole:
-        parts.append(maps[..., :whole].reshape(*maps.shape[:-1], -1, factor).amax(dim=-1))
-    if whole < columns:
-        parts.append(maps[..., whole:].amax(dim=-1, keepdim=True))
-    return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
-
-
-def _pooled_rows(maps: torch.Tensor, factor: int) -> torch.Tensor:
-    if factor == 1:
-        return maps
-    rows = maps.shape[-2]
-    whole = rows // factor * factor
-    lead, columns = maps.shape[:-2], maps.shape[-1]
-    parts = []
-    if whole:
-        parts.append(maps[..., :whole, :].reshape(*lead, -1, factor, columns).amax(dim=-2))
-    if whole < rows:
-        parts.append(maps[..., whole:, :].amax(dim=-2, keepdim=True))
-    return torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]
+    return block_reduce(maps.float(), factor_q, factor_k, "max")
 
 
 def shown_tokens(

@@ -19,6 +19,7 @@ from fastapi import APIRouter, File, Form, UploadFile
 from fastapi.responses import Response
 
 from ...attention.errors import AttentionInputError
+from ...attention.pooling import block_reduce
 from ...pretrained.speech import FRAME_S, SAMPLE_RATE, SpeechModel, decode_audio, waveform_envelope
 from ...pretrained.vision import ImageAttention, ImageModel, decode_image
 from ..dependencies import SettingsDep
@@ -59,17 +60,7 @@ def pool_frames(weights: torch.Tensor, k: int) -> torch.Tensor:
     (the page's text views pool by block maximum instead, :mod:`attnviz.pretrained.display`;
     here a cell of 3 frames is 60 ms of audio, whose weights add up). Same dtype as given.
     """
-    if k == 1:
-        return weights
-    frames = weights.shape[-1]
-    cells = math.ceil(frames / k)
-    lead = weights.shape[:-2]
-    padded = weights.new_zeros((*lead, cells * k, cells * k))
-    padded[..., :frames, :frames] = weights
-    summed = padded.reshape(*lead, cells, k, cells, k).sum(dim=(-3, -1))
-    counts = torch.full((cells,), float(k))
-    counts[-1] = frames - (cells - 1) * k
-    return summed / counts[:, None]
+    return block_reduce(weights, k, k, rows="mean", columns="sum")
 
 
 @router.post(
