@@ -10,6 +10,7 @@ Shapes: N layers, H heads, L_q x L_k one input's maps, P_q x P_k pooled.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -170,40 +171,7 @@ def prepare_sequence(
     """
     b = options.sequence_index
     assert b is not None  # and below len(texts): checked by the caller
-    if options.head_index is not None and options.layer_index is None:
-        raise AttentionInputError("head_index", "set layer_index too")
-    if options.merge_words:
-        for field in ("query_index", "top_k"):
-            if getattr(options, field) not in (None, 0):
-                raise AttentionInputError(
-                    field,
-                    "counts tokens: not with merge_words (send it without merge_words)",
-                )
-    if options.neuron:
-        for field in ("layer_index", "head_index", "query_index"):
-            if getattr(options, field) is None:
-                raise AttentionInputError("neuron", f"set {field} too")
-        for field in ("hide_special_tokens", "merge_words"):
-            if getattr(options, field):
-                raise AttentionInputError(
-                    field,
-                    "not with neuron (its positions count every token)",
-                )
-    if options.method != "attention":
-        for field in ("neuron", "hide_special_tokens", "merge_words"):
-            if getattr(options, field):
-                raise AttentionInputError(
-                    field,
-                    f"not with method {options.method!r} (it works on the softmax weights)",
-                )
-    check_method_options(options, block)
-    if options.ablate:
-        for field in ("hide_special_tokens", "merge_words"):
-            if getattr(options, field):
-                raise AttentionInputError(
-                    field,
-                    "not with ablate (its positions count every token)",
-                )
+    check_view_options(options, block)
     if options.top_k and model.family != "decoder":
         raise AttentionInputError(
             "top_k",
@@ -377,7 +345,65 @@ def observed_pass(
     return placeholder, run
 
 
-def check_method_options(options: ViewOptions, block: Block) -> None:
+def check_view_options(options: ViewOptions, block: Block | None = None) -> None:
+    """Refuse options that contradict each other, whatever the model (422 naming one).
+
+    The request schema runs these rules when it validates a request body; the view runs
+    them again for a caller that builds :class:`ViewOptions` itself. Without
+    ``sequence_index``, the one-input options are refused; with it, the options that
+    cannot go together (``head_index`` without ``layer_index``, ``merge_words`` with
+    ``query_index`` or ``top_k``, ``neuron`` without its layer, head and query or with
+    hidden or merged tokens, a method other than the weights with those, a gradient
+    target with another method, rollout over cross attention, ``ablate`` with hidden or
+    merged tokens).
+
+    Args:
+        options: the request's options.
+        block: the block asked for (None: the model's first, never cross attention).
+
+    Raises:
+        AttentionInputError: naming the field at fault.
+    """
+    if options.sequence_index is None:
+        check_one_input_options(options)
+        return
+    if options.head_index is not None and options.layer_index is None:
+        raise AttentionInputError("head_index", "set layer_index too")
+    if options.merge_words:
+        for field in ("query_index", "top_k"):
+            if getattr(options, field) not in (None, 0):
+                raise AttentionInputError(
+                    field,
+                    "counts tokens: not with merge_words (send it without merge_words)",
+                )
+    if options.neuron:
+        for field in ("layer_index", "head_index", "query_index"):
+            if getattr(options, field) is None:
+                raise AttentionInputError("neuron", f"set {field} too")
+        for field in ("hide_special_tokens", "merge_words"):
+            if getattr(options, field):
+                raise AttentionInputError(
+                    field,
+                    "not with neuron (its positions count every token)",
+                )
+    if options.method != "attention":
+        for field in ("neuron", "hide_special_tokens", "merge_words"):
+            if getattr(options, field):
+                raise AttentionInputError(
+                    field,
+                    f"not with method {options.method!r} (it works on the softmax weights)",
+                )
+    check_method_options(options, block)
+    if options.ablate:
+        for field in ("hide_special_tokens", "merge_words"):
+            if getattr(options, field):
+                raise AttentionInputError(
+                    field,
+                    "not with ablate (its positions count every token)",
+                )
+
+
+def check_method_options(options: ViewOptions, block: Block | None) -> None:
     """Refuse what a method cannot do for this model, block and input (422 naming the field)."""
     for field in TARGET_OPTIONS:
         if getattr(options, field) is not None and options.method not in GRADIENT_METHODS:
@@ -481,9 +507,15 @@ def layer_summed_norm(
 
 
 def check_one_input_options(options: ViewOptions) -> None:
-    """Refuse the one-input options without sequence_index (422 naming them)."""
+    """Refuse the one-input options without sequence_index (422 naming them).
+
+    An option is set when it differs from its default: ``layer_index`` 0 is set (the
+    first layer), ``top_k`` 0 is not (no next tokens), ``ablate`` [] is not (no head).
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(ViewOptions)}
     for field in ONE_INPUT_OPTIONS:
-        if getattr(options, field) not in (None, False, 0):
+        value = getattr(options, field)
+        if value != defaults[field] and value != []:
             raise AttentionInputError(
                 field,
                 "applies to one input: set sequence_index too",

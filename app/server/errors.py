@@ -144,6 +144,10 @@ def _plain(message: str) -> str:
 async def validation_error_handler(request: Request, error: Exception) -> JSONResponse:
     """422 with FastAPI's ``detail`` list of {loc, msg, type, input}.
 
+    A request schema's rule between fields raises an
+    :class:`~attnviz.attention.errors.AttentionInputError`; its entry names that field
+    (``["body", "head_index"]``) with the rule's message, as the engine's errors do.
+
     The offending input is echoed only where it is a short, finite, valid JSON
     scalar (:func:`_echoable`): a NaN or a lone surrogate would make the error
     response itself unserialisable (a 500), and a huge list is not worth sending back.
@@ -151,12 +155,15 @@ async def validation_error_handler(request: Request, error: Exception) -> JSONRe
     assert isinstance(error, RequestValidationError)
     detail = []
     for item in error.errors():
+        loc = list(item.get("loc", ()))
+        msg = str(item.get("msg", ""))
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, AttentionInputError):  # a rule between fields names its field
+            loc = [*loc, *field_loc(cause.field, "")[1:]]
+            msg = cause.message
         entry: dict[str, Any] = {
-            "loc": [
-                part if isinstance(part, int) else _printable(str(part))
-                for part in item.get("loc", ())
-            ],
-            "msg": _printable(_plain(str(item.get("msg", "")))),
+            "loc": [part if isinstance(part, int) else _printable(str(part)) for part in loc],
+            "msg": _printable(_plain(msg)),
             "type": str(item.get("type", "")),
         }
         if _echoable(item.get("input")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any, Final
 
 import torch
@@ -17,8 +17,6 @@ from ...pretrained import MODELS, ModelNotReady, PretrainedModel, TokenizedBatch
 from ...pretrained.analysis import (
     Limits,
     PreparedSequence,
-    ViewOptions,
-    check_one_input_options,
     prepare_sequence,
 )
 from ...pretrained.blocks import Block
@@ -137,8 +135,6 @@ def model_response(
     """
     batch, targets, block = tokenized(model, request, settings)
     if request.sequence_index is None:
-        with engine_errors(request.device):
-            check_one_input_options(view_options(request))
         check_cells(
             model.weight_cells(batch, targets),
             settings.max_weight_cells,
@@ -297,13 +293,6 @@ def tokenized(
     with engine_errors(request.device):
         batch = model.tokenize(request.texts, request.text_pairs, chat=request.chat)
         targets = None if request.targets is None else model.decoder_inputs(request.targets)
-    if targets is not None and len(request.targets or []) != len(request.texts):
-        raise field_error(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            "targets",
-            f"{len(request.targets or [])} targets for {len(request.texts)} texts; "
-            "give one per text",
-        )
     check_lengths(batch, "texts", settings)
     if targets is not None:
         check_lengths(targets, "targets", settings)
@@ -321,11 +310,6 @@ def check_lengths(batch: TokenizedBatch, field: str, settings: Settings) -> None
     """Refuse an input longer than ATTNVIZ_MAX_SEQ_LEN tokens (413 naming ``field[i]``)."""
     for i, length in enumerate(batch.lengths):
         check_limit(f"{field}[{i}]", length, settings.max_seq_len, "MAX_SEQ_LEN")
-
-
-def view_options(request: PretrainedAttentionRequest) -> ViewOptions:
-    """The request's options as the runtime takes them."""
-    return ViewOptions(**{f.name: getattr(request, f.name) for f in fields(ViewOptions)})
 
 
 def prepared_sequence(
@@ -348,5 +332,5 @@ def prepared_sequence(
     )
     with engine_errors(request.device):
         return prepare_sequence(
-            model, view_options(request), batch, targets, block, limits, observe=True
+            model, request.view_options(), batch, targets, block, limits, observe=True
         )

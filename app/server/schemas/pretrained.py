@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from dataclasses import fields
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    model_validator,
 )
 
 from ...attention.engine import DeviceName
+from ...attention.errors import AttentionInputError
+from ...pretrained.analysis import ViewOptions, check_view_options
 from ...pretrained.blocks import Block
 from ...pretrained.methods import Method
 from ...pretrained.results import TOP_K
@@ -329,6 +333,26 @@ class PretrainedAttentionRequest(StrictRequest):
         description="With sequence_index, decoders: return `next_tokens`, the k most likely "
         "next tokens (softmax of the logits) at every shown position.",
     )
+
+    @model_validator(mode="after")
+    def _options_agree(self) -> Self:
+        """The rules between fields, whatever the model.
+
+        One target per text, and :func:`attnviz.pretrained.analysis.check_view_options`:
+        a 422 naming the field (:func:`attnviz.server.errors.validation_error_handler`
+        reads the :class:`~attnviz.attention.errors.AttentionInputError`'s field).
+        """
+        if self.targets is not None and len(self.targets) != len(self.texts):
+            raise AttentionInputError(
+                "targets",
+                f"{len(self.targets)} targets for {len(self.texts)} texts; give one per text",
+            )
+        check_view_options(self.view_options(), self.block)
+        return self
+
+    def view_options(self) -> ViewOptions:
+        """The options as the pretrained runtime takes them (:class:`ViewOptions`)."""
+        return ViewOptions(**{f.name: getattr(self, f.name) for f in fields(ViewOptions)})
 
 
 class PretrainedLayersRequest(PretrainedAttentionRequest):
