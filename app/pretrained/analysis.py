@@ -27,7 +27,7 @@ from .gradients import GradientPass
 from .methods import GRADIENT_METHODS, Method, NormRecording, attention_flow, with_method
 from .model import PretrainedModel
 from .recorder import AttentionRecording, Neuron
-from .recordings import RECORDINGS
+from .recordings import RecordingCache
 from .results import Generation, PretrainedAttentions
 from .tokens import TokenizedBatch
 from .zeroing import value_zeroing
@@ -148,6 +148,7 @@ def prepare_sequence(
     targets: TokenizedBatch | None,
     block: Block,
     limits: Limits,
+    recordings: RecordingCache,
     *,
     observe: bool = False,
 ) -> PreparedSequence:
@@ -161,7 +162,8 @@ def prepare_sequence(
     Every option is checked before anything runs, against the model's config and the
     tokenised length (plus ``max_new_tokens`` with generation): indices, method bounds,
     the response's size and the memory the request would need
-    (:mod:`attnviz.pretrained.admission`).
+    (:mod:`attnviz.pretrained.admission`). Passes are taken from ``recordings`` when kept
+    there (a click on a head reuses the grid's pass) and kept there when they fit.
 
     Raises:
         AttentionInputError: naming a bad option (the server's 422).
@@ -222,13 +224,13 @@ def prepare_sequence(
         and (options.display_size is not None or options.head_index is not None)
         and options.query_index is None
         and not options.neuron
-        and RECORDINGS.kept(model, alone, alone_targets, device=options.device) is None
+        and recordings.kept(model, alone, alone_targets, device=options.device) is None
     )
-    recorded = not observing or estimated_recording_bytes(model, lengths) <= RECORDINGS.max_bytes
+    recorded = not observing or estimated_recording_bytes(model, lengths) <= recordings.max_bytes
     memory(observed=observing, recorded=recorded)
     generation = None
     if options.max_new_tokens:
-        generation = RECORDINGS.generate(
+        generation = recordings.generate(
             model,
             alone,
             options.max_new_tokens,
@@ -246,20 +248,20 @@ def prepare_sequence(
     pending = None
     if observing:
         result, pending = observed_pass(
-            model, alone, alone_targets, options.device, record=recorded
+            model, alone, alone_targets, options.device, recordings, record=recorded
         )
     else:
         result = (
             generation.result
             if generation is not None and generation.result is not None
-            else RECORDINGS.run(model, alone, alone_targets, device=options.device)
+            else recordings.run(model, alone, alone_targets, device=options.device)
         )
     ablation = None
     switched = None
     if options.ablate:
         intact = result
         switched = ablated_modules(intact, block, options.ablate)
-        result = RECORDINGS.run(model, alone, alone_targets, device=options.device, ablate=switched)
+        result = recordings.run(model, alone, alone_targets, device=options.device, ablate=switched)
         ablation = ablation_fields(model, options.ablate, intact, result)
     result = with_method(result, model.on(torch.device(result.device)), options.method)
     walk = LayerWalk(
@@ -289,7 +291,7 @@ def prepare_sequence(
         method_map = flow_map(result, block)
     gradients = None
     if options.method in GRADIENT_METHODS:
-        gradients = RECORDINGS.gradients(
+        gradients = recordings.gradients(
             model,
             alone,
             alone_targets,
@@ -317,6 +319,7 @@ def observed_pass(
     batch: TokenizedBatch,
     targets: TokenizedBatch | None,
     device: str,
+    recordings: RecordingCache,
     *,
     record: bool,
 ) -> tuple[PretrainedAttentions, Callable[[Any], PretrainedAttentions]]:
@@ -340,7 +343,7 @@ def observed_pass(
     )
 
     def run(observer: Any) -> PretrainedAttentions:
-        return RECORDINGS.observed(model, batch, targets, observer, device=device, record=record)
+        return recordings.observed(model, batch, targets, observer, device=device, record=record)
 
     return placeholder, run
 

@@ -50,22 +50,23 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     await run_compute(
         compute_attention, preset.sequences, mask=preset.mask, verify=True, config=preset.layer()
     )
-    MODELS.configure(
+    registry, recordings = application.state.registry, application.state.recordings
+    registry.configure(
         settings.model_dirs,
         packaged=settings.packaged_models,
         cache_dir=settings.cache_dir,
         placement=settings.placement(),
     )
-    for given in getattr(application.state, "models", ()):  # create_app(models=...)
-        MODELS.add(given)
-    MODELS.start(release_memory)  # in the background: the server answers while models load
-    RECORDINGS.resize(settings.recording_cache_bytes)
+    for given in application.state.given_models:  # create_app(models=...)
+        registry.add(given)
+    registry.start(release_memory)  # in the background: the server answers while models load
+    recordings.resize(settings.recording_cache_bytes)
     yield
-    MODELS.stop()
+    registry.stop()
     stop_executor()
     MODULES.clear()
-    MODELS.clear()
-    RECORDINGS.clear()
+    registry.clear()
+    recordings.clear()
 
 
 def configure_access_log() -> None:
@@ -103,7 +104,11 @@ def create_app(models: Sequence[PretrainedModel] = ()) -> FastAPI:
         "cross-attention masks.",
         dependencies=[Depends(require_valid_unicode)],
     )
-    application.state.models = list(models)
+    application.state.given_models = list(models)
+    # The process's pretrained models and passes, reached by the routes as dependencies
+    # (attnviz.server.dependencies); one process serves one app.
+    application.state.registry = MODELS
+    application.state.recordings = RECORDINGS
     install_error_handlers(application)
     install_openapi(application, REQUEST_SCHEMAS)
     settings = get_settings()

@@ -22,7 +22,7 @@ from ...attention.errors import AttentionInputError
 from ...attention.pooling import block_reduce
 from ...pretrained.speech import FRAME_S, SAMPLE_RATE, SpeechModel, decode_audio, waveform_envelope
 from ...pretrained.vision import ImageAttention, ImageModel, decode_image
-from ..dependencies import SettingsDep
+from ..dependencies import RegistryDep, SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors
 from ..executor import computed, held_while_sent
 from ..limits import MAX_MODEL_NAME_CHARS, check_cells
@@ -71,6 +71,7 @@ def pool_frames(weights: torch.Tensor, k: int) -> torch.Tensor:
 )
 async def transcribe_speech(
     settings: SettingsDep,
+    registry: RegistryDep,
     audio: Annotated[
         UploadFile,
         File(
@@ -89,7 +90,7 @@ async def transcribe_speech(
     tokens, and the cross attention of each decoder position over the frames (row i
     produced ``next_tokens[i]``), with the config's alignment heads named.
     """
-    speech = ready_model(model, "speech")
+    speech = ready_model(registry, model, "speech")
     assert isinstance(speech, SpeechModel)
     data = await audio.read()
     return await held_while_sent(
@@ -172,6 +173,7 @@ def speech_response(
 )
 async def image_attention(
     settings: SettingsDep,
+    registry: RegistryDep,
     image: Annotated[
         UploadFile,
         File(description="A PNG, JPEG, WebP, GIF or BMP image (any other format is a 415)."),
@@ -194,7 +196,7 @@ async def image_attention(
     attention in every layer and head with its attention-rollout row after each layer.
     The same image again (say, another query) reuses the pass.
     """
-    vision = ready_model(model, "image")
+    vision = ready_model(registry, model, "image")
     assert isinstance(vision, ImageModel)
     data = await image.read()
     return await held_while_sent(

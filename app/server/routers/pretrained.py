@@ -13,7 +13,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ...attention.cancellation import ComputeCancelledError
 from ...attention.errors import AttentionInputError
-from ...pretrained import MODELS, ModelNotReady, PretrainedModel, TokenizedBatch
+from ...pretrained import ModelNotReady, ModelRegistry, PretrainedModel, TokenizedBatch
 from ...pretrained.analysis import (
     Limits,
     PreparedSequence,
@@ -22,7 +22,8 @@ from ...pretrained.analysis import (
 from ...pretrained.blocks import Block
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import with_method
-from ..dependencies import SettingsDep
+from ...pretrained.recordings import RecordingCache
+from ..dependencies import RecordingsDep, RegistryDep, SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc, out_of_memory
 from ..executor import computed, held_while_sent
 from ..limits import check_cells, check_limit
@@ -54,13 +55,13 @@ RETRY_AFTER_S = 2
 
 
 @router.get("", response_model=ModelListResponse, summary="The pretrained models on offer")
-def list_models() -> ModelListResponse:
+def list_models(registry: RegistryDep) -> ModelListResponse:
     """The packaged models (all-MiniLM-L6-v2, SmolLM2-135M-Instruct) and ATTNVIZ_MODEL_DIRS.
 
     Models load in the background after start-up; each says whether it is loading,
     ready, or failed (with the reason).
     """
-    entries = MODELS.entries()
+    entries = registry.entries()
     return ModelListResponse(
         default=entries[0].name if entries else None,
         models=[model_info(e) for e in entries],
@@ -77,7 +78,9 @@ MODALITY_ROUTES: Final = {
 """Where each kind of model takes its input, for the 422 of a model sent the wrong kind."""
 
 
-def ready_model(name: str | None, modality: str = "text") -> PretrainedModel:
+def ready_model(
+    registry: ModelRegistry, name: str | None, modality: str = "text"
+) -> PretrainedModel:
     """The model a request names, or an HTTP error: 422 unknown or failed, 503 loading.
 
     A model of another modality (a speech model sent text) is a 422 too. With ``name``
@@ -90,8 +93,8 @@ def ready_model(name: str | None, modality: str = "text") -> PretrainedModel:
     try:
         with engine_errors("cpu"):
             if name is None and modality != "text":
-                name = MODELS.first_of(modality)
-            model = MODELS.get(name)
+                name = registry.first_of(modality)
+            model = registry.get(name)
             model.require(modality, MODALITY_ROUTES[model.modality])
             return model
     except ModelNotReady as error:
@@ -109,7 +112,10 @@ def ready_model(name: str | None, modality: str = "text") -> PretrainedModel:
     summary="Attention of every layer and head of a pretrained model on real text",
 )
 async def compute_model_attention(
-    request: PretrainedAttentionRequest, settings: SettingsDep
+    request: PretrainedAttentionRequest,
+    settings: SettingsDep,
+    registry: RegistryDep,
+    recordings: RecordingsDep,
 ) -> Response:
     """Tokenise the texts with the model's own tokenizer and run it, recording attention.
 
@@ -119,11 +125,14 @@ async def compute_model_attention(
     options (hidden special tokens, one layer or head, pooling, a query's rows, a
     decoder's generation and next-token candidates).
     """
-    return await answered(model_response, request, settings)
+    return await answered(model_response, request, settings, registry, recordings)
 
 
 def model_response(
-    model: PretrainedModel, request: PretrainedAttentionRequest, settings: Settings
+    model: PretrainedModel,
+    request: PretrainedAttentionRequest,
+    settings: Settings,
+    recordings: RecordingCache,
 ) -> Response:
     """The blocking part of :func:`compute_model_attention`: tokenise, check, run, serialise.
 
@@ -145,7 +154,7 @@ def model_response(
             result = model.run(batch, targets, device=request.device)
             result = with_method(result, model.on(torch.device(result.device)), request.method)
         return respond(batch_payload(model, request, result, block))
-    prepared = prepared_sequence(model, request, batch, targets, block, settings)
+    prepared = prepared_sequence(model, request, batch, targets, block, settings, recordings)
     with engine_errors(request.device):
         view = prepared.walk.view()
     # an observed pass's own result (its next tokens, its time) replaces the placeholder
@@ -166,7 +175,10 @@ def model_response(
     summary="One input's layers x heads grid, streamed layer by layer as it is computed",
 )
 async def stream_model_attention(
-    request: PretrainedLayersRequest, settings: SettingsDep
+    request: PretrainedLayersRequest,
+    settings: SettingsDep,
+    registry: RegistryDep,
+    recordings: RecordingsDep,
 ) -> Response:
     """The one-input response of POST /attention (sequence_index, default 0), as NDJSON lines.
 
@@ -184,20 +196,22 @@ async def stream_model_attention(
     A failure after the start line (never expected) ends the stream with
     ``{"type": "error", "detail": ...}``.
     """
-    return await answered(stream_response, request, settings)
+    return await answered(stream_response, request, settings, registry, recordings)
 
 
 async def answered(
-    respond_with: Callable[[PretrainedModel, Any, Settings], Response],
+    respond_with: Callable[[PretrainedModel, Any, Settings, RecordingCache], Response],
     request: PretrainedAttentionRequest,
     settings: Settings,
+    registry: ModelRegistry,
+    recordings: RecordingCache,
 ) -> Response:
     """Admit a request (model ready, batch within bounds), then compute its response.
 
     The response is computed on the pool within the time budget, holding a large-request
     slot while it is sent.
     """
-    model = ready_model(request.model)
+    model = ready_model(registry, request.model)
     check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
     b = request.sequence_index
     if b is not None and b >= len(request.texts):
@@ -208,18 +222,28 @@ async def answered(
         )
     return await held_while_sent(
         computed(
-            "texts", "fewer or shorter texts", settings, respond_with, model, request, settings
+            "texts",
+            "fewer or shorter texts",
+            settings,
+            respond_with,
+            model,
+            request,
+            settings,
+            recordings,
         )
     )
 
 
 def stream_response(
-    model: PretrainedModel, request: PretrainedAttentionRequest, settings: Settings
+    model: PretrainedModel,
+    request: PretrainedAttentionRequest,
+    settings: Settings,
+    recordings: RecordingCache,
 ) -> StreamingResponse:
     """The blocking part of :func:`stream_model_attention`: run, then stream each layer."""
     started = time.perf_counter()
     batch, targets, block = tokenized(model, request, settings)
-    prepared = prepared_sequence(model, request, batch, targets, block, settings)
+    prepared = prepared_sequence(model, request, batch, targets, block, settings, recordings)
     enc = request.encoding
 
     walk = prepared.walk
@@ -319,6 +343,7 @@ def prepared_sequence(
     targets: TokenizedBatch | None,
     block: Block,
     settings: Settings,
+    recordings: RecordingCache,
 ) -> PreparedSequence:
     """:func:`attnviz.pretrained.analysis.prepare_sequence` of the request, observed.
 
@@ -332,5 +357,5 @@ def prepared_sequence(
     )
     with engine_errors(request.device):
         return prepare_sequence(
-            model, request.view_options(), batch, targets, block, limits, observe=True
+            model, request.view_options(), batch, targets, block, limits, recordings, observe=True
         )
