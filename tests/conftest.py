@@ -23,16 +23,6 @@ PACKAGED_MODEL_FIXTURES = frozenset(
 )
 """(module, name) of the fixtures that load a packaged model (MiniLM, SmolLM2, Whisper):
 the tests using them, directly or through another fixture, are marked ``models``."""
-SLOW_FILES = frozenset(
-    {
-        "test_wheel.py",
-        "test_docker_commands.py",
-        "test_processes.py",
-        "test_fuzz.py",
-    }
-)
-"""Test files marked ``slow`` as a whole: virtual environments built, servers started in
-processes, fuzzing."""
 
 
 def _uses_packaged_model(item: pytest.Item) -> bool:
@@ -55,7 +45,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     * ``browser``: everything under tests/browser/ (real Chromium, real uvicorn), and
       any test using the ``browser`` fixture;
     * ``models``: a test that uses a packaged model's fixture (:data:`PACKAGED_MODEL_FIXTURES`);
-    * ``slow``: the files of :data:`SLOW_FILES`, and tests marked so where they are.
+    * ``slow`` is marked where the test is (``pytestmark`` of a file, or a decorator):
+      virtual environments, server processes, subprocesses, fuzzing, property tests.
     """
     tests = REPO_ROOT / "tests"
     for item in items:
@@ -64,8 +55,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
         if _uses_packaged_model(item):
             item.add_marker(pytest.mark.models)
-        if relative.name in SLOW_FILES:
-            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

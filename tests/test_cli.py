@@ -13,6 +13,8 @@ from attnviz.attention.tutorials import TUTORIAL_BATCH
 
 from tests import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # runs the attnviz command in subprocesses (torch's import each time)
+
 
 def attnviz(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

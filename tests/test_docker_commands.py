@@ -33,6 +33,9 @@ from attnviz.devtools import free_port
 
 from tests import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # runs the Dockerfile's steps in a fresh virtual environment
+
+
 DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
 SMOLLM2 = "SmolLM2-135M-Instruct"
 IMAGE_PATHS = ("/opt/venv", "/opt/cache", "/wheels", "/src", "/home/attnviz")

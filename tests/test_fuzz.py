@@ -20,6 +20,9 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 
+pytestmark = pytest.mark.slow  # fuzzes the whole API from its schema
+
+
 APP = create_app()
 # The schema straight from the app: from_asgi would fetch it through a client that runs the
 # lifespan, whose model loader would then import transformers in a thread of its own while

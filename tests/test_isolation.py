@@ -8,7 +8,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 from attnviz.devtools import live_process
+
+pytestmark = pytest.mark.slow  # times small requests against the largest, in a real server
 
 LARGEST = {  # B=1, H=8, L=2048: the largest the default limits allow, with verification
     "sequences": [[1 + i % 99 for i in range(2048)]],

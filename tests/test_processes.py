@@ -6,9 +6,12 @@ import time
 import urllib.request
 from typing import Any
 
+import pytest
 from attnviz.devtools import live_process, live_server
 
 from tests.pretrained.support import require_pretrained_extra
+
+pytestmark = pytest.mark.slow  # starts server processes
 
 REQUEST = {
     "sequences": ["the cat sat on the mat", "a dog"],

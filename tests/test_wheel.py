@@ -26,6 +26,9 @@ from attnviz.devtools import live_process
 
 from tests import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # builds and installs the wheel in a fresh virtual environment
+
+
 SOURCES = ("pyproject.toml", "README.md", "app", "templates", "static")
 """What the Dockerfile's build stage copies to build the wheel."""
 

@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import pytest
 import torch
 from attnviz.attention import EmbeddedAttention, LayerConfig, compute_attention
 from attnviz.attention.module_cache import MODULES, ModuleCache, module_bytes
@@ -60,6 +61,7 @@ print(rss() - before, cache.currsize())
 """
 
 
+@pytest.mark.slow  # measures memory over many entries
 def test_the_cache_counts_what_an_entry_really_costs() -> None:
     """2,000 tiny distinct seeds grow the process by no more than the cache counts.
 

@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 
 from tests.attention.reference import with_layer
 
+pytestmark = pytest.mark.slow  # hypothesis: hundreds of random batches per property
+
+
 MASKS = ["none", "padding", "causal", "padding_causal"]
 FILLS = [float("-inf"), -1e9, -1e12]
 PROPERTY = settings(max_examples=150, deadline=None)

@@ -158,6 +158,7 @@ def test_the_registry_offers_a_local_vit_directory(
     assert registry.first_of("image") == "dinov2"
 
 
+@pytest.mark.slow  # runs the demo script in a subprocess
 def test_the_demo_vit_script_makes_a_directory_attnviz_loads(tmp_path: Path) -> None:
     import subprocess
     import sys
