@@ -1887,14 +1887,14 @@ function showTokenBox(res) {
 // The selection's outlines on the open view, once it is drawn (the maps of the
 // selected input: the model, layer and averages views).
 async function showSelection(section, res) {
-  if (["model", "layer", "averages"].includes(state.view)) await outlineView(section, res);
+  if (VIEWS[state.view].outlined) await outlineView(section, res);
   section.dataset.selected = queryStrip.dataset.selected;
 }
 
 // Position q was chosen (null: clear) in the strip or on a map; `add`: shift-click.
 async function selectToken(q, add = false, fromKeyboard = false) {
   const res = state.overview;
-  if (!res || state.view === "generation") return;
+  if (!res || !VIEWS[state.view].overview) return;
   state.selected = q === null ? new Set() : nextSelection(state.selected, q, add);
   const section = document.getElementById(`view-${state.view}`);
   renderTokens(res);
@@ -1915,6 +1915,37 @@ function bindSelection(div) {
 // ---------------------------------------------------------------------------
 // Drawing and computing.
 
+// The views of /models, one entry each, as `/` has its VIEWS (lessons.js): how a view is
+// drawn, render(section, ctx) with ctx = { res: the overview, layer: the selected layer,
+// watcher: the streamed grid's, ticket }, and what it shows around its maps. Defaults:
+// drawn from the overview of the selected input, the shared token strip above it, the
+// layer select and "hide special tokens" apply, no outlines, not streamed.
+const VIEW_DEFAULTS = {
+  overview: true, ownTokens: false, outlined: false, layerControl: true, hideSpecial: true,
+  streamed: false,
+};
+const VIEWS = Object.fromEntries(Object.entries({
+  model: {
+    render: (section, ctx) => renderModelView(section, ctx.res, ctx.watcher),
+    outlined: true, layerControl: false, streamed: true,
+  },
+  layer: { render: (section, ctx) => renderLayerView(section, ctx.res, ctx.layer), outlined: true },
+  lines: { render: (section, ctx) => renderLineView(section, ctx.res, ctx.layer) },
+  // Compare shows two inputs, the neuron view its own strip (every token).
+  compare: { render: (section, ctx) => renderCompare(section, ctx.res, ctx.layer), ownTokens: true },
+  neuron: {
+    render: (section, ctx) => renderNeuronView(section, ctx.res, ctx.layer), ownTokens: true,
+  },
+  averages: {
+    render: (section, ctx) => renderAverages(section, ctx.res, ctx.layer), outlined: true,
+  },
+  // Generation draws itself (the token explorer), not from the overview.
+  generation: {
+    render: (section, ctx) => renderGeneration(section, ctx.ticket),
+    overview: false, ownTokens: true, layerControl: false, hideSpecial: false,
+  },
+}).map(([name, view]) => [name, { ...VIEW_DEFAULTS, ...view }]));
+
 async function renderView() {
   if (!state.request) return;
   const ticket = (state.ticket += 1);
@@ -1924,21 +1955,18 @@ async function renderView() {
   section.dataset.drawn = "false";
   const started = performance.now();
   state.shownAt = null;
-  const watcher = state.view === "model" ? modelWatcher(section, ticket) : null;
+  const view = VIEWS[state.view];
+  const watcher = view.streamed ? modelWatcher(section, ticket) : null;
   if (watcher) section.dataset.firstLayer = "false";
   openTab(state.view);
   writeLinkSettings(state.view);
-  layerControl.hidden = state.view === "model" || state.view === "generation";
-  hideSpecialControl.hidden = state.view === "generation";
+  layerControl.hidden = !view.layerControl;
+  hideSpecialControl.hidden = !view.hideSpecial;
   const generating = state.request.max_new_tokens > 0;
   const label = generating ? "Generating and computing…" : "Computing…";
   const done = await busy(async () => {
-    if (state.view === "generation") {
-      tokenBox.hidden = true;
-      return renderGeneration(section, ticket);
-    }
-    // The neuron view has its own strip (every token); compare shows two inputs.
-    if (state.view === "neuron" || state.view === "compare") tokenBox.hidden = true;
+    if (view.ownTokens) tokenBox.hidden = true;
+    if (!view.overview) return view.render(section, { ticket });
     try {
       return await renderOverview(section, ticket, watcher);
     } finally {
@@ -1978,13 +2006,9 @@ async function renderOverview(section, ticket, watcher) {
   if (state.view !== "model") clearPlots(importanceBox);
   const l = selectedIndex(layerSelect);
   // The token strip first: shown after the drawing, it would move the page under it.
-  if (state.view !== "neuron" && state.view !== "compare") showTokenBox(res);
-  if (state.view === "model") await renderModelView(section, res, watcher);
-  else if (state.view === "layer") await renderLayerView(section, res, l);
-  else if (state.view === "lines") await renderLineView(section, res, l);
-  else if (state.view === "compare") await renderCompare(section, res, l);
-  else if (state.view === "neuron") await renderNeuronView(section, res, l);
-  else await renderAverages(section, res, l);
+  const view = VIEWS[state.view];
+  if (!view.ownTokens) showTokenBox(res);
+  await view.render(section, { res, layer: l, watcher, ticket });
   if (ticket === state.ticket) await showSelection(section, res);
   return true;
 }
