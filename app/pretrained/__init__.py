@@ -8,12 +8,12 @@ demand by the model's own eager attention. Needs the ``pretrained`` extra; witho
 inputs, H heads, L tokens (padded), as in :mod:`attnviz.attention`.
 """
 
+from ..attention.rollout import attention_rollout
 from .blocks import BLOCKS, Block, Family
 from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, load_model, load_model_dir, wrap_model
 from .model import ModelFormatError, PretrainedModel
 from .registry import MODELS, ModelEntry, ModelNotReady, ModelRegistry
 from .results import Generation, PretrainedAttentions
-from .rollout import attention_rollout
 from .tokens import TokenizedBatch
 
 __all__ = [

@@ -23,6 +23,7 @@ from typing import Final
 import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError
+from ..attention.rollout import MAX_ROLLOUT_TOKENS
 from .blocks import Block
 from .display import MAX_AVERAGE_SIZE
 from .gradients import check_gradient_cells, gradient_cells
@@ -30,7 +31,6 @@ from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
 from .model import PretrainedModel
 from .recorder import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
 from .results import HEAD_CHUNK_FLOATS
-from .rollout import MAX_ROLLOUT_TOKENS
 from .zeroing import check_value_zeroing_work
 
 FLOAT_BYTES: Final = 4
@@ -115,7 +115,7 @@ def check_options(
     Raises:
         AttentionInputError: naming the field: a layer, head, position or token id out of
             range; (``texts``) an input over a method's bound (rollout
-            :data:`.rollout.MAX_ROLLOUT_TOKENS`, flow, value zeroing, ``norm``'s
+            :data:`attnviz.attention.rollout.MAX_ROLLOUT_TOKENS`, flow, value zeroing, ``norm``'s
             summed_norm, the gradient methods); (``max_new_tokens``) generation asked of
             a model that does not generate.
     """

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from .architectures import CROSS_MODULES
+
 Family = Literal["encoder", "decoder", "encoder-decoder"]
 Block = Literal["encoder", "decoder", "cross"]
 BLOCKS: Final[dict[Family, tuple[Block, ...]]] = {
@@ -19,8 +21,6 @@ BLOCKS: Final[dict[Family, tuple[Block, ...]]] = {
     "encoder-decoder": ("encoder", "decoder", "cross"),
 }
 """The attention blocks of each family, in the order the model runs them."""
-CROSS_MODULES: Final = frozenset({"encoder_attn", "EncDecAttention", "crossattention"})
-"""Module names transformers gives cross attention (BART/Marian, T5, BERT as a decoder)."""
 
 
 def block_named(module_name: str) -> Block:

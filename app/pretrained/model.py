@@ -12,8 +12,9 @@ during the pass.
 
 The rest of the runtime, by concern: loading and placement (:mod:`.loading`,
 :mod:`.placement`), tokenisation (:mod:`.tokens`), what a pass gives (:mod:`.results`),
-generation (:mod:`.generation`), rollout (:mod:`.rollout`), methods beyond raw weights
-(:mod:`.methods`), the families' blocks (:mod:`.blocks`).
+generation (:mod:`.generation`), methods beyond raw weights (:mod:`.methods`), the
+families' blocks (:mod:`.blocks`), per-architecture names (:mod:`.architectures`); rollout's
+maths is in the engine (:mod:`attnviz.attention.rollout`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import nn
 
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
+from .architectures import ALIBI_TYPES, POSITIONS_AFTER_PADDING
 from .blocks import BLOCKS, Block, Family, block_named
 from .generation import GenerationMixin
 from .placement import (
@@ -58,21 +60,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-ALIBI_TYPES: Final = frozenset({"bloom", "mpt", "falcon"})
-"""Model types with ALiBi position bias (Press et al. 2022); transformers computes it inside
-their own attention modules, outside the attention interface."""
-POSITIONS_AFTER_PADDING: Final = frozenset(
-    {
-        "roberta",
-        "xlm-roberta",
-        "xlm-roberta-xl",
-        "camembert",
-        "data2vec-text",
-        "roberta-prelayernorm",
-    }
-)
-"""Model types whose position ids start after ``pad_token_id`` (transformers'
-``create_position_ids_from_input_ids``): roberta-base's 514 positions take 512 tokens."""
 WARM_UP_TEXT: Final = "Attention is all you need."
 """The short input :meth:`PretrainedModel.warm_up` runs through a text model."""
 

@@ -36,6 +36,8 @@ from typing import Any, Final, Literal
 import torch
 from torch import nn
 
+from .architectures import LAYER_LISTS
+
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: Final[dict[str, torch.dtype]] = {
     "float32": torch.float32,
@@ -43,9 +45,6 @@ DTYPES: Final[dict[str, torch.dtype]] = {
     "float16": torch.float16,
 }
 """The dtypes a model may be loaded in, by name."""
-LAYER_LISTS: Final = frozenset({"layers", "layer", "h", "block", "blocks"})
-"""Names transformers gives the list of a model's transformer blocks (Llama ``layers``,
-BERT ``layer``, GPT-2 ``h``, T5 ``block``)."""
 _DEVICE = re.compile(r"^(cpu|disk|mps|meta|cuda|cuda:\d+|xpu|xpu:\d+|\d+)$")
 
 

@@ -10,8 +10,8 @@ the model's own eager attention, to 1e-5 of transformers' ``output_attentions``.
 The image goes through the model's own image processor (resize, crop, normalise;
 transformers' PIL backend, so no torchvision is needed); the picture returned is that
 processed image, un-normalised, so an overlay lies exactly on what the model saw.
-Attention rollout (Abnar & Zuidema, ACL 2020; :func:`.rollout.attention_rollout`) is
-given after every layer.
+Attention rollout (Abnar & Zuidema, ACL 2020;
+:func:`attnviz.attention.rollout.attention_rollout`) is given after every layer.
 """
 
 from __future__ import annotations
@@ -30,17 +30,14 @@ import numpy as np
 import torch
 
 from ..attention.errors import AttentionInputError, UnsupportedInputError
+from ..attention.rollout import rollout_step
 from .model import ModelFormatError, PretrainedModel
 from .placement import Placement
 from .recorder import AttentionRecording, record_attention
-from .rollout import rollout_step
 
 if TYPE_CHECKING:
     from PIL import Image
 
-VISION_TYPES: Final = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "vit_msn"})
-"""transformers ``model_type``s loaded as image models (their attention goes through
-transformers' attention interface)."""
 MAX_IMAGE_PIXELS: Final = 40_000_000
 """The most pixels an accepted image may decode to (a 48 Mpx phone photo is refused, a
 12 Mpx one taken): Pillow's ``Image.MAX_IMAGE_PIXELS`` is set to half of it, so that

@@ -23,7 +23,8 @@ from attnviz.pretrained import (
     PretrainedModel,
     TokenizedBatch,
 )
-from attnviz.pretrained.loading import family_of, load_model, load_model_dir
+from attnviz.pretrained.architectures import family_of
+from attnviz.pretrained.loading import load_model, load_model_dir
 from attnviz.pretrained.results import TOP_K
 
 from tests.pretrained import tiny

@@ -1,0 +1,68 @@
+"""What AttnViz knows about particular architectures, by transformers' names, in one place.
+
+Everything else reads a model's config and modules as transformers builds them; these
+tables name the architectures and modules that need telling apart: which family a config
+is, which model types read images or speech, which compute a position bias outside the
+attention interface (refused), whose positions start after the pad id, how a model names
+its list of transformer blocks and its cross attention.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from .blocks import Family
+
+ALIBI_TYPES: Final = frozenset({"bloom", "mpt", "falcon"})
+"""Model types with ALiBi position bias (Press et al. 2022); transformers computes it inside
+their own attention modules, outside the attention interface."""
+POSITIONS_AFTER_PADDING: Final = frozenset(
+    {
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "camembert",
+        "data2vec-text",
+        "roberta-prelayernorm",
+    }
+)
+"""Model types whose position ids start after ``pad_token_id`` (transformers'
+``create_position_ids_from_input_ids``): roberta-base's 514 positions take 512 tokens."""
+VISION_TYPES: Final = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "vit_msn"})
+"""transformers ``model_type``s loaded as image models (their attention goes through
+transformers' attention interface)."""
+SPEECH_TYPES: Final = frozenset({"whisper"})
+"""transformers ``model_type``s loaded as speech models (:mod:`.speech`)."""
+LAYER_LISTS: Final = frozenset({"layers", "layer", "h", "block", "blocks"})
+"""Names transformers gives the list of a model's transformer blocks (Llama ``layers``,
+BERT ``layer``, GPT-2 ``h``, T5 ``block``)."""
+CROSS_MODULES: Final = frozenset({"encoder_attn", "EncDecAttention", "crossattention"})
+"""Module names transformers gives cross attention (BART/Marian, T5, BERT as a decoder)."""
+
+
+def family_of(config: Any) -> Family:
+    """The family of a transformers config (:mod:`.blocks` lists the families and blocks).
+
+    A config that says it is an encoder-decoder is one; else its ``architectures`` decide
+    (``...ForCausalLM`` and ``...LMHeadModel``: a decoder); else whether transformers has a
+    causal LM and no masked LM of its model type.
+    """
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    architectures = getattr(config, "architectures", None) or []
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
+        return "decoder"
+    if architectures:
+        return "encoder"
+    model_type = getattr(config, "model_type", "")
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and (
+        model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    ):
+        return "decoder"
+    return "encoder"
