@@ -44,6 +44,17 @@ Method = Literal[
 (Abnar & Zuidema), gradient-weighted rollout (Chefer et al.) and head importance (Michel et
 al.; :mod:`.gradients`), value zeroing (Mohebbi et al.; :mod:`.zeroing`)."""
 
+METHOD_LABELS: Final[dict[str, str]] = {
+    "attention": "attention weights",
+    "norm": "norm ‖α f(x)‖ (Kobayashi 2020)",
+    "flow": "attention flow (Abnar & Zuidema 2020)",
+    "grad_rollout": "gradient-weighted rollout (Chefer 2021)",
+    "head_importance": "head importance (Michel 2019)",
+    "value_zeroing": "value zeroing (Mohebbi 2023)",
+}
+"""The methods the /models page offers, in its order, as its picker names them (rollout is
+drawn in every view already, so it is not offered as a method of its own)."""
+
 GRADIENT_METHODS: Final = frozenset({"grad_rollout", "head_importance"})
 """Methods that need a backward pass from a target (:func:`.gradients.gradient_pass`)."""
 

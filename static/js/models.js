@@ -29,7 +29,11 @@ const DEFAULT_TEXT = "The cat sat on the mat because it was tired.";
 const DEFAULT_PROMPT = "What is the capital of France?";
 const DEFAULT_TARGET = "Le chat était assis sur le tapis.";
 const DEFAULT_NEW_TOKENS = 8;
-const TOP_K = 5; // next-token candidates shown per position
+// What the server says, not repeated here (templates/models.html, from the request
+// schema's bounds and attnviz.pretrained.methods): the methods, the gradient methods, the
+// most next-token candidates a response carries.
+const CONFIG = JSON.parse(document.getElementById("models-config").textContent);
+const TOP_K = Math.min(5, CONFIG.max_top_k); // next-token candidates shown per position
 const POLL_MS = 1500; // how often the model list is asked again while a model loads
 
 const form = document.getElementById("model-form");
@@ -894,7 +898,7 @@ function otherMethod() {
   return methodSelect.value !== "attention";
 }
 
-const GRADIENT_METHODS = new Set(["grad_rollout", "head_importance"]);
+const GRADIENT_METHODS = new Set(CONFIG.gradient_methods);
 // Gradients' scale follows the target's (1e-7 in a tiny random model, 1 in SmolLM2):
 // three significant digits, not two decimals.
 const GRADIENT_FORMAT = { valueName: "relevance", textFormat: "%{z:.3g}", hoverFormat: ".4g" };

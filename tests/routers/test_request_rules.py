@@ -84,3 +84,33 @@ def test_the_streamed_grid_applies_the_one_input_rules() -> None:
     assert PretrainedLayersRequest.model_validate({"texts": TEXT, "display_size": 8})
     with pytest.raises(ValidationError, match="set layer_index too"):
         PretrainedLayersRequest.model_validate({"texts": TEXT, "head_index": 0})
+
+
+def test_the_models_page_takes_its_methods_and_bounds_from_the_server(
+    no_models: TestClient,
+) -> None:
+    import json
+    import re
+
+    from attnviz.pretrained.methods import GRADIENT_METHODS, METHOD_LABELS
+    from attnviz.server.limits import MAX_NEW_TOKENS, MAX_TEMPERATURE
+
+    page = no_models.get("/models").text
+    config = json.loads(
+        re.search(
+            r'<script id="models-config" type="application/json">(.*?)</script>', page, re.S
+        ).group(1)  # type: ignore[union-attr]
+    )
+    select = page.split('<select id="method"', 1)[1].split("</select>", 1)[0]
+    offered = re.findall(r'<option value="([a-z_]+)">', select)
+    assert offered == config["methods"] == list(METHOD_LABELS)
+    assert set(config["gradient_methods"]) == GRADIENT_METHODS
+    for method in offered:  # every method the page offers, the API takes
+        PretrainedAttentionRequest.model_validate(
+            {"texts": TEXT, "sequence_index": 0, "method": method}
+        )
+    assert (
+        f'id="max-new-tokens" name="max_new_tokens" type="number" min="0" max="{MAX_NEW_TOKENS}"'
+        in page
+    )
+    assert f'max="{int(MAX_TEMPERATURE)}"' in page and config["max_new_tokens"] == MAX_NEW_TOKENS

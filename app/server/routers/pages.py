@@ -16,6 +16,7 @@ import hashlib
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import fastapi_offline
 from fastapi import APIRouter, HTTPException, Request
@@ -24,8 +25,10 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from plotly.offline import get_plotlyjs_version
 
+from ...pretrained.methods import GRADIENT_METHODS, METHOD_LABELS
+from ...pretrained.results import TOP_K
 from ...resources import STATIC_DIR, TEMPLATES_DIR
-from ..limits import MAX_LAYERS
+from ..limits import MAX_LAYERS, MAX_MODEL_DISPLAY_SIZE, MAX_NEW_TOKENS, MAX_TEMPERATURE
 from ..middleware import docs_content_security_policy
 from ..presets import DEFAULT_PRESET, PRESETS
 
@@ -97,7 +100,26 @@ def read_index(request: Request) -> HTMLResponse:
 @router.get("/models", response_class=HTMLResponse, include_in_schema=False)
 def read_models_page(request: Request) -> HTMLResponse:
     """The pretrained-model page: a typed sentence, every layer's and head's attention."""
-    return templates.TemplateResponse(request, "models.html", page_context())
+    return templates.TemplateResponse(request, "models.html", {**models_page(), **page_context()})
+
+
+def models_page() -> dict[str, Any]:
+    """What /models takes from the server, not repeated in its script.
+
+    The methods on offer with their labels (:data:`attnviz.pretrained.methods.METHOD_LABELS`),
+    the gradient methods, and the request schema's bounds of its inputs.
+    """
+    return {
+        "methods": METHOD_LABELS,
+        "limits": {"max_new_tokens": MAX_NEW_TOKENS, "max_temperature": MAX_TEMPERATURE},
+        "config": {
+            "methods": list(METHOD_LABELS),
+            "gradient_methods": sorted(GRADIENT_METHODS),
+            "max_new_tokens": MAX_NEW_TOKENS,
+            "max_display_size": MAX_MODEL_DISPLAY_SIZE,
+            "max_top_k": TOP_K,
+        },
+    }
 
 
 DOCS_ASSETS = {
