@@ -77,9 +77,27 @@ def plotly_bundle() -> tuple[bytes, bytes, str, str]:
     return data, gzip.compress(data, compresslevel=9, mtime=0), version, etag
 
 
-def page_context() -> dict[str, str]:
-    """Template values every page needs: the versioned Plotly.js URL."""
-    return {"plotly_url": f"{PLOTLY_URL}?v={plotly_bundle()[2]}"}
+def page_context() -> dict[str, Any]:
+    """Template values every page needs.
+
+    The versioned Plotly.js URL, and the shared script modules (static/js/lib/,
+    static/js/plots/) to preload with the page's own.
+    """
+    return {
+        "plotly_url": f"{PLOTLY_URL}?v={plotly_bundle()[2]}",
+        "shared_modules": shared_modules(),
+    }
+
+
+@lru_cache(maxsize=1)
+def shared_modules() -> tuple[str, ...]:
+    """The URLs of the modules both pages import through api.js and heatmap.js."""
+    js = STATIC_DIR / "js"
+    return tuple(
+        f"/static/js/{path.relative_to(js).as_posix()}"
+        for folder in ("lib", "plots")
+        for path in sorted((js / folder).glob("*.js"))
+    )
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)

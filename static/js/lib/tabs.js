@@ -1,0 +1,114 @@
+// Tabs, and the open view's settings in the URL's fragment.
+// (Shared by both pages through ../api.js.)
+
+// Tabs. Each button of .tabs (data-view=<name>) opens its panel, #view-<name>. The open
+// tab travels in the URL as #view=<name> (writeUrlState): a bare #<name> could be an
+// element's id (#heads, #summary, #model), which the browser scrolls to.
+
+function tabButtons() {
+  return [...document.querySelectorAll(".tabs button")];
+}
+
+// Select the tab of `view` and show its panel only.
+export function openTab(view) {
+  for (const tab of tabButtons()) {
+    const active = tab.dataset.view === view;
+    tab.setAttribute("aria-selected", String(active));
+    document.getElementById(`view-${tab.dataset.view}`).hidden = !active;
+  }
+}
+
+// Call onSelect(view) when a tab is clicked.
+export function onTabClick(onSelect) {
+  for (const tab of tabButtons()) {
+    tab.addEventListener("click", () => onSelect(tab.dataset.view));
+  }
+}
+
+// The view the URL's fragment names ("#view=<name>", or an old link's "#<name>"), or
+// `fallback` when it names no tab. An old link's bare fragment becomes #view=<name> at
+// once, before the browser scrolls to the element of that id.
+export function viewFromUrl(fallback) {
+  const { hash } = window.location;
+  const name = fragmentParams().get("view") ?? "";
+  const view = tabButtons().some((tab) => tab.dataset.view === name) ? name : fallback;
+  if (hash === `#${view}`) {
+    const url = new URL(window.location.href);
+    url.hash = `view=${view}`;
+    window.history.replaceState(null, "", url);
+  }
+  return view;
+}
+
+// The fragment's parameters: "#view=layer&scale=row" or an old link's bare "#layer".
+function fragmentParams() {
+  const hash = window.location.hash.slice(1);
+  return new URLSearchParams(hash.includes("=") ? hash : `view=${hash}`);
+}
+
+// ---------------------------------------------------------------------------
+// The open view's settings travel in the fragment after the tab, those that differ from
+// the page's defaults only:
+//
+//   #view=<name>&scale=<colour scale>&tokens=<selected positions, q,q,…>&sequence=<b>
+//     &layer=<l>&head=<h>&method=<the /models method>&ablate=<its heads off, l.h,l.h>
+//
+// A setting that is malformed, or names an option the page does not have, is ignored.
+const LINK_SETTINGS = {
+  scale: /^[a-z]{1,16}$/,
+  tokens: /^\d{1,6}(,\d{1,6}){0,255}$/,
+  sequence: /^\d{1,4}$/,
+  layer: /^\d{1,4}$/,
+  head: /^\d{1,4}$/,
+  method: /^[a-z_]{1,20}$/,
+  target: /^\d{1,6}$/,
+  ablate: /^\d{1,3}\.\d{1,3}(,\d{1,3}\.\d{1,3}){0,511}$/,
+};
+let linkSettings = () => ({});
+
+// The well-formed settings of the URL's fragment: {name: string}.
+export function settingsFromUrl() {
+  const params = fragmentParams();
+  const settings = {};
+  for (const [name, pattern] of Object.entries(LINK_SETTINGS)) {
+    const value = params.get(name);
+    if (value !== null && pattern.test(value)) settings[name] = value;
+  }
+  return settings;
+}
+
+// The selected positions of a link's `tokens` setting ("2,5"): a Set of integers.
+export function linkedTokens(value) {
+  return new Set(value ? value.split(",").map(Number) : []);
+}
+
+// Select `value` (a link's setting) in `select` when it is one of its options; true if so.
+export function selectLinked(select, value) {
+  if (value === undefined || ![...select.options].some((o) => o.value === value)) return false;
+  select.value = value;
+  return true;
+}
+
+// The page's settings for the link: read() returns {name: value}; a null, undefined or
+// empty value (the page's default) is left out.
+export function bindLinkSettings(read) {
+  linkSettings = read;
+}
+
+export function fragmentFor(view) {
+  const params = new URLSearchParams({ view });
+  for (const [name, value] of Object.entries(linkSettings())) {
+    if (value !== null && value !== undefined && value !== "") params.set(name, String(value));
+  }
+  return params.toString().replaceAll("%2C", ",");
+}
+
+// Write the open tab and the view's settings into the URL's fragment (the request, in
+// the query string, stays as it is).
+export function writeLinkSettings(view) {
+  const url = new URL(window.location.href);
+  const hash = fragmentFor(view);
+  if (url.hash === `#${hash}`) return;
+  url.hash = hash;
+  window.history.replaceState(null, "", url);
+}
