@@ -46,7 +46,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO_ROOT))
     from tests.pretrained.media import encoded, png_bytes
-    from tests.routers.support import serving
+    from tests.server.support import serving
 
     sample = decode_audio((REPO_ROOT / "static/samples/the-cat-sat.flac").read_bytes())
     root = Path(tempfile.mkdtemp())

@@ -16,7 +16,7 @@ PACKAGED_MODEL_FIXTURES = frozenset(
         ("tests.conftest", "minilm"),
         ("tests.pretrained.test_decoders", "smollm2"),
         ("tests.pretrained.test_speech", "whisper_dir"),
-        ("tests.routers.test_model_families_api", "smollm2"),
+        ("tests.server.test_model_families_api", "smollm2"),
         ("tests.test_any_json", "api"),
         ("tests.test_fuzz", "ready_models"),
     }

@@ -17,7 +17,7 @@ from attnviz.pretrained import MODELS, ModelFormatError, wrap_model
 
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
-from tests.routers.support import serving
+from tests.server.support import serving
 
 TEXT = "the cat sat on the mat because it was tired"
 

@@ -1,4 +1,4 @@
-"""Helpers of the API tests (tests/routers) and of the browser tests that check the page
+"""Helpers of the API tests (tests/server) and of the browser tests that check the page
 against the API's numbers: nothing here is a test."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ booleans as integers, exact integer bounds in the schema, deep nesting, huge inp
 plain messages.
 
 Defects found from outside (issue 12), each as a test that failed before its fix; the
-float64 one is in tests/routers/test_transport.py.
+float64 one is in tests/server/test_transport.py.
 """
 
 from __future__ import annotations

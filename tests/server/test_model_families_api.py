@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from tests.pretrained.support import require_modules
 from tests.pretrained.tiny import DECODER_STYLE, TARGETS, TEXTS, save_tiny, word_tokenizer
-from tests.routers.support import serving, serving_model_dirs
+from tests.server.support import serving, serving_model_dirs
 from tests.support.api import decode
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")

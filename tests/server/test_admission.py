@@ -22,7 +22,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import TARGETS, TEXTS, WORDS, save_tiny
-from tests.routers.support import serving
+from tests.server.support import serving
 
 KINDS = ("llama", "bert", "t5")
 MAX_SEQ_LEN = 40

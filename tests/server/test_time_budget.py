@@ -21,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import TEXTS, save_tiny
-from tests.routers.support import serving
+from tests.server.support import serving
 
 SLOW_LAYER_S = 0.15
 

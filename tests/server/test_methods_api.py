@@ -17,7 +17,7 @@ from attnviz.pretrained import MODELS
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import BUILDERS, FAMILIES, TARGETS, TEXTS
-from tests.routers.support import ask_tiny, output_projections
+from tests.server.support import ask_tiny, output_projections
 from tests.support.api import decode
 
 pytestmark = pytest.mark.usefixtures("pretrained_extra")

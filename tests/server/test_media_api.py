@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from tests.pretrained.media import SENTENCE, encoded, png_bytes, save_tiny_vision, speak, tone
 from tests.pretrained.support import require_modules
-from tests.routers.support import serving
+from tests.server.support import serving
 from tests.support import hostile
 from tests.support.api import decode
 

@@ -7,7 +7,7 @@ from attnviz.server.main import create_app
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import BUILDERS, save_tiny
-from tests.routers.support import serving_model_dirs
+from tests.server.support import serving_model_dirs
 
 
 @pytest.fixture(scope="module")

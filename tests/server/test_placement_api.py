@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.pretrained.support import require_modules
-from tests.routers.support import serving
+from tests.server.support import serving
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 TEXT = "The cat sat on the mat because it was tired."

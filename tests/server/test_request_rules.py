@@ -15,7 +15,7 @@ from attnviz.server.schemas.pretrained import PretrainedAttentionRequest, Pretra
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from tests.routers.support import serving
+from tests.server.support import serving
 
 TEXT = ["The cat sat on the mat."]
 CONTRADICTIONS: list[tuple[dict[str, Any], str, str]] = [
