@@ -37,7 +37,7 @@ import torch
 
 from .architectures import SPEECH_TYPES, VISION_TYPES, family_of
 from .blocks import Family
-from .model import ModelFormatError, PretrainedModel
+from .model import LoadedModel, ModelFormatError, PretrainedModel
 from .placement import Placement, PlacementError
 from .recorder import use_recorder
 from .speech import SpeechModel
@@ -124,7 +124,7 @@ def _ready(model: TransformersModel) -> TransformersModel:
 
 def load_model_dir(
     name: str, folder: Path, *, source: str | None = None, placement: Placement | None = None
-) -> PretrainedModel:
+) -> LoadedModel:
     """Load a local Hugging Face directory (config.json, weights, tokenizer) of any family.
 
     Args:
@@ -291,8 +291,21 @@ def load_ctranslate2_whisper(
 
             folder_cache = Path(tempfile.mkdtemp(prefix="attnviz-whisper-"))
             convert_ctranslate2_whisper(folder, folder_cache)
-    loaded = load_model_dir(name, folder_cache, source=source or str(folder), placement=placement)
+    loaded = text_model(
+        load_model_dir(name, folder_cache, source=source or str(folder), placement=placement)
+    )
     loaded.path, loaded.load_s = folder, time.perf_counter() - start
+    return loaded
+
+
+def text_model(loaded: LoadedModel) -> PretrainedModel:
+    """``loaded``, a text model (a GGUF file or Whisper's folder is one).
+
+    Raises:
+        ModelFormatError: it reads images, not text.
+    """
+    if not isinstance(loaded, PretrainedModel):
+        raise ModelFormatError(f"{loaded.path}: {loaded.name} reads {loaded.modality}, not text")
     return loaded
 
 
@@ -357,7 +370,9 @@ def load_gguf(
             dequantize_gguf(gguf, temporary, dtype=dtype)
             folder = temporary
     try:
-        loaded = load_model_dir(name, folder, source=source or str(gguf), placement=placement)
+        loaded = text_model(
+            load_model_dir(name, folder, source=source or str(gguf), placement=placement)
+        )
     finally:
         if temporary is not None:
             import shutil
@@ -411,7 +426,7 @@ def load_model(
     cache_dir: Path,
     source: str | None = None,
     placement: Placement | None = None,
-) -> PretrainedModel:
+) -> LoadedModel:
     """Load a directory or a ``.gguf`` file, once per process, arguments and placement.
 
     Raises:

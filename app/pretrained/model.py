@@ -113,8 +113,13 @@ def _config_value(config: Any, *names: str) -> int | None:
 
 
 @dataclass
-class PretrainedModel(TokenizerMixin, GenerationMixin):
-    """A loaded transformers model (eval mode, recording attention) and its tokenizer.
+class LoadedModel:
+    """A loaded transformers model of any modality (eval mode, recording attention).
+
+    What every model on offer has: its names, where it lies and how it was placed, its
+    config's shape. :class:`PretrainedModel` adds text (a tokenizer, the recorded pass,
+    generation); :class:`.vision.ImageModel` adds images; :class:`.speech.SpeechModel`
+    adds audio to a text decoder.
 
     The model is in the dtype and on the devices its :class:`.placement.Placement` chose
     (float32 on the CPU by default).
@@ -125,7 +130,6 @@ class PretrainedModel(TokenizerMixin, GenerationMixin):
         path: the directory (or GGUF file) it was loaded from.
         family: "encoder", "decoder" or "encoder-decoder".
         model: the transformers model, set to AttnViz's recording attention.
-        tokenizer: its tokenizer (with the chat template, when the model has one).
         load_s: how long loading took, in seconds.
         placement: how it was loaded (dtype, device map, memory caps, offload folder).
         reload: loads the same model anew onto one device (from its files), for a
@@ -138,7 +142,6 @@ class PretrainedModel(TokenizerMixin, GenerationMixin):
     path: Path
     family: Family
     model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
     load_s: float
     placement: Placement = field(default_factory=Placement)
     reload: Callable[[torch.device], PreTrainedModel] | None = field(default=None, repr=False)
@@ -164,18 +167,12 @@ class PretrainedModel(TokenizerMixin, GenerationMixin):
             )
 
     def warm_up(self) -> None:
-        """One short input through the model once it is loaded (torch's lazy start-up).
-
-        It also checks that every attention layer can be reproduced: each recorded call's
-        module has an eager attention function AttnViz computes its weights with.
+        """One small input through the model once it is loaded (torch's lazy start-up).
 
         Raises:
-            ModelFormatError: the model's attention is not reproducible (as :meth:`run`,
-                or a layer without ``eager_attention_forward``), the message says which.
+            ModelFormatError: the model's attention is not reproducible.
         """
-        warm = self.tokenize([WARM_UP_TEXT])
-        targets = self.decoder_inputs([WARM_UP_TEXT]) if self.family == "encoder-decoder" else None
-        check_reproducible(self.run(warm, targets, device="auto").recording)
+        raise NotImplementedError
 
     @property
     def config(self) -> Any:
@@ -226,8 +223,13 @@ class PretrainedModel(TokenizerMixin, GenerationMixin):
 
     @property
     def vocab_size(self) -> int:
-        """Rows of the token embedding."""
-        return int(self.config.vocab_size)
+        """Rows of the token embedding (0 for a model without one, an image model)."""
+        return _config_value(self.config, "vocab_size") or 0
+
+    @property
+    def chat_template(self) -> bool:
+        """Whether prompts can be wrapped in a chat template (a text model's tokenizer)."""
+        return False
 
     @property
     def max_tokens(self) -> int | None:
@@ -328,6 +330,47 @@ class PretrainedModel(TokenizerMixin, GenerationMixin):
         """:meth:`device_for` and :meth:`on` together: where inputs go, and the model to run."""
         run_on = self.device_for(device)
         return run_on, self.on(run_on)
+
+    def block_layers(self, block: Block) -> int:
+        """N of one block: an encoder-decoder's decoder may have another depth (T5, BART)."""
+        if self.family == "encoder-decoder" and block != "encoder":
+            return _config_value(self.config, "num_decoder_layers", "decoder_layers") or (
+                self.num_layers
+            )
+        return self.num_layers
+
+    def block_heads(self, block: Block) -> int:
+        """H of one block (BART's encoder and decoder may have different head counts)."""
+        if self.family == "encoder-decoder":
+            name = "encoder_attention_heads" if block == "encoder" else "decoder_attention_heads"
+            return _config_value(self.config, name, "num_heads") or self.num_heads
+        return self.num_heads
+
+
+@dataclass
+class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
+    """A loaded transformers text model and its tokenizer: tokenise, run while recording.
+
+    Attributes (besides :class:`LoadedModel`'s):
+        tokenizer: its tokenizer (with the chat template, when the model has one).
+    """
+
+    tokenizer: PreTrainedTokenizerBase = field(kw_only=True)
+    modality: ClassVar[str] = "text"
+
+    def warm_up(self) -> None:
+        """One short input through the model once it is loaded (torch's lazy start-up).
+
+        It also checks that every attention layer can be reproduced: each recorded call's
+        module has an eager attention function AttnViz computes its weights with.
+
+        Raises:
+            ModelFormatError: the model's attention is not reproducible (as :meth:`run`,
+                or a layer without ``eager_attention_forward``), the message says which.
+        """
+        warm = self.tokenize([WARM_UP_TEXT])
+        targets = self.decoder_inputs([WARM_UP_TEXT]) if self.family == "encoder-decoder" else None
+        check_reproducible(self.run(warm, targets, device="auto").recording)
 
     def attention(
         self,
@@ -506,18 +549,3 @@ class PretrainedModel(TokenizerMixin, GenerationMixin):
             self.block_layers(block) * self.block_heads(block) * areas[block]
             for block in self.blocks
         )
-
-    def block_layers(self, block: Block) -> int:
-        """N of one block: an encoder-decoder's decoder may have another depth (T5, BART)."""
-        if self.family == "encoder-decoder" and block != "encoder":
-            return _config_value(self.config, "num_decoder_layers", "decoder_layers") or (
-                self.num_layers
-            )
-        return self.num_layers
-
-    def block_heads(self, block: Block) -> int:
-        """H of one block (BART's encoder and decoder may have different head counts)."""
-        if self.family == "encoder-decoder":
-            name = "encoder_attention_heads" if block == "encoder" else "decoder_attention_heads"
-            return _config_value(self.config, name, "num_heads") or self.num_heads
-        return self.num_heads

@@ -18,7 +18,7 @@ from typing import Literal
 
 from ..attention.errors import AttentionInputError
 from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, default_cache_dir, load_model
-from .model import ModelFormatError, PretrainedModel
+from .model import LoadedModel, ModelFormatError
 from .placement import Placement
 
 ModelState = Literal["loading", "ready", "failed"]
@@ -54,7 +54,7 @@ class ModelEntry:
     source: str
     state: ModelState = "loading"
     error: str | None = None
-    model: PretrainedModel | None = None
+    model: LoadedModel | None = None
     queued_at: float = 0.0
 
 
@@ -198,11 +198,11 @@ class ModelRegistry:
         """Names of the models on offer, the default first."""
         return list(self._entries)
 
-    def models(self) -> list[PretrainedModel]:
+    def models(self) -> list[LoadedModel]:
         """The models loaded so far, in order."""
         return [e.model for e in self._entries.values() if e.model is not None]
 
-    def get(self, name: str | None) -> PretrainedModel:
+    def get(self, name: str | None) -> LoadedModel:
         """The model called ``name``, or the default (the first) for None.
 
         Raises:
@@ -244,7 +244,7 @@ class ModelRegistry:
             "model", f"no model on offer reads {modality}; name one in ATTNVIZ_MODEL_DIRS"
         )
 
-    def add(self, model: PretrainedModel) -> None:
+    def add(self, model: LoadedModel) -> None:
         """Offer a model loaded elsewhere (:func:`.loading.wrap_model`), ready at once.
 
         Raises:

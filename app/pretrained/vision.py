@@ -31,7 +31,7 @@ import torch
 
 from ..attention.errors import AttentionInputError, UnsupportedInputError
 from ..attention.rollout import rollout_step
-from .model import ModelFormatError, PretrainedModel
+from .model import LoadedModel, ModelFormatError
 from .placement import Placement
 from .recorder import AttentionRecording, record_attention
 
@@ -227,10 +227,10 @@ class ImageAttention:
 
 
 @dataclass
-class ImageModel(PretrainedModel):
+class ImageModel(LoadedModel):
     """A vision transformer (ViT, DeiT, DINOv2) recording its attention over patches.
 
-    Attributes (besides :class:`.model.PretrainedModel`'s; ``tokenizer`` is None):
+    Attributes (besides :class:`.model.LoadedModel`'s; no tokenizer):
         image_processor: its transformers image processor (PIL backend).
     """
 
@@ -251,11 +251,6 @@ class ImageModel(PretrainedModel):
             names.append("[DIST]")
         registers = int(getattr(self.config, "num_register_tokens", 0) or 0)
         return names + [f"[REG{i + 1}]" for i in range(registers)]
-
-    @property
-    def vocab_size(self) -> int:
-        """0: an image model has no token vocabulary."""
-        return 0
 
     def warm_up(self) -> None:
         """A grey image through the model (torch's lazy start-up)."""
@@ -383,7 +378,6 @@ def load_vision_dir(
         path=folder,
         family="encoder",
         model=model,
-        tokenizer=None,  # type: ignore[arg-type]
         load_s=time.perf_counter() - start,
         placement=placement,
         reload=lambda device: auto.from_pretrained(

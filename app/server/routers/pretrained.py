@@ -22,6 +22,7 @@ from ...pretrained.analysis import (
 from ...pretrained.blocks import Block
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import with_method
+from ...pretrained.model import LoadedModel
 from ...pretrained.recordings import RecordingCache
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc, out_of_memory
@@ -78,9 +79,7 @@ MODALITY_ROUTES: Final = {
 """Where each kind of model takes its input, for the 422 of a model sent the wrong kind."""
 
 
-def ready_model(
-    registry: ModelRegistry, name: str | None, modality: str = "text"
-) -> PretrainedModel:
+def ready_model(registry: ModelRegistry, name: str | None, modality: str = "text") -> LoadedModel:
     """The model a request names, or an HTTP error: 422 unknown or failed, 503 loading.
 
     A model of another modality (a speech model sent text) is a 422 too. With ``name``
@@ -212,6 +211,7 @@ async def answered(
     slot while it is sent.
     """
     model = ready_model(registry, request.model)
+    assert isinstance(model, PretrainedModel)  # a text model: ready_model required it
     check_limit("texts", len(request.texts), settings.max_batch_size, "MAX_BATCH_SIZE")
     b = request.sequence_index
     if b is not None and b >= len(request.texts):
