@@ -180,7 +180,7 @@ def cmd_compute(args: argparse.Namespace) -> None:
     """Write the API's response JSON for the request."""
     from fastapi import HTTPException
 
-    from .server.routers.attention import attention_payload
+    from .server.payloads.attention import attention_payload
     from .server.transport import stream_json
 
     request = build_request(args)
