@@ -17,6 +17,8 @@ PACKAGED_MODEL_FIXTURES = frozenset(
         ("tests.pretrained.test_decoders", "smollm2"),
         ("tests.pretrained.test_speech", "whisper_dir"),
         ("tests.server.test_model_families_api", "smollm2"),
+        ("tests.server.test_media_api", "media"),  # MiniLM, and Whisper converted
+        ("tests.server.conftest", "api"),  # create_app() loads every packaged model
         ("tests.test_any_json", "api"),
         ("tests.test_fuzz", "ready_models"),
     }
@@ -50,7 +52,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     tests = REPO_ROOT / "tests"
     for item in items:
-        relative = item.path.relative_to(tests)
+        relative = item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
         if relative.parts[0] == "browser" or "browser" in item.fixturenames:  # type: ignore[attr-defined]
             item.add_marker(pytest.mark.browser)
         if _uses_packaged_model(item):

@@ -577,7 +577,7 @@ def check_generation_length(model: PretrainedModel, lengths: InputLengths, limit
     recorded pass covers prompt + new tokens, which must fit too.
 
     Raises:
-        HTTPException: 413 naming max_new_tokens over ATTNVIZ_MAX_SEQ_LEN.
+        InputTooLargeError: (field ``max_new_tokens``) over ATTNVIZ_MAX_SEQ_LEN (413).
         AttentionInputError: (field ``max_new_tokens``) over the model's positions.
     """
     if not lengths.new_tokens:

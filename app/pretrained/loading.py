@@ -343,7 +343,8 @@ def load_gguf(
     the placement's devices (under a second for SmolLM2). One cache per dtype: loading
     bfloat16 weights from a float32 file would hold both while casting (measured 3.4x the
     bfloat16 parameter bytes at the peak, against 1.3x allowed). A cache that cannot be
-    written is replaced by a temporary folder, removed once loaded.
+    written (a container's) and holds the float32 folder only is read from that folder,
+    cast while loading; without it, a temporary folder is used and removed once loaded.
 
     Raises:
         ModelFormatError: the file is missing, the ``gguf`` package is not installed,
@@ -356,8 +357,17 @@ def load_gguf(
     start = time.perf_counter()
     dtype = (placement or Placement()).torch_dtype(None)
     folder = cache_folder(gguf, cache_dir, dtype=dtype)
+    float32 = cache_folder(gguf, cache_dir)
     temporary = None
-    if not (folder / "config.json").is_file():
+    if (
+        not (folder / "config.json").is_file()
+        and (float32 / "config.json").is_file()
+        and not writable(cache_dir)
+    ):
+        # A read-only cache holding the float32 folder only (a container's, filled when
+        # its image was built): cast while loading rather than dequantize at every start.
+        folder = float32
+    elif not (folder / "config.json").is_file():
         try:
             partial = folder.with_name(folder.name + ".partial")
             dequantize_gguf(gguf, partial, dtype=dtype)
@@ -382,6 +392,15 @@ def load_gguf(
     if temporary is not None:
         loaded.reload = None  # its files are gone
     return loaded
+
+
+def writable(folder: Path) -> bool:
+    """Whether this process may create files in ``folder`` (or create it)."""
+    import os
+
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK)
 
 
 def dequantize_gguf(gguf: Path, target: Path, *, dtype: torch.dtype = torch.float32) -> None:

@@ -473,16 +473,18 @@ def show(
     from ..attention.errors import AttentionInputError
     from ..pretrained import PACKAGED_MODELS, ModelRegistry, PretrainedModel, wrap_model
     from ..pretrained.methods import PER_HEAD_METHODS, with_method
+    from ..pretrained.model import LoadedModel
 
     if method != "attention" and method not in PER_HEAD_METHODS:
         raise AttentionInputError("method", f"{method!r}: show draws 'attention' or 'norm'")
-    if isinstance(model, PretrainedModel):
-        pretrained = model
+    loaded: LoadedModel
+    if isinstance(model, LoadedModel):  # a model AttnViz loaded (an image model is refused)
+        loaded = model
     elif model is not None and not isinstance(model, str | Path):  # loaded by the caller
         if tokenizer is None:
             raise AttentionInputError("tokenizer", "pass the loaded model's tokenizer too")
-        pretrained = _wrapped.get(id(model)) or wrap_model(model, tokenizer)
-        _wrapped[id(model)] = pretrained
+        loaded = _wrapped.get(id(model)) or wrap_model(model, tokenizer)
+        _wrapped[id(model)] = loaded
     else:
         if model is None:  # the default text model, not whichever model a registry holds
             model = PACKAGED_MODELS[0].name
@@ -495,8 +497,10 @@ def show(
             )
             registry.load()
             _registry = registry
-        pretrained = _registry.get(name)
-    pretrained.require("text", "use /models, or POST the file to /api/v1/speech or /vision")
+        loaded = _registry.get(name)
+    loaded.require("text", "use /models, or POST the file to /api/v1/speech or /vision")
+    assert isinstance(loaded, PretrainedModel)  # a text model: require said so
+    pretrained = loaded
     targets = None if target is None else [target]
     result = pretrained.attention([text], targets=targets, device=device)
     network = pretrained.on(torch.device(result.device))

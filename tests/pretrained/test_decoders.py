@@ -164,6 +164,23 @@ def test_bfloat16_has_its_own_cache_of_the_same_numbers_cast(
     assert (folder / "model.safetensors").stat().st_mtime_ns == written  # read, not written
 
 
+def test_a_read_only_cache_with_the_float32_folder_only_is_cast_while_loading(
+    smollm2: PretrainedModel, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A container's cache: filled in float32 when the image was built, read-only after.
+    from attnviz.pretrained import loading
+
+    float32 = cache_folder(gguf_file(), cache_dir)
+    (tmp_path / float32.name).symlink_to(float32, target_is_directory=True)
+    monkeypatch.setattr(loading, "writable", lambda folder: False)
+    monkeypatch.setattr(loading, "dequantize_gguf", lambda *a, **k: pytest.fail("dequantized"))
+    half = load_gguf(NAME, gguf_file(), tmp_path, placement=Placement(dtype="bfloat16"))
+    assert half.dtype == torch.bfloat16 and [p.name for p in tmp_path.iterdir()] == [float32.name]
+    floats = dict(smollm2.model.named_parameters())
+    for key, parameter in half.model.named_parameters():
+        assert torch.equal(parameter, floats[key].to(torch.bfloat16)), key
+
+
 def test_the_registry_offers_the_packaged_decoder(
     cache_dir: Path, smollm2: PretrainedModel
 ) -> None:

@@ -144,6 +144,8 @@ def test_an_encoder_decoder_gives_three_blocks_equal_to_transformers(
     [
         ({"model": "tiny-gpt2", "texts": ["the cat"], "block": "cross"}, ["body", "block"]),
         ({"model": "tiny-gpt2", "texts": ["the cat"], "targets": ["a dog"]}, ["body", "targets"]),
+        # One target per text; a count that does not match, to an encoder-decoder.
+        ({"model": "tiny-t5", "texts": ["the"], "targets": ["a", "b"]}, ["body", "targets"]),
         ({"model": "tiny-gpt2", "texts": ["the cat"], "chat": True}, ["body", "chat"]),
         ({"model": "tiny-gpt2", "texts": ["the"], "text_pairs": ["cat"]}, ["body", "text_pairs"]),
         (

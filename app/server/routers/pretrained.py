@@ -317,6 +317,13 @@ def tokenized(
     with engine_errors(request.device):
         batch = model.tokenize(request.texts, request.text_pairs, chat=request.chat)
         targets = None if request.targets is None else model.decoder_inputs(request.targets)
+    if targets is not None and len(request.targets or []) != len(request.texts):
+        raise field_error(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "targets",
+            f"{len(request.targets or [])} targets for {len(request.texts)} texts; "
+            "give one per text",
+        )
     check_lengths(batch, "texts", settings)
     if targets is not None:
         check_lengths(targets, "targets", settings)

@@ -13,7 +13,6 @@ from pydantic import (
 )
 
 from ...attention.engine import DeviceName
-from ...attention.errors import AttentionInputError
 from ...pretrained.analysis import ViewOptions, check_view_options
 from ...pretrained.blocks import Block
 from ...pretrained.methods import Method
@@ -338,15 +337,10 @@ class PretrainedAttentionRequest(StrictRequest):
     def _options_agree(self) -> Self:
         """The rules between fields, whatever the model.
 
-        One target per text, and :func:`attnviz.pretrained.analysis.check_view_options`:
-        a 422 naming the field (:func:`attnviz.server.errors.validation_error_handler`
-        reads the :class:`~attnviz.attention.errors.AttentionInputError`'s field).
+        :func:`attnviz.pretrained.analysis.check_view_options`, a 422 naming the field
+        (:func:`attnviz.server.errors.validation_error_handler` reads the
+        :class:`~attnviz.attention.errors.AttentionInputError`'s field).
         """
-        if self.targets is not None and len(self.targets) != len(self.texts):
-            raise AttentionInputError(
-                "targets",
-                f"{len(self.targets)} targets for {len(self.texts)} texts; give one per text",
-            )
         check_view_options(self.view_options(), self.block)
         return self
 
