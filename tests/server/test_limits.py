@@ -200,12 +200,12 @@ def test_one_json_access_log_line_per_request(client: TestClient) -> None:
 def test_device_out_of_memory_is_503_and_the_server_keeps_serving(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attnviz.server.routers.attention as attention_router
+    from attnviz.server.payloads import attention as attention_payload
 
     def out_of_memory(*args: Any, **kwargs: Any) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
 
-    monkeypatch.setattr(attention_router, "compute_attention", out_of_memory)
+    monkeypatch.setattr(attention_payload, "compute_attention", out_of_memory)
     response = client.post(URL, json={"sequences": [[1, 2, 3]], "seed": 99})
     assert response.status_code == 503
     assert response.json()["detail"][0]["loc"] == ["body", "device"]
