@@ -329,7 +329,7 @@ class LayerWalk:
         size = self.display_size
         if size is None:
             return 1, 1
-        return -(-length // size), -(-key_length // size)
+        return block_factor(length, size), block_factor(key_length, size)
 
     @property
     def shown_layers(self) -> int:
@@ -582,8 +582,8 @@ class WalkObserver:
         # a head clicked at full size has its layer's mean pooled to MAX_AVERAGE_SIZE
         self.mean_q, self.mean_k = self.factor_q, self.factor_k
         if walk.display_size is None and walk.head_index is not None:
-            self.mean_q = -(-units // MAX_AVERAGE_SIZE)
-            self.mean_k = -(-key_units // MAX_AVERAGE_SIZE)
+            self.mean_q = block_factor(units, MAX_AVERAGE_SIZE)
+            self.mean_k = block_factor(key_units, MAX_AVERAGE_SIZE)
         step = math.lcm(self.factor_q, self.mean_q)
         self.units, self.key_units = units, key_units
         self.shown_before = torch.cat([torch.zeros(1, dtype=torch.long), keep.long().cumsum(0)])
