@@ -1173,6 +1173,10 @@ function modelWatcher(section, ticket) {
       watcher.stop();
       watcher.stream = stream;
       resultsPane.classList.remove("running"); // the new input's grid replaces the old
+      // Its tokens replace the strip once the overview is whole: no grid under another
+      // input's tokens meanwhile.
+      const tokens = JSON.stringify([queryTokens(stream.res), keyTokens(stream.res)]);
+      if (tokens !== state.selectionTokens) tokenBox.hidden = true;
       // What is known of the new input before its maps: the text above the grid.
       const known = { ...stream.res, shape: [stream.total, 1, stream.res.num_heads] };
       summary.textContent = describe(known);
@@ -1915,6 +1919,10 @@ async function renderGeneration(section, ticket) {
     if (res === null || !current()) return false;
     const full = res.hidden_special_tokens ? null : res;
     q = full ? defaultQuery(full) : null;
+    // A link's token, where the input has it.
+    const linked = Number(state.linked.query);
+    delete state.linked.query;
+    if (full && Number.isInteger(linked) && linked < queryTokens(full).length) q = linked;
     if (q === null) {
       // The overview hid the special tokens: positions differ; ask for the last one's row.
       q = res.generation ? res.generation.prompt_length - 1 : 0;
@@ -1960,6 +1968,7 @@ async function selectQuery(q) {
   section.dataset.drawn = "false";
   const res = await busy(() => queryResponse(q), "Computing this token's rows…");
   if (res === null || ticket !== state.queryTicket || state.view !== "generation") return;
+  writeLinkSettings(state.view); // the token picked travels in the link
   summary.textContent = describeQuery(res, q);
   await drawQuery(section, res, q);
   section.querySelector(".token-chips").dataset.query = String(q);
@@ -2441,6 +2450,7 @@ bindLinkSettings(() => ({
   method: methodSelect.value === "attention" ? null : methodSelect.value,
   target: gradientMethod() ? targetSelect.value || null : null,
   ablate: ablatedHeads().map(([l, h]) => `${l}.${h}`).join(","),
+  query: state.view === "generation" && state.queryIndex !== null ? String(state.queryIndex) : null,
 }));
 state.view = viewFromUrl(state.view);
 state.linked = settingsFromUrl();

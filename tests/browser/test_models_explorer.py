@@ -329,3 +329,28 @@ def test_no_view_scrolls_sideways(browser, server_url, width: int, height: int) 
         assert widths[0] >= 30, f"thumbnails {widths[0]:.0f} px wide"
     assert page.errors == []
     page.context.close()
+
+
+def test_a_picked_generated_token_travels_in_the_link(browser, page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    response = switch_to_smollm2(page, "Name three colours:", new_tokens=4)
+    generation = response["generation"]
+    picked = generation["prompt_length"] + len(generation["tokens"]) - 2  # a generated one
+    redraw(page, "generation", lambda: page.click(".tabs button[data-view=generation]"))
+    page.click(f".token-chips .chip[data-index='{picked}']")
+    page.wait_for_function(f"window.location.hash.includes('query={picked}')")
+    link = page.url
+
+    other = new_page(browser, 1366, 768)
+    other.goto(link)
+    other.wait_for_function(
+        "document.getElementById('view-generation').dataset.drawn === 'true'",
+        timeout=LOAD_TIMEOUT_MS,
+    )
+    chosen = other.evaluate(
+        "document.querySelector('.token-chips [aria-pressed=true]').dataset.index"
+    )
+    assert int(chosen) == picked
+    assert other.errors == [] and page.errors == []
+    other.context.close()

@@ -62,6 +62,7 @@ const LINK_SETTINGS = {
   head: /^\d{1,4}$/,
   method: /^[a-z_]{1,20}$/,
   target: /^\d{1,6}$/,
+  query: /^\d{1,6}$/, // /models' token explorer: the token picked
   ablate: /^\d{1,3}\.\d{1,3}(,\d{1,3}\.\d{1,3}){0,511}$/,
 };
 let linkSettings = () => ({});
