@@ -18,7 +18,14 @@ __version__ = "0.1.0"
 
 from .attention import AttentionResult, LayerConfig, compute_attention
 from .views.figure import attention_figure
-from .views.notebook import AttentionView, head_view, init_notebook, model_view, show
+from .views.notebook import (
+    AttentionView,
+    head_view,
+    init_notebook,
+    model_view,
+    show,
+    token_view,
+)
 
 __all__ = [
     "AttentionResult",
@@ -31,4 +38,5 @@ __all__ = [
     "init_notebook",
     "model_view",
     "show",
+    "token_view",
 ]

@@ -234,7 +234,7 @@ def cmd_export(args: argparse.Namespace) -> None:
     except (AttentionInputError, IndexError, ValueError) as error:
         raise SystemExit(f"attnviz: {error}") from None
     try:
-        view.save(args.output)
+        view.save(args.output, interactive=False)  # the figure, as PNG/SVG/PDF are
     except RuntimeError as error:
         raise SystemExit(f"attnviz: {error}") from None
 

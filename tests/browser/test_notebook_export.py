@@ -27,7 +27,7 @@ def test_a_saved_view_draws_every_map_offline(browser, tmp_path: Path, kind: str
     else:
         view = attnviz.model_view(weights, tokens)
         expected = weights[:, 0].reshape(12, 5, 5)
-    path = view.save(tmp_path / f"{kind}.html")
+    path = view.save(tmp_path / f"{kind}.html", interactive=False)  # the Plotly figure
     page, outside, errors = open_offline(browser, path)
     page.wait_for_function(
         "() => document.querySelector('.attnviz-view') && "

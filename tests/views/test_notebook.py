@@ -112,39 +112,51 @@ def test_token_counts_and_positions_are_checked() -> None:
     assert list(view.figure.layout.xaxis.ticktext) == ["0", "1", "2"]
 
 
-def test_jupyter_gets_plotly_js_once_and_a_fragment_each_time() -> None:
+BUNDLE = "plotly.js (attnviz: core, heatmap, bar"
+"""The first line of AttnViz's Plotly.js bundle: where a page carries it."""
+
+
+def test_jupyter_gets_plotly_js_once_and_only_for_the_model_view() -> None:
     attnviz.init_notebook()
-    view = attnviz.head_view(np.ones((1, 2, 2), dtype=np.float32) / 2)
-    first, second = view._repr_html_(), view._repr_html_()
-    bundle = "plotly.js (attnviz: core, heatmap, bar"
-    assert bundle in first and bundle not in second
-    assert "<html" not in first and "Plotly.newPlot" in second
-    assert view._repr_mimebundle_()["text/html"].count(bundle) == 0
+    head = attnviz.head_view(np.ones((1, 2, 2), dtype=np.float32) / 2)
+    model = attnviz.model_view(np.ones((2, 1, 2, 2, 2), dtype=np.float32) / 2)
+    assert BUNDLE not in head._repr_html_()  # the line view draws without Plotly.js
+    first, second = model._repr_html_(), model._repr_html_()
+    assert BUNDLE in first and BUNDLE not in second
+    assert "<html" not in first and 'class="attnviz-widget-data"' in second
+    assert BUNDLE not in model._repr_mimebundle_()[0]["text/html"]
     attnviz.init_notebook()  # after the output holding it was cleared
-    assert bundle in view._repr_html_()
+    assert BUNDLE in model._repr_html_()
     assert "<script src" not in first and "<link" not in first  # no CDN, no server
+    static = model.to_html(full_html=False, include_plotlyjs=False, interactive=False)
+    assert "Plotly.newPlot" in static and BUNDLE not in static  # the figure, as before
 
 
 def test_save_writes_html_that_needs_nothing_else_and_refuses_other_suffixes(
     tmp_path: Path,
 ) -> None:
     view = attnviz.head_view(np.ones((2, 3, 3), dtype=np.float32) / 3, ["<b>", "&", "c"])
-    path = view.save(tmp_path / "view.html")
-    html = path.read_text(encoding="utf-8")
-    assert html.startswith("<!DOCTYPE html>") and "plotly.js (attnviz" in html
-    assert "<script src" not in html and "</script" not in notebook._plotly_js()
+    html = view.save(tmp_path / "view.html").read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and 'class="attnviz-widget-data"' in html
+    assert BUNDLE not in html and "<script src" not in html and "<link" not in html
+    assert "<b>" not in html  # the tokens travel as JSON with < > & escaped
+    static = view.save(tmp_path / "static.html", interactive=False).read_text(encoding="utf-8")
+    assert BUNDLE in static and "</script" not in notebook.plotly_js()
     with pytest.raises(ValueError, match=r"\.txt"):
         view.save(tmp_path / "view.txt")
 
 
 def test_import_attnviz_and_save_from_another_directory(tmp_path: Path) -> None:
-    """As the README says: from any directory, one line, offline."""
+    """As the README says: from any directory, one line, offline; a head view's page is
+    light (no Plotly.js), a model view's carries the bundle."""
     code = (
-        "import attnviz, numpy as np; "
-        "attnviz.head_view(np.full((2, 3, 3), 1 / 3), ['a', 'b', 'c']).save('x.html')"
+        "import attnviz, numpy as np; w = np.full((1, 1, 2, 3, 3), 1 / 3); "
+        "attnviz.head_view(w, ['a', 'b', 'c']).save('head.html'); "
+        "attnviz.model_view(w, ['a', 'b', 'c']).save('model.html')"
     )
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, timeout=120)
-    assert (tmp_path / "x.html").stat().st_size > 1_000_000  # Plotly.js inlined
+    assert (tmp_path / "head.html").stat().st_size < 300_000
+    assert (tmp_path / "model.html").stat().st_size > 1_000_000  # Plotly.js inlined
 
 
 def test_an_image_without_kaleido_or_a_browser_says_what_to_install(
