@@ -2,12 +2,15 @@
 
 The server offers the packaged Whisper tiny.en and a tiny random ViT (a local
 directory); the page uploads a WAV spoken by espeak-ng, records from Chromium's fake
-microphone, and uploads a PNG; what it draws is compared with the API's answer.
+microphone, and uploads a PNG; what it draws is compared with the API's answer. The
+speech plays in the page (Web Audio, Chromium's fake audio output), under the page's own
+Content-Security-Policy too, with a cursor over the waveform and the maps.
 """
 
 import html
 import json
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import httpx2 as httpx
@@ -15,12 +18,22 @@ import numpy as np
 import pytest
 from attnviz.devtools import CHROMIUM_ARGS, chromium_path, live_process
 
+from tests.browser.strict import strict_page
 from tests.pretrained.media import SENTENCE, png_bytes, save_tiny_vision, speak
 from tests.pretrained.support import require_modules
+from tests.support.browser import new_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
 CROSS = "document.querySelector('.speech-cross')"
+ENCODER = "document.querySelector('.speech-encoder')"
+PLAYER = "window.attnvizMedia.player"
+
+
+def shown(token: str) -> str:
+    """A token of plain text as the page shows it (static/js/lib/display.js): whitespace
+    as ␣ ↵ ⇥."""
+    return token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +80,9 @@ def test_an_uploaded_sentence_gets_one_cross_attention_row_per_token(  # type: i
         data={"encoding": "json"},
         timeout=120,
     ).json()
-    transcribed = api["next_tokens"][api["first_text_row"] :]
+    transcribed = [shown(t) for t in api["next_tokens"][api["first_text_row"] :]]
     assert rows == transcribed
-    assert len(page.locator(".transcript .token-chip").all()) == len(transcribed)
+    assert page.locator(".transcript .token-chip").all_inner_texts() == transcribed
     assert "mat" in page.inner_text("#summary")
     # The heatmap's x axis is time in seconds, over the audio only; the waveform above it.
     heatmap = page.evaluate(f"() => {CROSS}.data.find((t) => t.type === 'heatmap')")
@@ -98,7 +111,8 @@ def test_an_uploaded_sentence_gets_one_cross_attention_row_per_token(  # type: i
     assert page.input_value("#speech-layer") == "2"
     page.click(".transcript .token-chip >> nth=3")
     page.wait_for_function(
-        f"{CROSS} && {CROSS}.layout.shapes && {CROSS}.layout.shapes.length === 2"
+        f"{CROSS} && {CROSS}.layout.shapes"
+        f" && {CROSS}.layout.shapes.filter((s) => s.name.startsWith('token-')).length === 3"
     )
     # The other two blocks.
     page.select_option("#speech-block", "encoder")
@@ -134,9 +148,12 @@ def test_a_recording_from_the_microphone_is_transcribed(browser, media_url: str)
         # About 2 s of WebM/Opus, decoded by the server; every row the page drew is its own.
         assert 1.0 < heard["duration_s"] < 4.0
         assert heard["num_frames"] == -(-round(heard["duration_s"] * 16_000) // 320)
-        assert rows == heard["next_tokens"][heard["first_text_row"] :]
+        assert rows == [shown(t) for t in heard["next_tokens"][heard["first_text_row"] :]]
         status = page.inner_text("#audio-status")
         assert "Recorded" in status and "webm" in status
+        # The recording plays back in the page (its WebM/Opus decoded by the browser).
+        page.click("#speech-play")
+        page.wait_for_function(f"{PLAYER}.playing && {PLAYER}.currentTime > 0.2")
         assert errors == []
     finally:
         launched.close()
@@ -146,7 +163,7 @@ def test_the_sample_sentence_needs_no_file(page, media_url: str) -> None:  # typ
     open_model(page, media_url, "whisper-tiny.en")
     page.click("#sample-audio")
     rows = drawn_rows(page)
-    assert "".join(rows).strip().lower().startswith("the cat sat on the mat")
+    assert "".join(rows).replace("␣", " ").strip().lower().startswith("the cat sat on the mat")
 
 
 def test_a_speech_model_without_a_file_says_what_to_do(  # type: ignore[no-untyped-def]
@@ -200,3 +217,207 @@ def test_an_uploaded_image_shows_the_patch_overlay(page, media_url: str, tmp_pat
     page.click("#vision-cls")
     page.wait_for_function("window.attnvizMedia.vision.query === 0")
     assert page.errors == []
+
+
+# Speech playback ---------------------------------------------------------------------
+
+
+def open_sample(page, url: str) -> None:  # type: ignore[no-untyped-def]
+    """/models with Whisper's view of the page's sample sentence drawn."""
+    open_model(page, url, "whisper-tiny.en")
+    page.click("#sample-audio")
+    page.wait_for_function(f"{CROSS} && {CROSS}._fullLayout", timeout=120_000)
+
+
+# The player's position, the cursor's (null when hidden) in the drawn map `figure`, and the
+# span of the transcript's lit token, read at one instant.
+POSITION = """(figure) => {
+    const player = window.attnvizMedia.player;
+    const div = document.querySelector(figure);
+    const cursor = div.layout.shapes.find((s) => s.name === 'cursor');
+    const lit = document.querySelectorAll('.transcript .token-chip.playing');
+    return {
+        t: player.currentTime,
+        playing: player.playing,
+        x: cursor.visible ? cursor.x0 : null,
+        cursor: [cursor.xref, cursor.yref, cursor.y0, cursor.y1],
+        lit: [...lit].map((chip) => [Number(chip.dataset.start), Number(chip.dataset.end)]),
+    };
+}"""
+
+
+def test_the_sample_plays_under_a_cursor_that_follows_the_audio(page, media_url: str) -> None:  # type: ignore[no-untyped-def]
+    open_sample(page, media_url)
+    duration = page.evaluate("window.attnvizMedia.speech.duration_s")
+    # Both maps' time axes span the audio exactly (the encoder's ran -1 s to 5 s for 3.5 s).
+    assert page.evaluate(f"{CROSS}._fullLayout.xaxis.range") == pytest.approx([0, duration])
+    # Each token's span (Whisper's alignment of its row): they tile the audio in order.
+    spans = page.evaluate(f"{PLAYER}.spans")
+    assert len(spans) == page.locator(".transcript .token-chip").count()
+    assert spans[0][0] == 0 and spans[-1][1] == pytest.approx(duration)
+    assert all(a[1] == b[0] and a[0] <= a[1] for a, b in pairwise(spans))
+    assert sum(end > start for start, end in spans) >= len(spans) - 2
+    before = page.evaluate(POSITION, ".speech-cross")
+    assert before["x"] is None and before["lit"] == [] and not before["playing"]
+
+    page.click("#speech-play")
+    seen = []
+    for _ in range(4):
+        page.wait_for_timeout(200)
+        seen.append(page.evaluate(POSITION, ".speech-cross"))
+    playing = [s for s in seen if s["playing"]]
+    assert len(playing) == 4, seen
+    times = [s["t"] for s in playing]
+    assert times == sorted(times) and times[-1] - times[0] > 0.3  # the audio's clock runs
+    xs = [s["x"] for s in playing]
+    assert None not in xs and xs == sorted(xs) and xs[-1] > xs[0]  # the cursor moves right
+    for s in playing:
+        # Over the waveform and the map (the figure's whole height), at the time heard: a
+        # frame or a few behind the clock, read at the same instant.
+        assert s["cursor"] == ["x", "paper", 0, 1]
+        assert 0 <= s["t"] - s["x"] < 0.5, s
+        # The lit token is the one whose span holds the cursor.
+        assert len(s["lit"]) == 1 and s["lit"][0][0] <= s["x"] <= s["lit"][0][1], s
+
+    page.click("#speech-play")  # pause: the cursor stays where the audio stopped
+    page.wait_for_function(
+        f"!{PLAYER}.playing && {CROSS}.layout.shapes[0].x0 === {PLAYER}.currentTime"
+    )
+    paused = page.evaluate(POSITION, ".speech-cross")
+    assert 0 < paused["t"] < duration
+    assert paused["lit"][0][0] <= paused["t"] < paused["lit"][0][1]
+    assert "Play" in page.inner_text("#speech-play")
+    # The encoder's map: its axes are the audio's time too, and the cursor crosses it.
+    page.select_option("#speech-block", "encoder")
+    page.wait_for_function(f"{ENCODER} && {ENCODER}._fullLayout")
+    assert page.evaluate(f"{ENCODER}._fullLayout.xaxis.range") == pytest.approx([0, duration])
+    assert page.evaluate(f"{ENCODER}._fullLayout.yaxis.range") == pytest.approx([duration, 0])
+    cursor = page.evaluate(f"{ENCODER}.layout.shapes.filter((s) => s.name.startsWith('cursor'))")
+    assert [(c["x0"], c["y0"]) for c in cursor] == [(paused["t"], 0), (0, paused["t"])]
+    page.click("#speech-play")  # on from where it stopped
+    page.wait_for_function(f"{ENCODER}.layout.shapes[0].x0 > {paused['t']} + 0.1")
+    assert page.errors == []
+
+
+def test_a_click_on_a_token_plays_its_span_and_stops_at_its_end(page, media_url: str) -> None:  # type: ignore[no-untyped-def]
+    open_sample(page, media_url)
+    chip = page.locator(".transcript .token-chip").nth(5)
+    assert chip.inner_text() == "␣mat"
+    start, end = float(chip.get_attribute("data-start")), float(chip.get_attribute("data-end"))
+    assert 0 < start < end
+    # Where the mean alignment-head row of "mat" peaks is inside its span.
+    peak = page.evaluate(
+        f"""() => {{
+            const t = {CROSS}.data.find((d) => d.type === 'heatmap');
+            const row = t.customdata[5];
+            return t.x[row.indexOf(Math.max(...row))];
+        }}"""
+    )
+    assert start <= peak <= end
+    # Every animation frame: (the player's time, whether it plays, performance.now()).
+    page.evaluate(
+        f"""() => {{
+            window.samples = [];
+            const sample = () => {{
+                window.samples.push([{PLAYER}.currentTime, {PLAYER}.playing, performance.now()]);
+                requestAnimationFrame(sample);
+            }};
+            sample();
+        }}"""
+    )
+    chip.click()
+    page.wait_for_function(
+        f"window.samples.some(([, playing]) => playing) && !{PLAYER}.playing", timeout=10_000
+    )
+    played = page.evaluate("window.samples.filter(([, playing]) => playing)")
+    assert all(start <= t <= end for t, _, _ in played), (start, end, played)
+    # It played for the span's length (in wall time), then stopped at the span's end.
+    wall_s = (played[-1][2] - played[0][2]) / 1000
+    assert 0.5 * (end - start) < wall_s < (end - start) + 0.5, wall_s
+    page.wait_for_timeout(300)
+    assert page.evaluate(f"[{PLAYER}.playing, {PLAYER}.currentTime]") == [
+        False,
+        pytest.approx(end),
+    ]
+    # The token stays lit and marked: its row, its peak and its span over the waveform.
+    assert page.locator(".transcript .token-chip.playing").all_inner_texts() == ["␣mat"]
+    assert page.locator(".transcript .token-chip.selected").all_inner_texts() == ["␣mat"]
+    shapes = {s["name"]: s for s in page.evaluate(f"{CROSS}.layout.shapes")}
+    assert (shapes["token-span"]["x0"], shapes["token-span"]["x1"]) == (start, end)
+    assert shapes["token-peak"]["x0"] == peak
+    assert shapes["cursor"]["x0"] == pytest.approx(end) and shapes["cursor"]["visible"]
+    # Esc clears the mark.
+    page.keyboard.press("Escape")
+    page.wait_for_function(f"!{CROSS}.layout.shapes.some((s) => s.name.startsWith('token-'))")
+    assert page.errors == []
+
+
+def test_speech_plays_under_the_pages_content_security_policy(browser, media_url: str) -> None:  # type: ignore[no-untyped-def]
+    # The policy lets media come from this server only (no blob: URL in an <audio>): the
+    # page plays the clip's decoded samples instead.
+    with strict_page(browser) as page:
+        page.goto(media_url + "/models")
+        page.wait_for_selector(
+            '#model option[value="whisper-tiny.en"][data-state="ready"]',
+            state="attached",
+            timeout=180_000,
+        )
+        page.select_option("#model", "whisper-tiny.en")
+        page.click("#sample-audio")
+        page.wait_for_selector(".speech-cross .main-svg", timeout=120_000)
+        page.click("#speech-play")
+        page.wait_for_selector(".transcript .token-chip.playing")
+        page.wait_for_timeout(500)
+        assert page.evaluate(f"() => {PLAYER}.currentTime") > 0.2
+        assert page.evaluate(f"() => {PLAYER}.context.state") == "running"
+        assert page.errors == []
+        assert page.csp_violations == []
+
+
+# The drawn speech figures' titles: whole inside their figure, clear of the modebar and
+# of the plot area (Plotly draws a title's second line downwards, over the plot).
+TITLES = """() => [...document.querySelectorAll('#media-view .media-body .js-plotly-plot')]
+    .flatMap((div) => {
+        const box = div.getBoundingClientRect();
+        const bar = div.querySelector('.modebar').getBoundingClientRect();
+        const plotTop = box.top + div._fullLayout._size.t;
+        return [...div.querySelectorAll('.gtitle')].map((title) => {
+            const t = title.getBoundingClientRect();
+            return {
+                title: title.textContent,
+                inside: t.left >= box.left && t.right <= box.right,
+                overModebar: bar.width * bar.height > 0 && bar.left < t.right
+                    && t.left < bar.right && bar.top < t.bottom && t.top < bar.bottom,
+                overPlot: t.bottom > plotTop + 1,
+            };
+        });
+    })"""
+# Elements of the page past the right edge of the screen (figures' insides excepted: an
+# SVG clips them, TITLES checks the titles).
+PAST_THE_EDGE = """(width) => [...document.querySelectorAll('body *')]
+    .filter((e) => e.closest('.js-plotly-plot') === null || e.matches('.js-plotly-plot'))
+    .filter((e) => e.getClientRects().length && e.getBoundingClientRect().right > width)
+    .map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className}`)"""
+
+
+def test_the_speech_view_fits_a_phone(browser, media_url: str) -> None:  # type: ignore[no-untyped-def]
+    page = new_page(browser, 390, 844)
+    open_sample(page, media_url)
+    page.click("#speech-play")
+    page.wait_for_selector(".transcript .token-chip.playing")
+    for block in ["cross", "encoder", "decoder"]:
+        if block != "cross":
+            page.select_option("#speech-block", block)
+            page.wait_for_function(
+                f"document.querySelector('.speech-{block}')"
+                f" && document.querySelector('.speech-{block}')._fullLayout"
+            )
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, block
+        assert page.evaluate(PAST_THE_EDGE, 390) == [], block
+        titles = page.evaluate(TITLES)
+        assert len(titles) == 1, block
+        title = titles[0]
+        assert title["inside"] and not title["overModebar"] and not title["overPlot"], title
+    assert page.locator("#speech-play").is_visible()
+    assert page.errors == []
+    page.context.close()

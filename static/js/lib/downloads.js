@@ -1,11 +1,14 @@
 // Downloads: the JSON of a view, its figures as PNG, SVG and PDF.
 // (Shared by both pages through ../api.js.)
 
+import { exportFigure, saveImage } from "../plots/figure.js";
+
 // Downloads. Download JSON (#download-json) saves `payload()` ({request, response}; null
-// while there is nothing to save) as <prefix>.json; Download PNG and Download SVG
-// (#download-png, #download-svg) save the first figure of the open view with Plotly's
-// own toImage. `currentView()` names the open view (its section is #view-<name>); image
-// files are called <prefix>-<view>.<format>.
+// while there is nothing to save) as <prefix>.json; Download PNG, SVG and PDF
+// (#download-png, #download-svg, #download-pdf) save the first figure of the open view,
+// on an opaque paper in the page's theme (exportFigure: readable on paper and on slides).
+// `currentView()` names the open view (its section is #view-<name>); image files are
+// called <prefix>-<view>.<format>.
 export function bindDownloads(prefix, currentView, payload) {
   document.getElementById("download-json").addEventListener("click", () => {
     const content = payload();
@@ -20,16 +23,12 @@ export function bindDownloads(prefix, currentView, payload) {
       const plot = document.querySelector(`#view-${view} .js-plotly-plot`);
       if (!plot) return;
       if (format !== "pdf") {
-        Plotly.downloadImage(plot, { format, filename: `${prefix}-${view}` });
+        saveImage(plot, format, `${prefix}-${view}`);
         return;
       }
       // Plotly.js exports no PDF: its JPEG (2 pixels a CSS px) on a page of the figure's size.
       const scale = 2;
-      const { width, height } = plot._fullLayout;
-      // A JPEG has no transparency: the figure on the page's panel colour.
-      const style = getComputedStyle(document.documentElement);
-      const background = style.getPropertyValue("--panel").trim() || "#ffffff";
-      const figure = { data: plot.data, layout: { ...plot.layout, paper_bgcolor: background } };
+      const { width, height, ...figure } = exportFigure(plot);
       const url = await Plotly.toImage(figure, { format: "jpeg", width, height, scale });
       const jpeg = Uint8Array.from(atob(url.split(",")[1]), (c) => c.charCodeAt(0));
       const blob = pdfOfJpeg(jpeg, width * scale, height * scale, width * 0.75, height * 0.75);

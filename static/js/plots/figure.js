@@ -1,7 +1,7 @@
 // One map as a Plotly heatmap figure: ticks, hover, titles, colour scales, the theme.
 // (Shared by both pages through ../heatmap.js.)
 
-import { option } from "../api.js";
+import { option } from "../lib/form.js";
 
 // Plotly helpers shared by every view. Token labels are user text: they reach
 // Plotly only with & < > escaped as entities, so Plotly shows them literally and
@@ -56,15 +56,25 @@ const SIGNED_COLORSCALE = [
 ];
 // The modebar keeps the buttons a heatmap needs (zoom, pan, reset, save as PNG); the
 // others (box/lasso select, zoom in/out, autoscale) only widened it over the titles.
+// Its camera is AttnViz's own (Plotly's saves the page's transparent paper): the PNG of
+// exportFigure, opaque in the page's theme.
 export const PLOT_CONFIG = {
   responsive: true,
   displaylogo: false,
-  modeBarButtonsToRemove: ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d"],
+  modeBarButtonsToRemove: ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "toImage"],
+  modeBarButtonsToAdd: [{
+    name: "themedImage",
+    title: "Download plot as a PNG",
+    get icon() { return window.Plotly.Icons.camera; }, // read when the modebar is drawn
+    click: (div) => saveImage(div, "png", "attnviz-plot"),
+  }],
 };
 // Height (px) kept free at the top of every figure for the modebar, which Plotly draws
 // over the top-right corner of the div: titles sit below it (see placeTitle).
 const MODEBAR_HEIGHT = 34;
 const TITLE_LINE_HEIGHT = 17;
+const TITLE_LINE_SPACING = 1.3; // Plotly's line height, in font sizes
+const DEFAULT_TITLE_PX = 17; // Plotly's title font: 1.4 times the layout's 12 px
 
 export function escapeForPlotly(text) {
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
@@ -122,12 +132,20 @@ export function titledTop(text) {
 function placeTitle(layout) {
   const text = layout.title && layout.title.text;
   if (!text) return layout;
-  const top = titledTop(text);
+  // Plotly sets a title's first line on its anchor and the next lines below it, over the
+  // plot: a title of several lines is padded up by those lines.
+  const lines = text.split("<br>").length;
+  const lineHeight = ((layout.title.font && layout.title.font.size) || DEFAULT_TITLE_PX) *
+    TITLE_LINE_SPACING;
+  const pad = 6 + (lines - 1) * lineHeight;
+  const top = lines > 1
+    ? Math.max(titledTop(text), Math.ceil(MODEBAR_HEIGHT + pad + lineHeight + 2))
+    : titledTop(text);
   return {
     ...layout,
     title: {
       ...layout.title, x: 0, xref: "paper", xanchor: "left", y: 1, yref: "paper",
-      yanchor: "bottom", pad: { b: 6 },
+      yanchor: "bottom", pad: { b: pad },
     },
     margin: { ...(layout.margin || {}), t: Math.max(top, (layout.margin || {}).t || 0) },
   };
@@ -251,7 +269,8 @@ export function heatmapFigure(options) {
   const xName = options.xTitle || "Key";
   const hoverHead = `${yName} %{customdata}<br>${xName} %{hovertext}<br>`;
   const valueName = options.valueName || "value";
-  const extreme = options.signed ? Math.max(maxAbsOf(z), 1e-12) : null;
+  // An all-zero signed map (two equal maps' difference) gets ±1, not ±1e-12 ("1p" ticks).
+  const extreme = options.signed ? (maxAbsOf(z) > 0 ? maxAbsOf(z) : 1) : null;
   const mode = options.scale || null;
   const range = mode
     ? colourBar(mode, mode === "shared" ? (options.zmax ?? maxOf(z)) : maxOf(z), valueName)
@@ -269,6 +288,8 @@ export function heatmapFigure(options) {
     colorbar: {
       thickness: 10,
       title: { text: escapeForPlotly(options.colorTitle || valueName), side: "right", font: { size: 11 } },
+      // Plain numbers (0.002, 1e-7), never SI prefixes ("2m", "100n") on a weight.
+      ...(options.signed ? { tickformat: ".2~g" } : {}),
     },
     customdata,
     hovertext,
@@ -324,16 +345,33 @@ export function heatmapFigure(options) {
   return { traces, layout, cells: { rows: rows.length, cols: cols.length } };
 }
 
-// Colours of the current theme (light or dark, from the CSS variables), and the title
-// placed below the modebar.
-export function themed(layout) {
+// The page's theme: the CSS variables of the light or the dark palette, which the system
+// setting chooses (prefers-color-scheme in attnviz.css; the page has no toggle of its own).
+function themeColours() {
   const style = getComputedStyle(document.documentElement);
-  const text = style.getPropertyValue("--text").trim() || "#1d2330";
-  const axis = { color: text, gridcolor: style.getPropertyValue("--border").trim() };
-  const merged = placeTitle({ ...layout, font: { color: text, ...(layout.font || {}) } });
+  const read = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
+  return {
+    text: read("--text", "#1d2330"),
+    border: read("--border", "#d9dde5"),
+    panel: read("--panel", "#ffffff"),
+    plotBg: read("--plot-bg", "#ffffff"),
+  };
+}
+
+// The plot backgrounds `themed` gave figures (a theme's --plot-bg): an export re-themes them.
+const THEMED_PLOT_BGS = new Set();
+
+// Colours of the current theme (light or dark, from the CSS variables), and the title
+// placed below the modebar. The paper stays transparent on the page: the panel behind
+// it shows through (exportFigure makes it opaque).
+export function themed(layout) {
+  const theme = themeColours();
+  const axis = { color: theme.text, gridcolor: theme.border };
+  const merged = placeTitle({ ...layout, font: { color: theme.text, ...(layout.font || {}) } });
   merged.paper_bgcolor = "rgba(0,0,0,0)";
   if (!layout.plot_bgcolor || layout.plot_bgcolor === "#ffffff") {
-    merged.plot_bgcolor = style.getPropertyValue("--plot-bg").trim() || "#ffffff";
+    merged.plot_bgcolor = theme.plotBg;
+    THEMED_PLOT_BGS.add(theme.plotBg);
   }
   // Every axis gets its own copy: Plotly writes into the axis objects it is given (its
   // autotype), and one object shared by x and y made the y axis of a bar chart of
@@ -342,4 +380,31 @@ export function themed(layout) {
     if (/^[xy]axis\d*$/.test(key)) merged[key] = { ...axis, ...merged[key] };
   }
   return merged;
+}
+
+// A drawn figure (Plotly's div) as it leaves the page, for paper and slides: on an opaque
+// paper of the page's current theme (its panel colour: white, or near black in the dark
+// theme), with the theme's text, axis and grid colours, so that no text is lost on the
+// other colour. {data, layout, width, height}: Plotly.toImage's figure, at the div's size.
+export function exportFigure(div) {
+  const theme = themeColours();
+  const layout = {
+    ...div.layout,
+    paper_bgcolor: theme.panel,
+    font: { ...(div.layout.font || {}), color: theme.text },
+  };
+  if (THEMED_PLOT_BGS.has(layout.plot_bgcolor)) layout.plot_bgcolor = theme.plotBg;
+  for (const key of Object.keys(layout)) {
+    if (/^[xy]axis\d*$/.test(key)) {
+      layout[key] = { ...layout[key], color: theme.text, gridcolor: theme.border };
+    }
+  }
+  const { width, height } = div._fullLayout;
+  return { data: div.data, layout, width, height };
+}
+
+// Save a drawn figure as `filename`.png or .svg (exportFigure: opaque, in the theme).
+export function saveImage(div, format, filename) {
+  const { width, height, ...figure } = exportFigure(div);
+  return window.Plotly.downloadImage(figure, { format, filename, width, height });
 }
