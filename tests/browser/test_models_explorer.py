@@ -128,7 +128,28 @@ def test_a_model_switch_recomputes_and_a_refusal_leaves_nothing_behind(page, ser
     wait_drawn(page, "model")
     wait_smollm2(page)
     page.fill("#texts", "The moon orbits the earth.")
+    # While the new model's answer is on its way, MiniLM's grid is dimmed (not shown as
+    # if it were SmolLM2's).
+    held: list = []  # type: ignore[type-arg]
+
+    def hold(route) -> None:  # type: ignore[no-untyped-def]
+        held.append(route)
+
+    page.route("**/api/v1/models/attention/layers", hold)
     page.select_option("#model", SMOLLM2)
+    page.wait_for_function("document.querySelector('.results').classList.contains('running')")
+    for _ in range(200):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the model switch sent no request"
+    opacity = page.evaluate(
+        "Number(getComputedStyle(document.querySelector('#view-model .view-body')).opacity)"
+    )
+    assert opacity < 0.6
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/v1/models/attention/layers", hold)
     # The switch computes at once, with the text typed (no Compute pressed).
     page.wait_for_function(
         f"window.attnvizModels.lastResponse?.model === '{SMOLLM2}'"
