@@ -109,7 +109,10 @@ def operations() -> list[Operation]:
     return found
 
 
-OPERATIONS = operations()
+# The head atlas is left out: a valid corpus is a minute of forward passes through a
+# packaged model by design (any JSON at it is fuzzed on tiny models in
+# tests/server/test_heads_api.py).
+OPERATIONS = [op for op in operations() if not op.path.startswith("/api/v1/models/heads")]
 WITH_BODY = [op for op in OPERATIONS if op.fields]
 WITH_QUERY_OR_GET = [op for op in OPERATIONS if op.params or op.method == "GET"]
 

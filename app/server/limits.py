@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 MAX_TOKENS: Final = 8192
 """The most tokens one sequence may have."""
 MAX_BATCH: Final = 64
+MAX_ATLAS_TEXTS: Final = 256
+"""The most texts of a corpus a head atlas request may bring (one forward pass each)."""
 """The most sequences (or texts) one batch may have."""
 MAX_D_MODEL: Final = 1024
 """The widest seeded layer."""
@@ -70,6 +72,7 @@ MAX_NEW_TOKENS: Final = 64
 MAX_TEMPERATURE: Final = 10.0
 """The highest sampling temperature of generation."""
 __all__ = [
+    "MAX_ATLAS_TEXTS",
     "MAX_BATCH",
     "MAX_BODY_BYTES",
     "MAX_DECODING_TOKENS",

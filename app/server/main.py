@@ -25,7 +25,7 @@ from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeader
 from .openapi import install_openapi
 from .presets import DEFAULT_PRESET
 from .response_cache import RESPONSES
-from .routers import attention, health, lessons, media, pages, presets, pretrained
+from .routers import attention, heads, health, lessons, media, pages, presets, pretrained
 from .schemas import REQUEST_SCHEMAS
 from .settings import get_settings
 
@@ -138,6 +138,7 @@ def create_app(models: Sequence[PretrainedModel] = ()) -> FastAPI:
     application.include_router(attention.router)
     application.include_router(lessons.router)
     application.include_router(pretrained.router)
+    application.include_router(heads.router)
     application.include_router(media.router)
     return application
 

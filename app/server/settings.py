@@ -56,6 +56,9 @@ class Settings(BaseSettings):
             /api/v1/vision).
         compute_timeout_s: a computation running longer is answered with 503; its
             thread finishes in the background and its result is dropped.
+        atlas_timeout_s: the head atlas (POST /api/v1/models/heads) of a model not yet
+            scored runs one forward pass per text of its corpus, up to a minute or more:
+            it has its own time budget (seconds), past which it is stopped with a 503.
         torch_threads: torch's intra-op threads (``torch.set_num_threads``), set at
             start-up. Default: all cores, the fastest for one large request (see
             the README's benchmarks). On a busy shared server set it
@@ -115,6 +118,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024)
     max_upload_bytes: int = Field(MAX_UPLOAD_BYTES, ge=1024)
     compute_timeout_s: float = Field(60.0, gt=0)
+    atlas_timeout_s: float = Field(600.0, gt=0)
     torch_threads: int | None = Field(None, ge=1)
     cors_origins: list[str] = Field(default_factory=list)
     access_log: bool = True

@@ -20,6 +20,7 @@ import {
 import { bindMedia, computeMedia, mediaModality, showMediaInputs } from "./media.js";
 import { lineView, neuronView } from "./tokenviews.js";
 import { displayToken, displayTokens } from "./lib/display.js";
+import { drawAtlas, fetchAtlas, saveAtlas } from "./atlas.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
 // The overview streamed: NDJSON lines, a "start" (every field but the maps), one "layer"
@@ -128,6 +129,8 @@ const state = {
   shown: null,
   excludeSink: false, // the averages and rollout without the first token (attentionSink)
   layerHead: 0, // the head the layer view enlarges
+  // The head atlas: atlases by request (JSON), the one shown and its request.
+  atlases: new Map(), atlas: null, atlasRequest: null,
 };
 
 const errors = errorBox(document.getElementById("error"));
@@ -1704,6 +1707,79 @@ function showSinkNote(body, before, sink) {
 }
 
 // ---------------------------------------------------------------------------
+// The head atlas (atlas.js): the chosen model's heads scored over the shipped corpus, or
+// over the form's texts; a click on a head opens it in the layer view on the input.
+
+const atlasOwn = document.getElementById("atlas-own");
+
+async function renderAtlas(section, ticket) {
+  const body = section.querySelector(".view-body");
+  const request = {
+    model: state.request.model,
+    device: state.request.device,
+    ...(atlasOwn.checked ? { texts: state.request.texts } : {}),
+  };
+  const key = JSON.stringify(request);
+  const where = atlasOwn.checked ? "the form's texts" : "the shipped corpus";
+  summary.textContent = `Head atlas of ${request.model}, scored on ${where}.`;
+  displayNote.textContent = "";
+  let atlas = state.atlases.get(key);
+  if (!atlas) {
+    const box = section.querySelector(".atlas-progress");
+    const label = box.querySelector(".atlas-progress-label");
+    const bar = box.querySelector(".layer-progress-bar");
+    const fill = box.querySelector(".layer-progress-fill");
+    label.textContent = "Scoring the heads… (the first atlas of a model takes up to a minute)";
+    fill.style.width = "0%";
+    box.hidden = false;
+    try {
+      atlas = await fetchAtlas(request, (done, total) => {
+        label.textContent = `Scoring the heads: pass ${done} of ${total}…`;
+        bar.setAttribute("aria-valuemax", String(total));
+        bar.setAttribute("aria-valuenow", String(done));
+        fill.style.width = `${(100 * done) / total}%`;
+      });
+    } catch (error) {
+      if (ticket === state.ticket) {
+        clearPlots(body);
+        showError(error.message);
+      }
+      return false;
+    } finally {
+      box.hidden = true;
+    }
+    state.atlases.set(key, atlas);
+  }
+  if (ticket !== state.ticket) return false;
+  clearError();
+  state.atlas = atlas;
+  state.atlasRequest = request;
+  window.attnvizModels.lastAtlas = atlas;
+  section.dataset.cached = String(atlas.cached);
+  await drawAtlas(body, atlas, openHead);
+  return true;
+}
+
+// Head h of layer l in the layer view, on the form's input, enlarged and in sight.
+async function openHead(l, h) {
+  layerSelect.value = String(l);
+  state.layerHead = h;
+  state.view = "layer";
+  writeUrlState(state.request, state.view);
+  if (await renderView()) reveal(document.querySelector("#view-layer .enlarged"));
+}
+
+atlasOwn.addEventListener("change", () => {
+  if (state.view === "atlas") renderView();
+});
+document.getElementById("atlas-csv").addEventListener("click", () => {
+  if (state.atlas) saveAtlas(state.atlas, "csv");
+});
+document.getElementById("atlas-json").addEventListener("click", () => {
+  if (state.atlas) saveAtlas(state.atlas, "json");
+});
+
+// ---------------------------------------------------------------------------
 // The token explorer (Generation for decoders): the tokens as buttons; a click asks
 // for that query's row in every layer and head (query_index) and, for decoders, the
 // next-token candidates at every position (top_k).
@@ -2139,6 +2215,11 @@ const VIEWS = Object.fromEntries(Object.entries({
   averages: {
     render: (section, ctx) => renderAverages(section, ctx.res, ctx.layer), outlined: true,
   },
+  // The head atlas: every head scored over a corpus (atlas.js), not from the overview.
+  atlas: {
+    render: (section, ctx) => renderAtlas(section, ctx.ticket),
+    overview: false, ownTokens: true, layerControl: false, hideSpecial: false,
+  },
   // Generation draws itself (the token explorer), not from the overview.
   generation: {
     render: (section, ctx) => renderGeneration(section, ctx.ticket),
@@ -2164,6 +2245,7 @@ async function renderView() {
   writeLinkSettings(state.view);
   layerControl.hidden = !view.layerControl;
   hideSpecialControl.hidden = !view.hideSpecial;
+  controls.dataset.view = state.view; // the atlas keeps only the downloads (CSS)
   const generating = state.request.max_new_tokens > 0;
   const label = generating ? "Generating and computing…" : "Computing…";
   const done = await busy(async () => {
@@ -2430,6 +2512,9 @@ onTabClick((view) => {
   renderView();
 });
 bindDownloads("attnviz-model", () => state.view, () => {
+  if (state.view === "atlas") {
+    return state.atlas && { request: state.atlasRequest, response: state.atlas };
+  }
   if (state.view === "generation" && state.queryIndex !== null && state.request) {
     const body = queryRequest(state.queryIndex);
     const res = state.queries.get(JSON.stringify(body));

@@ -74,8 +74,8 @@ export function pdfOfJpeg(jpeg, pixelsWide, pixelsHigh, pointsWide, pointsHigh) 
   return new Blob(parts, { type: "application/pdf" });
 }
 
-// Save `blob` as a file called `name`.
-function download(name, blob) {
+// Save `blob` as a file called `name` (the browser's download).
+export function download(name, blob) {
   const link = document.createElement("a");
   link.href = URL.createObjectURL(blob);
   link.download = name;

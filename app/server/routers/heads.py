@@ -1,0 +1,194 @@
+"""The head atlas: POST /api/v1/models/heads, and its streamed form /heads/stream.
+
+Every layer's and head's scores (previous-token, induction, duplicate-token, first-token,
+self, entropy: :mod:`attnviz.pretrained.heads`), computed once per model and corpus and
+then read from the server's disk cache (:mod:`attnviz.pretrained.atlas`). The work runs on
+the compute pool under its own time budget (ATTNVIZ_ATLAS_TIMEOUT_S), holding a
+large-request slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import torch
+from fastapi import APIRouter, status
+from fastapi.responses import Response, StreamingResponse
+
+from ...attention.cancellation import ComputeCancelledError
+from ...attention.errors import AttentionInputError
+from ...pretrained import ModelNotReady, ModelRegistry
+from ...pretrained.atlas import cached_head_scores
+from ...pretrained.heads import HeadScores, scored_block, texts_corpus
+from ...pretrained.model import LoadedModel
+from ..dependencies import RegistryDep, SettingsDep
+from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
+from ..executor import held_while_sent, run_within
+from ..payloads.pretrained import ndjson
+from ..schemas.pretrained import HeadAtlasRequest, HeadAtlasResponse
+from ..settings import Settings
+from ..transport import respond
+from .pretrained import ready_model
+
+router = APIRouter(prefix="/api/v1/models", tags=["pretrained"])
+
+ADVICE = "fewer or shorter texts, or a larger ATTNVIZ_ATLAS_TIMEOUT_S"
+
+
+def atlas_model(registry: ModelRegistry, request: HeadAtlasRequest) -> LoadedModel:
+    """The model a request names (as :func:`.pretrained.ready_model`), checked scorable.
+
+    The request's texts are checked too, before any work.
+
+    Raises:
+        HTTPException: 422 naming ``model`` for an unknown or failed model and for a
+            speech or image model (no score is defined for it yet), 503 while it loads;
+            422 naming ``texts[i]`` for an empty text.
+    """
+    modality = "text"
+    with contextlib.suppress(ModelNotReady, AttentionInputError, KeyError):
+        modality = registry.get(request.model).modality  # a speech model's 422 comes below
+    model = ready_model(registry, request.model, modality)
+    with engine_errors("cpu"):
+        scored_block(model)
+        if request.texts is not None:
+            texts_corpus(request.texts)
+    return model
+
+
+def timed_out(settings: Settings) -> str:
+    """The message of an atlas stopped by its time budget."""
+    return (
+        f"the head atlas took longer than {settings.atlas_timeout_s:g} s "
+        f"(ATTNVIZ_ATLAS_TIMEOUT_S) and was stopped; try {ADVICE}"
+    )
+
+
+def payload(scores: HeadScores, cached: bool) -> dict[str, Any]:
+    """The JSON body of :class:`HeadAtlasResponse`."""
+    return {**scores.to_dict(), "cached": cached}
+
+
+def compute_atlas(
+    model: LoadedModel,
+    request: HeadAtlasRequest,
+    settings: Settings,
+    progress: Any = None,
+) -> tuple[HeadScores, bool]:
+    """The blocking part: the scores from disk, or computed and kept there.
+
+    Raises:
+        AttentionInputError: as :func:`attnviz.pretrained.atlas.cached_head_scores`.
+    """
+    return cached_head_scores(
+        model, request.texts, settings.cache_dir, device=request.device, progress=progress
+    )
+
+
+@router.post(
+    "/heads",
+    response_model=HeadAtlasResponse,
+    responses=ERROR_RESPONSES,
+    summary="Head atlas: every layer's and head's scores over a corpus",
+)
+async def head_atlas(
+    request: HeadAtlasRequest, settings: SettingsDep, registry: RegistryDep
+) -> Response:
+    """Score every head of a text model, each score a (num_layers, num_heads) array.
+
+    The scores: previous-token, induction, duplicate-token, first-token (attention
+    sinks), self and entropy (``definitions`` gives each one's formula and source).
+
+    Natural-text scores run over ``texts`` or the corpus shipped with AttnViz; induction
+    and duplicate-token over seeded repeated random tokens. The first request for a
+    model and corpus computes them (one forward pass per text: about a minute for
+    SmolLM2-135M on two CPU cores); later ones read them from the server's disk cache
+    (``cached``: true). ``/heads/stream`` gives the same answer with progress lines.
+    """
+    model = atlas_model(registry, request)
+
+    async def work() -> Response:
+        try:
+            with engine_errors(request.device):
+                scores, cached = await run_within(
+                    settings.atlas_timeout_s, compute_atlas, model, request, settings
+                )
+        except TimeoutError as error:
+            raise field_error(
+                status.HTTP_503_SERVICE_UNAVAILABLE, "texts", timed_out(settings)
+            ) from error
+        return respond(payload(scores, cached))
+
+    return await held_while_sent(work())
+
+
+@router.post(
+    "/heads/stream",
+    responses={
+        **ERROR_RESPONSES,
+        200: {
+            "description": "NDJSON: `progress` lines, then an `end` line with the atlas.",
+            "content": {"application/x-ndjson": {}},
+        },
+    },
+    response_class=StreamingResponse,
+    summary="Head atlas, with its progress streamed while it is computed",
+)
+async def stream_head_atlas(
+    request: HeadAtlasRequest, settings: SettingsDep, registry: RegistryDep
+) -> Response:
+    """POST /heads as NDJSON lines, for a page that shows how far the computation is.
+
+    * ``{"type": "progress", "done": k, "total": n}`` after each forward pass (none when
+      the atlas comes from the disk cache);
+    * ``{"type": "end", ...}``: the whole response of POST /heads;
+    * or ``{"type": "error", "detail": ...}``: stopped (time budget, out of memory).
+
+    A client that goes away stops the computation at its next layer.
+    """
+    model = atlas_model(registry, request)
+
+    async def lines() -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+
+        def progress(done: int, total: int) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (done, total))
+
+        work = asyncio.ensure_future(
+            run_within(settings.atlas_timeout_s, compute_atlas, model, request, settings, progress)
+        )
+        try:
+            while not work.done() or not queue.empty():
+                waiter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if waiter.done():
+                    done, total = waiter.result()
+                    yield ndjson({"type": "progress", "done": done, "total": total})
+                else:
+                    waiter.cancel()
+            scores, cached = work.result()
+        except TimeoutError:
+            yield ndjson({"type": "error", "detail": timed_out(settings)})
+            return
+        except torch.OutOfMemoryError:
+            yield ndjson({"type": "error", "detail": out_of_memory(request.device)})
+            return
+        except AttentionInputError as error:
+            yield ndjson({"type": "error", "detail": str(error)})
+            return
+        except (ComputeCancelledError, RuntimeError, ValueError) as error:
+            yield ndjson({"type": "error", "detail": str(error)})
+            return
+        except BaseException:  # the client went away: stop the computation
+            work.cancel()
+            raise
+        yield ndjson({"type": "end", **payload(scores, cached)})
+
+    async def stream() -> Response:
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    return await held_while_sent(stream())

@@ -1,0 +1,113 @@
+"""The head atlas on /models (issue 33), in a real Chromium against a real server.
+
+The maps and the table show the API's scores (POST /api/v1/models/heads), the table sorts,
+a click on a head opens that head's map on the form's input, and the atlas downloads as
+CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from tests.support.browser import new_page, redraw, wait_drawn
+
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
+
+ATLAS_TIMEOUT_MS = 180_000  # MiniLM's first atlas on a busy 2-core machine
+
+
+def open_atlas(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    page.evaluate("document.getElementById('view-atlas').dataset.drawn = 'stale'")
+    page.click(".tabs button[data-view=atlas]")
+    page.wait_for_function(
+        "document.getElementById('view-atlas').dataset.drawn === 'true'", timeout=ATLAS_TIMEOUT_MS
+    )
+    return page.evaluate("() => window.attnvizModels.lastAtlas")  # type: ignore[no-any-return]
+
+
+def test_the_atlas_draws_every_score_and_a_click_opens_the_head(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    atlas = open_atlas(page)
+    api = httpx.post(
+        server_url + "/api/v1/models/heads", json={"model": atlas["model"]}, timeout=300
+    ).json()
+    assert api["cached"] is True  # the page's request computed and kept it
+    assert api["scores"] == atlas["scores"]
+
+    maps = page.evaluate(
+        """() => [...document.querySelectorAll('#view-atlas .atlas-plot')]
+            .map((d) => ({score: d.dataset.score, z: d.data[0].z}))"""
+    )
+    assert [m["score"] for m in maps] == [
+        "previous_token",
+        "induction",
+        "duplicate_token",
+        "first_token",
+        "self",
+        "entropy",
+    ]
+    for m in maps:
+        assert m["z"] == api["scores"][m["score"]]  # (6, 12): MiniLM's layers x heads
+
+    # The table: the 10 heads with the highest previous-token score, highest first.
+    cells = page.evaluate(
+        """() => [...document.querySelectorAll('.atlas-table tr[data-layer]')]
+            .map((tr) => [Number(tr.dataset.layer), Number(tr.dataset.head)])"""
+    )
+    flat = [
+        (api["scores"]["previous_token"][layer][h], layer, h)
+        for layer in range(api["num_layers"])
+        for h in range(api["num_heads"])
+    ]
+    expected = [(layer, h) for _, layer, h in sorted(flat, key=lambda t: -t[0])[:10]]
+    assert cells == [list(p) for p in expected]
+    # Another score, then sorted by layer (a header click).
+    page.select_option("#atlas-score", "first_token")
+    page.click(".atlas-table th[data-key=layer]")
+    layers = page.evaluate(
+        "[...document.querySelectorAll('.atlas-table tr[data-layer]')]"
+        ".map((tr) => Number(tr.dataset.layer))"
+    )
+    assert layers == sorted(layers)
+
+    # A click on the table's first row opens that head's map on the form's input.
+    first = page.locator(".atlas-table tr[data-layer]").first
+    layer, head = int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))
+    redraw(page, "layer", lambda: first.click())
+    page.wait_for_function(
+        f"document.querySelector('#view-layer .enlarged').dataset.head === '{head}'"
+    )
+    assert page.input_value("#layer-index") == str(layer)
+    assert page.evaluate("document.getElementById('layer-grid').layout.title.text").startswith(
+        f"Layer {layer}:"
+    )
+
+    # The CSV download: a header and one row per head, the API's numbers.
+    redraw(page, "atlas", lambda: page.click(".tabs button[data-view=atlas]"))
+    with page.expect_download() as info:
+        page.click("#atlas-csv")
+    text = Path(info.value.path()).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == api["num_layers"] * api["num_heads"]
+    row = rows[13]  # layer 1, head 1
+    assert (int(row["layer"]), int(row["head"])) == (1, 1)
+    assert float(row["induction"]) == pytest.approx(api["scores"]["induction"][1][1])
+    assert page.errors == []
+
+
+def test_the_atlas_fits_a_phone(browser, server_url) -> None:  # type: ignore[no-untyped-def]
+    page = new_page(browser, 390, 844)
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    open_atlas(page)
+    assert page.evaluate(
+        "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+    )
+    assert page.errors == []
+    page.context.close()
