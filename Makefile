@@ -68,6 +68,7 @@ bench-models: install browser
 	$(BIN)/python -m benchmarks.pretrained
 	$(BIN)/python -m benchmarks.decoder
 	$(BIN)/python -m benchmarks.placement
+	$(BIN)/python -m benchmarks.head_atlas
 	$(BIN)/python -m benchmarks.methods
 	$(BIN)/python -m benchmarks.media
 

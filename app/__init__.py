@@ -17,6 +17,7 @@ offline::
 __version__ = "0.1.0"
 
 from .attention import AttentionResult, LayerConfig, compute_attention
+from .views.atlas import atlas_view, head_scores
 from .views.figure import attention_figure
 from .views.notebook import (
     AttentionView,
@@ -32,8 +33,10 @@ __all__ = [
     "AttentionView",
     "LayerConfig",
     "__version__",
+    "atlas_view",
     "attention_figure",
     "compute_attention",
+    "head_scores",
     "head_view",
     "init_notebook",
     "model_view",

@@ -63,6 +63,16 @@ PAGE_CSS: Final = "css/attnviz.css"
 """The page's stylesheet, under the package's static files."""
 
 
+ATLAS_ENTRY: Final = "widget/atlas.js"
+"""The atlas widget's module (attnviz.atlas_view), under :data:`JS_ROOT`."""
+
+
+@cache
+def atlas_esm() -> str:
+    """The atlas widget's module with every module it imports, as one ES module (cached)."""
+    return bundle(STATIC_DIR / JS_ROOT, ATLAS_ENTRY)
+
+
 @cache
 def widget_css() -> str:
     """The widget's CSS: static/js/widget/widget.css, then the page's stylesheet.

@@ -672,16 +672,54 @@ def show(
     Raises:
         AttentionInputError: no such model, method or layer; a text the model cannot take.
     """
-    global _registry
     import torch
 
     from ..attention.errors import AttentionInputError
-    from ..pretrained import PACKAGED_MODELS, ModelRegistry, PretrainedModel, wrap_model
     from ..pretrained.methods import PER_HEAD_METHODS, with_method
-    from ..pretrained.model import LoadedModel
 
     if method != "attention" and method not in PER_HEAD_METHODS:
         raise AttentionInputError("method", f"{method!r}: show draws 'attention' or 'norm'")
+    pretrained = text_model(model, tokenizer)
+    targets = None if target is None else [target]
+    result = pretrained.attention([text], targets=targets, device=device)
+    network = pretrained.on(torch.device(result.device))
+    result = with_method(result, network, method)  # type: ignore[arg-type]
+    block = result.first_block
+    maps = np.stack(
+        [result.layer_weights(block, n).numpy() for n in range(result.num_layers(block))]
+    )  # (N, 1, H, L, L)
+    tokens = result.queries(block).tokens[0]
+    what = "‖α f(x)‖" if method == "norm" else "attention"
+    title = f"{pretrained.name}: {what}"
+    if layer is None:
+        return model_view(maps, tokens, title=f"{title}, {len(maps)} layers")
+    if not 0 <= layer < len(maps):
+        raise AttentionInputError("layer", f"{layer} is not below {len(maps)}")
+    return head_view(maps, tokens, layer=layer, title=f"{title}, layer {layer}")
+
+
+def text_model(model: Any = None, tokenizer: Any = None) -> Any:
+    """The text model ``model`` names, loaded once per process (needs the pretrained extra).
+
+    Args:
+        model: a packaged model's name, a local Hugging Face directory or ``.gguf`` file,
+            a transformers model already loaded (with ``tokenizer``; recorded where it
+            lies, not copied), or a :class:`attnviz.pretrained.PretrainedModel`; None for
+            all-MiniLM-L6-v2 (the first packaged one).
+        tokenizer: the tokenizer of a transformers model passed as ``model``.
+
+    Returns:
+        The :class:`attnviz.pretrained.PretrainedModel`.
+
+    Raises:
+        AttentionInputError: no such model (field ``model``), no tokenizer for a loaded
+            transformers model (``tokenizer``), a speech or image model (``model``).
+    """
+    global _registry
+    from ..attention.errors import AttentionInputError
+    from ..pretrained import PACKAGED_MODELS, ModelRegistry, PretrainedModel, wrap_model
+    from ..pretrained.model import LoadedModel
+
     loaded: LoadedModel
     if isinstance(model, LoadedModel):  # a model AttnViz loaded (an image model is refused)
         loaded = model
@@ -705,20 +743,4 @@ def show(
         loaded = _registry.get(name)
     loaded.require("text", "use /models, or POST the file to /api/v1/speech or /vision")
     assert isinstance(loaded, PretrainedModel)  # a text model: require said so
-    pretrained = loaded
-    targets = None if target is None else [target]
-    result = pretrained.attention([text], targets=targets, device=device)
-    network = pretrained.on(torch.device(result.device))
-    result = with_method(result, network, method)  # type: ignore[arg-type]
-    block = result.first_block
-    maps = np.stack(
-        [result.layer_weights(block, n).numpy() for n in range(result.num_layers(block))]
-    )  # (N, 1, H, L, L)
-    tokens = result.queries(block).tokens[0]
-    what = "‖α f(x)‖" if method == "norm" else "attention"
-    title = f"{pretrained.name}: {what}"
-    if layer is None:
-        return model_view(maps, tokens, title=f"{title}, {len(maps)} layers")
-    if not 0 <= layer < len(maps):
-        raise AttentionInputError("layer", f"{layer} is not below {len(maps)}")
-    return head_view(maps, tokens, layer=layer, title=f"{title}, layer {layer}")
+    return loaded

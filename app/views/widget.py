@@ -30,6 +30,7 @@ import traitlets
 
 from .interactive import (
     VIEWS,
+    atlas_esm,
     check_heads,
     check_layer,
     check_selected,
@@ -166,6 +167,48 @@ class AttentionWidget(anywidget.AnyWidget):
     def _update_weights(self) -> None:
         weights = selection_weights(self._array, self.layer, self.heads, self.selected)
         self.set_trait("selected_weights", weights.tolist())
+
+    def _on_message(self, _widget: Any, content: Any, _buffers: Sequence[bytes]) -> None:
+        """The front end's messages: ``{"request": "plotly"}`` asks for Plotly.js."""
+        if isinstance(content, dict) and content.get("request") == "plotly":
+            self._plotly_js = plotly_js()
+
+
+class AtlasWidget(anywidget.AnyWidget):
+    """The head atlas (attnviz.atlas_view): the page's maps and table, a click synced.
+
+    Traitlets (synced with the front end):
+        atlas: read-only, POST /api/v1/models/heads's JSON (scores (N, H) per score,
+            definitions, corpus).
+        head: ``[layer, head]``, the head last clicked (``[]`` none); Python may set it.
+
+    A head outside the atlas raises ``traitlets.TraitError``.
+    """
+
+    _esm = atlas_esm()
+    _css = widget_css()
+
+    atlas = traitlets.Dict(read_only=True).tag(sync=True)
+    head = traitlets.List(traitlets.Int()).tag(sync=True)
+    _plotly_js = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, atlas: dict[str, Any]) -> None:
+        """The widget of ``atlas`` (:func:`attnviz.views.atlas.atlas_data`'s dict)."""
+        super().__init__()
+        self.set_trait("atlas", atlas)
+        self.on_msg(self._on_message)
+
+    @traitlets.validate("head")
+    def _valid_head(self, proposal: dict[str, Any]) -> list[int]:
+        head = list(proposal["value"])
+        if not head:
+            return []
+        layers, heads = self.atlas.get("num_layers", 0), self.atlas.get("num_heads", 0)
+        if len(head) != 2 or not (0 <= head[0] < layers and 0 <= head[1] < heads):
+            raise traitlets.TraitError(
+                f"head must be [layer, head] with layer < {layers} and head < {heads}; got {head}"
+            )
+        return head
 
     def _on_message(self, _widget: Any, content: Any, _buffers: Sequence[bytes]) -> None:
         """The front end's messages: ``{"request": "plotly"}`` asks for Plotly.js."""

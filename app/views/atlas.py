@@ -1,0 +1,152 @@
+"""The head atlas from Python: every head of a model scored over a corpus, as a table.
+
+``attnviz.head_scores(model=...)`` runs :func:`attnviz.pretrained.heads.head_scores`
+(kept on disk as the server keeps it, :mod:`attnviz.pretrained.atlas`) and returns the
+table the page shows: one row per (layer, head), one column per score::
+
+    table = attnviz.head_scores(model="SmolLM2-135M-Instruct")
+    table.sort_values("induction", ascending=False).head(5)
+    attnviz.atlas_view(table)  # in Jupyter: the page's atlas, interactive
+
+With pandas installed the table is a ``pandas.DataFrame`` whose ``attrs`` hold the
+definitions, the corpus and the model; without pandas it is the
+:class:`attnviz.pretrained.heads.HeadScores` itself (``.to_rows()``, ``.to_csv()``,
+``.top(name)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .notebook import text_model
+
+
+def head_scores(
+    model: Any = None,
+    texts: Sequence[str] | None = None,
+    *,
+    tokenizer: Any = None,
+    device: str = "auto",
+    cache: bool = True,
+) -> Any:
+    """Every head of ``model`` scored over a corpus (the head atlas; pretrained extra).
+
+    Args:
+        model: as :func:`attnviz.show`: a packaged model's name, a local directory or
+            ``.gguf`` file, a transformers model with ``tokenizer``, or a loaded
+            :class:`attnviz.pretrained.PretrainedModel`; None for all-MiniLM-L6-v2.
+        texts: your own corpus for the natural-text scores (one forward pass per text,
+            each cut to 256 tokens); None for the corpus shipped with AttnViz.
+        tokenizer: the tokenizer of a transformers model passed as ``model``.
+        device: "auto", "cpu" or "cuda".
+        cache: read and keep the scores in AttnViz's cache folder ($XDG_CACHE_HOME/attnviz
+            or ~/.cache/attnviz, ``head-atlas/``), as the server does.
+
+    Returns:
+        A ``pandas.DataFrame`` (columns layer, head, previous_token, induction,
+        duplicate_token, first_token, self, entropy; ``attrs["definitions"]``,
+        ``attrs["corpus"]``, ``attrs["model"]``, ``attrs["block"]``) when pandas is
+        installed, else the :class:`attnviz.pretrained.heads.HeadScores`.
+
+    Raises:
+        AttentionInputError: no such model (``model``), a speech or image model
+            (``model``: no score is defined for it yet), an empty text (``texts[i]``).
+    """
+    from ..pretrained.atlas import cached_head_scores, repeat_length
+    from ..pretrained.heads import head_scores as compute
+    from ..pretrained.loading import default_cache_dir
+
+    loaded = text_model(model, tokenizer)
+    if cache:
+        scores, _ = cached_head_scores(loaded, texts, default_cache_dir(), device=device)
+    else:
+        scores = compute(loaded, texts, repeat_length=repeat_length(loaded), device=device)
+    return as_table(scores)
+
+
+def as_table(scores: Any) -> Any:
+    """``scores`` (:class:`attnviz.pretrained.heads.HeadScores`) as a DataFrame.
+
+    Without pandas, ``scores`` as it is.
+    """
+    try:
+        import pandas as pd  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return scores
+    table = pd.DataFrame(scores.to_rows())
+    data = scores.to_dict()
+    table.attrs.update(
+        model=scores.model,
+        block=scores.block,
+        definitions=data["definitions"],
+        corpus=data["corpus"],
+        definition_version=scores.definition_version,
+        compute_ms=scores.compute_ms,
+    )
+    return table
+
+
+def atlas_data(table: Any) -> dict[str, Any]:
+    """The atlas as the page draws it (POST /api/v1/models/heads's JSON).
+
+    From a :func:`head_scores` table: a DataFrame with its ``attrs``, or HeadScores.
+
+    Raises:
+        ValueError: a DataFrame without the ``attrs`` :func:`head_scores` sets.
+    """
+    if hasattr(table, "to_dict") and hasattr(table, "scores"):  # HeadScores
+        return {**table.to_dict(), "cached": False}
+    attrs = getattr(table, "attrs", {})
+    if "definitions" not in attrs:
+        raise ValueError("atlas_view takes what attnviz.head_scores returns")
+    num_layers = int(table["layer"].max()) + 1
+    num_heads = int(table["head"].max()) + 1
+    scores = {}
+    for name in attrs["definitions"]:
+        grid = [[0.0] * num_heads for _ in range(num_layers)]
+        for layer, head, value in zip(table["layer"], table["head"], table[name], strict=True):
+            grid[int(layer)][int(head)] = float(value)
+        scores[name] = grid
+    return {
+        "model": attrs["model"],
+        "block": attrs["block"],
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "definition_version": attrs["definition_version"],
+        "compute_ms": attrs["compute_ms"],
+        "scores": scores,
+        "definitions": attrs["definitions"],
+        "corpus": attrs["corpus"],
+        "cached": False,
+    }
+
+
+def atlas_view(table: Any) -> Any:
+    """The page's head atlas in a notebook, interactive (the ``notebook`` extra: anywidget).
+
+    One layers x heads map per score and the sortable table of the top heads, drawn by
+    the page's own module (static/js/atlas.js); a click on a head sets the widget's
+    ``head`` traitlet to ``[layer, head]``, for the next cell::
+
+        atlas = attnviz.atlas_view(attnviz.head_scores(model="SmolLM2-135M-Instruct"))
+        atlas  # click a head
+        layer, head = atlas.head
+
+    Args:
+        table: what :func:`head_scores` returned.
+
+    Returns:
+        An :class:`attnviz.views.widget.AtlasWidget`.
+
+    Raises:
+        ImportError: anywidget is not installed (the message says how).
+        ValueError: not a :func:`head_scores` table.
+    """
+    try:
+        from .widget import AtlasWidget
+    except ImportError as error:
+        raise ImportError(
+            "the interactive atlas needs anywidget: pip install 'attnviz[notebook]'"
+        ) from error
+    return AtlasWidget(atlas_data(table))

@@ -1,0 +1,141 @@
+"""attnviz.head_scores and attnviz.atlas_view: the head atlas from Python (issue 33).
+
+A tiny decoder built from a config (tests/pretrained/tiny.py); the scores themselves are
+checked against brute force in tests/pretrained/test_heads.py: here, that the table holds
+them (as a DataFrame, or the HeadScores without pandas), that the cache is used, and that
+the atlas widget draws the page's atlas and syncs a clicked head.
+"""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import traitlets
+from attnviz import atlas_view, head_scores
+from attnviz.pretrained.atlas import repeat_length
+from attnviz.pretrained.heads import SCORES, HeadScores
+from attnviz.pretrained.heads import head_scores as compute
+
+from tests.pretrained.support import require_transformers
+from tests.pretrained.tiny import save_tiny
+
+TEXTS = ["the cat sat on the mat", "a dog ran in the park"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    require_transformers()
+    from attnviz.pretrained.loading import load_model_dir
+
+    folder = save_tiny("llama", tmp_path_factory.mktemp("atlas-view") / "tiny-llama")
+    return load_model_dir("tiny-llama", folder)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """AttnViz's cache folder in the test's own directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path / "attnviz"
+
+
+def test_the_table_is_one_row_per_head_with_every_score(tiny: Any, own_cache: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    table = head_scores(tiny, TEXTS)
+    reference = compute(tiny, TEXTS, repeat_length=repeat_length(tiny))
+    assert isinstance(table, pd.DataFrame)
+    assert list(table.columns) == ["layer", "head", *SCORES]
+    assert len(table) == reference.num_layers * reference.num_heads
+    for name in SCORES:
+        grid = table.pivot(index="layer", columns="head", values=name).to_numpy()
+        np.testing.assert_allclose(grid, reference.scores[name], rtol=1e-9)
+    assert set(table.attrs["definitions"]) == set(SCORES)
+    assert table.attrs["corpus"]["sequences"] == len(TEXTS)
+    assert table.attrs["model"] == "tiny-llama"
+    assert list((own_cache / "head-atlas").glob("tiny-llama-*.json"))  # kept for next time
+
+
+def test_without_pandas_the_table_is_the_head_scores(
+    tiny: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_import = builtins.__import__
+
+    def no_pandas(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "pandas":
+            raise ImportError("no pandas here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pandas)
+    scores = head_scores(tiny, TEXTS, cache=False)
+    assert isinstance(scores, HeadScores)
+    assert scores.to_csv().splitlines()[0] == ",".join(["layer", "head", *SCORES])
+
+
+def test_the_atlas_widget_holds_the_atlas_and_checks_the_head(tiny: Any) -> None:
+    pytest.importorskip("anywidget")
+    widget = atlas_view(head_scores(tiny, TEXTS))
+    atlas = widget.atlas
+    reference = compute(tiny, TEXTS, repeat_length=repeat_length(tiny))
+    for name in SCORES:
+        np.testing.assert_allclose(atlas["scores"][name], reference.scores[name], rtol=1e-9)
+    widget.head = [1, 2]
+    assert widget.head == [1, 2]
+    for bad in ([reference.num_layers, 0], [0, reference.num_heads], [0], [-1, 0]):
+        with pytest.raises(traitlets.TraitError):
+            widget.head = bad
+    assert widget.head == [1, 2]
+    with pytest.raises(ValueError, match="head_scores"):
+        atlas_view(object())
+
+
+def test_the_atlas_widget_draws_the_page_atlas_and_syncs_a_click(tiny: Any, browser: Any) -> None:
+    """The widget's ESM in Chromium with a stand-in anywidget model: the maps are the
+    atlas's, and a click on the table's first row sets head to that row's head."""
+    pytest.importorskip("anywidget")
+    import json
+
+    from attnviz.views.interactive import plotly_js
+
+    widget = atlas_view(head_scores(tiny, TEXTS))
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.set_content("<!doctype html><div id='out'></div>")
+    page.add_script_tag(content=plotly_js())
+    page.add_script_tag(
+        type="module",
+        content=f"""
+        const source = {json.dumps(widget._esm)};
+        const url = URL.createObjectURL(new Blob([source], {{type: "text/javascript"}}));
+        const state = {json.dumps({"atlas": widget.atlas, "head": [], "_plotly_js": ""})};
+        const handlers = {{}};
+        const model = {{
+            get: (k) => state[k],
+            set: (k, v) => {{ state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); }},
+            save_changes: () => {{ window.saved = (window.saved || 0) + 1; }},
+            on: (e, f) => {{ (handlers[e] = handlers[e] || []).push(f); }},
+            off: () => {{}},
+            send: () => {{}},
+        }};
+        window.atlasState = state;
+        const widget = (await import(url)).default;
+        widget.render({{model, el: document.getElementById("out")}});
+    """,
+    )
+    page.wait_for_selector(".attnviz-widget[data-drawn='true']", timeout=30_000)
+    maps = page.evaluate(
+        "[...document.querySelectorAll('.atlas-plot')].map((d) => [d.dataset.score, d.data[0].z])"
+    )
+    assert [name for name, _ in maps] == list(SCORES)
+    for name, z in maps:
+        np.testing.assert_allclose(z, widget.atlas["scores"][name], rtol=1e-12)
+    first = page.locator(".atlas-table tr[data-layer]").first
+    expected = [int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))]
+    first.click()
+    assert page.evaluate("window.atlasState.head") == expected
+    assert page.get_attribute(".attnviz-widget", "data-head") == ".".join(map(str, expected))
+    assert errors == []
+    page.close()
