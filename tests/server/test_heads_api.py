@@ -22,6 +22,7 @@ from attnviz.pretrained.heads import DEFINITION_VERSION, SCORES, head_scores
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.pretrained.media import save_tiny_vision
 from tests.pretrained.tiny import save_tiny
 from tests.server.support import serving
 
@@ -30,11 +31,12 @@ TEXTS = ["the cat sat on the mat", "a dog ran in the park and the cat sat"]
 
 @pytest.fixture(scope="module")
 def atlas_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
-    """A server offering tiny-llama (a decoder) and tiny-bert (an encoder), its cache in a
-    folder of its own."""
+    """A server offering tiny-llama (a decoder), tiny-bert (an encoder) and tiny-vit (an
+    image model), its cache in a folder of its own."""
     root = tmp_path_factory.mktemp("atlas-models")
     cache = tmp_path_factory.mktemp("atlas-cache")
     folders = [save_tiny(kind, root / f"tiny-{kind}") for kind in ("llama", "bert")]
+    folders.append(save_tiny_vision("vit", root / "tiny-vit"))
     env = {
         "ATTNVIZ_MODEL_DIRS": json.dumps([str(f) for f in folders]),
         "ATTNVIZ_PACKAGED_MODELS": "false",
@@ -131,6 +133,7 @@ def test_the_stream_sends_progress_then_the_atlas(atlas_api: tuple[Any, Path]) -
     ("body", "field"),
     [
         ({"model": "no-such-model"}, "model"),
+        ({"model": "tiny-vit"}, "model"),  # an image model: no score is defined for it yet
         ({"model": "tiny-llama", "texts": []}, "texts"),
         ({"model": "tiny-llama", "texts": ["fine", "   "]}, "texts.1"),
         ({"model": "tiny-llama", "texts": "not a list"}, "texts"),
@@ -172,8 +175,9 @@ def test_any_json_gets_an_atlas_or_a_4xx_naming_a_field(
     atlas_api: tuple[Any, Path], body: Any
 ) -> None:
     client, _ = atlas_api
+    content = json.dumps(body).encode()  # NaN and Infinity as Python writes them
     for route in ("/api/v1/models/heads", "/api/v1/models/heads/stream"):
-        response = client.post(route, json=body)
+        response = client.post(route, content=content, headers={"content-type": "application/json"})
         assert response.status_code in (200, 422), response.text
         if response.status_code == 422:
             for entry in response.json()["detail"]:
