@@ -285,34 +285,34 @@ def test_models_page_selection_outlines_every_thumbnail_and_head_and_shades_the_
     length = len(response["tokens"][0])
     page.click("#query-strip .token[data-position='2']")
     wait_model_selected(page, "model", "2")
-    # Every tile of the 6 x 12 grid: its row 2 and its column 2, where div.tiles puts it.
+    # Every tile of the 6 x 12 grid: its row 2, where div.tiles puts it (rows only: columns
+    # too would clutter 72 thumbnails; the enlarged maps have both).
     tiles = page.evaluate("() => document.getElementById('model-grid').tiles")
     expected = []
     for r in range(6):
         for c in range(12):
             x, y = tiles["x"][c], tiles["y"][r]
             expected.append(["selected-row", x - 0.5, x + length - 0.5, y + 1.5, y + 2.5])
-            expected.append(["selected-column", x + 1.5, x + 2.5, y - 0.5, y + length - 0.5])
     assert page.evaluate(MODEL_SHAPES, "#model-grid") == [expected]
     # The strip: layer 0's head mean of row 2.
     mean = head_mean(attentions[0][0], [2])
     assert page.evaluate(STRIP_WEIGHTS, "query-strip") == pytest.approx(mean, abs=1e-6)
 
-    # The layer view of layer 4: every head outlined; shift-click on a map adds a row.
+    # The layer view of layer 4: its enlarged head outlined; shift-click on it adds a row.
     page.click("[role=tab][data-view=layer]")
     wait_model_selected(page, "layer", "2")
     page.evaluate("document.getElementById('view-layer').dataset.drawn = 'stale'")
     page.select_option("#layer-index", "4")
     wait_model_selected(page, "layer", "2")
-    heads = "#view-layer .head-plot"
-    assert page.evaluate(MODEL_SHAPES, heads) == [outlined(length, length, [2])] * 12
-    page.locator(heads).nth(5).scroll_into_view_if_needed()
-    x, y = page.evaluate(CELL_CENTRE, [heads, 5, 6, 0, 1])
+    enlarged = "#view-layer .enlarged-plot"
+    assert page.evaluate(MODEL_SHAPES, enlarged) == [outlined(length, length, [2])]
+    page.locator(enlarged).scroll_into_view_if_needed()
+    x, y = page.evaluate(CELL_CENTRE, [enlarged, 0, 6, 0, 1])
     page.keyboard.down("Shift")
     page.mouse.click(x, y)
     page.keyboard.up("Shift")
     wait_model_selected(page, "layer", "2,6")
-    assert page.evaluate(MODEL_SHAPES, heads) == [outlined(length, length, [2, 6])] * 12
+    assert page.evaluate(MODEL_SHAPES, enlarged) == [outlined(length, length, [2, 6])]
     page.select_option("#shade-head", "5")
     summed = row_sums(attentions[4][0][5], [2, 6])
     page.wait_for_function(
@@ -408,9 +408,7 @@ def test_models_page_merges_pieces_into_words_as_documented_and_steps_through_a_
     page.evaluate("document.getElementById('view-layer').dataset.drawn = 'stale'")
     page.check("#merge-words")
     page.wait_for_function("document.getElementById('view-layer').dataset.drawn === 'true'")
-    drawn = page.evaluate(
-        "() => [...document.querySelectorAll('#view-layer .head-plot')].map(d => d.data[0].z)"
-    )
+    drawn = page.evaluate("() => document.getElementById('layer-grid').data.map((t) => t.z)")
     words = page.evaluate("() => window.attnvizModels.lastResponse.tokens[0]")
     assert "unbelievably" in words and "tokenize" in words
     # The token maps of layer 0 from the API, merged here with the tokenizer's own words.
