@@ -131,6 +131,9 @@ def test_the_wheel_holds_every_module_template_and_static_file(wheel: Path) -> N
     )
     templates = ["attnviz/templates/" + name for name in tracked_files("templates")]
     static = ["attnviz/static/" + name for name in tracked_files("static")]
+    # The head atlas's corpus and its provenance (package data of attnviz itself).
+    corpus = ["attnviz/corpus/" + name for name in tracked_files("app/corpus")]
+    assert "attnviz/corpus/head_atlas.txt" in corpus
     assert len(modules) > 40, modules
     assert any(name.endswith(".html") for name in templates), templates
     assert {"attnviz/static/js/attnviz.js", "attnviz/static/css/attnviz.css"} <= set(static)
@@ -139,7 +142,7 @@ def test_the_wheel_holds_every_module_template_and_static_file(wheel: Path) -> N
     # Every module of app/ (no subpackage left out of the packages list), every tracked
     # template and static file (no file type left out of package-data), and nothing else:
     # no top-level app/, no stale build leftovers.
-    assert sorted([*modules, *templates, *static]) == package
+    assert sorted([*modules, *templates, *static, *corpus]) == package
     assert not [n for n in names if n.startswith("app/") or n.split("/")[0] == "app.py"]
     metadata = {n.split("/", 1)[1] for n in names if n.startswith("attnviz-")}
     assert {"METADATA", "RECORD", "WHEEL", "entry_points.txt"} <= metadata
@@ -167,8 +170,11 @@ def test_the_installed_wheel_is_imported_beside_a_users_own_app(
         import json
         import attnviz, app
         from attnviz import resources
-        # A notebook view saved offline, Plotly.js from inside the installed package.
-        attnviz.head_view([[[0.5, 0.5], [1.0, 0.0]]], ["a", "b"]).save("view.html")
+        # Notebook views saved offline: the interactive one runs the installed package's
+        # bundled modules, the figure embeds its Plotly.js.
+        view = attnviz.head_view([[[0.5, 0.5], [1.0, 0.0]]], ["a", "b"])
+        view.save("view.html")
+        view.save("figure.html", interactive=False)
         print(json.dumps({
             "attnviz": attnviz.__file__,
             "compute_attention": callable(getattr(attnviz, "compute_attention", None)),
@@ -199,7 +205,8 @@ def test_the_installed_wheel_is_imported_beside_a_users_own_app(
     # The user's own app is theirs: the installed package brings no top-level app.
     assert Path(found["app"]).resolve() == users_folder.resolve() / "app" / "__init__.py"
     assert found["owner"] == "the user"
-    assert "plotly.js (attnviz" in (users_folder / "view.html").read_text(encoding="utf-8")
+    assert 'class="attnviz-widget-data"' in (users_folder / "view.html").read_text(encoding="utf-8")
+    assert "plotly.js (attnviz" in (users_folder / "figure.html").read_text(encoding="utf-8")
     assert not (target / "app").exists()
     assert not (target / "app.py").exists()
 
