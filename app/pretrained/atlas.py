@@ -11,6 +11,7 @@ only costs the reuse: the scores are computed and returned all the same.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,12 +21,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
+import numpy as np
+
 from ..attention.cancellation import Cancellation
 from .heads import (
     DEFINITION_VERSION,
     INDUCTION_SEQUENCES,
     MAX_TOKENS,
     REPEAT_LENGTH,
+    SCORES,
     HeadScores,
     head_scores,
     random_vocabulary,
@@ -39,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 ATLAS_FOLDER: Final = "head-atlas"
 """The cache directory's subfolder of the atlas files."""
+PYTHON_SOURCE: Final = "loaded in Python"
+"""The source of a model :func:`.loading.wrap_model` wrapped (not cached: see
+:func:`cached_head_scores`)."""
 
 
 def model_fingerprint(model: LoadedModel) -> str:
@@ -102,11 +109,20 @@ def atlas_path(cache_dir: Path, model: LoadedModel, key: str) -> Path:
 
 
 def read_cached(path: Path) -> HeadScores | None:
-    """The scores kept at ``path``, or None (absent, unreadable, or of another version)."""
+    """The scores kept at ``path``, or None.
+
+    None when absent, unreadable, of another version, or not an atlas (another shape): the
+    scores are then computed and the file written again.
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         scores = HeadScores.from_dict(data)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        shape = (scores.num_layers, scores.num_heads)
+        if set(scores.scores) != set(SCORES) or any(
+            np.shape(values) != shape for values in scores.scores.values()
+        ):
+            raise ValueError(f"not every score of {shape} heads")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
         if path.exists():
             logger.warning("head atlas cache %s ignored: %s", path, error)
         return None
@@ -115,15 +131,20 @@ def read_cached(path: Path) -> HeadScores | None:
 
 def write_cached(path: Path, scores: HeadScores) -> bool:
     """Keep ``scores`` at ``path`` (written whole or not at all); False when it cannot be."""
+    partial: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(
             "w", encoding="utf-8", dir=path.parent, suffix=".partial", delete=False
         ) as handle:
+            partial = handle.name
             json.dump(scores.to_dict(), handle)
-        os.replace(handle.name, path)
+        os.replace(partial, path)
     except OSError as error:
         logger.warning("head atlas not cached in %s: %s", path.parent, error)
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
         return False
     return True
 
@@ -157,8 +178,11 @@ def cached_head_scores(
     """
     scored_block(model)  # a speech or image model is refused first
     assert isinstance(model, PretrainedModel)
+    # A model handed over from Python has no files that identify its weights (an edited or
+    # fine-tuned model in memory keeps its name): never read from or kept on disk.
+    cacheable = model.source != PYTHON_SOURCE
     path = atlas_path(cache_dir, model, atlas_key(model, texts))
-    kept = read_cached(path)
+    kept = read_cached(path) if cacheable else None
     if kept is not None and kept.model == model.name:
         return kept, True
     scores = head_scores(
@@ -169,5 +193,6 @@ def cached_head_scores(
         progress=progress,
         cancel=cancel,
     )
-    write_cached(path, scores)
+    if cacheable:
+        write_cached(path, scores)
     return scores, False

@@ -18,6 +18,7 @@ from typing import Final, ParamSpec, TypeVar
 
 from fastapi import status
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ..attention.cancellation import Cancellation, cancellable, check_cancelled
 from .errors import field_error
@@ -141,7 +142,26 @@ async def held_while_sent(work: Awaitable[Response]) -> Response:
                 asyncio.get_running_loop().run_in_executor(None, release_memory)
 
     response.body_iterator = body()
+    # A client gone before the first chunk: Starlette cancels the send before body() ever
+    # starts, and a generator that never started runs no finally. The response's own
+    # call releases the slot however it ends.
+    response.__class__ = _SlotStreamingResponse
+    response.release_slot = release  # type: ignore[attr-defined]
     return response
+
+
+class _SlotStreamingResponse(StreamingResponse):
+    """A streamed response of :func:`held_while_sent`: its call frees its slot at the end."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the response as Starlette does, then release the slot.
+
+        However it ends: sent, failed, or abandoned before or after its first chunk.
+        """
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.release_slot()  # type: ignore[attr-defined]
 
 
 async def computed(

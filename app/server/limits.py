@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 MAX_TOKENS: Final = 8192
 """The most tokens one sequence may have."""
 MAX_BATCH: Final = 64
+"""The most sequences (or texts) one batch may have."""
 MAX_ATLAS_TEXTS: Final = 256
 """The most texts of a corpus a head atlas request may bring (one forward pass each)."""
-"""The most sequences (or texts) one batch may have."""
 MAX_D_MODEL: Final = 1024
 """The widest seeded layer."""
 MAX_VOCAB_SIZE: Final = 32768

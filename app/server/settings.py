@@ -58,7 +58,8 @@ class Settings(BaseSettings):
             thread finishes in the background and its result is dropped.
         atlas_timeout_s: the head atlas (POST /api/v1/models/heads) of a model not yet
             scored runs one forward pass per text of its corpus, up to a minute or more:
-            it has its own time budget (seconds), past which it is stopped with a 503.
+            it has its own time budget (seconds), past which it is stopped: a 503 from
+            /heads, an error line on /heads/stream.
         torch_threads: torch's intra-op threads (``torch.set_num_threads``), set at
             start-up. Default: all cores, the fastest for one large request (see
             the README's benchmarks). On a busy shared server set it

@@ -79,6 +79,8 @@ def as_table(scores: Any) -> Any:
     table.attrs.update(
         model=scores.model,
         block=scores.block,
+        num_layers=scores.num_layers,
+        num_heads=scores.num_heads,
         definitions=data["definitions"],
         corpus=data["corpus"],
         definition_version=scores.definition_version,
@@ -93,15 +95,23 @@ def atlas_data(table: Any) -> dict[str, Any]:
     From a :func:`head_scores` table: a DataFrame with its ``attrs``, or HeadScores.
 
     Raises:
-        ValueError: a DataFrame without the ``attrs`` :func:`head_scores` sets.
+        ValueError: a DataFrame without the ``attrs`` :func:`head_scores` sets, or without
+            a row for every head (``table.head(10)``: the atlas would show zeros there).
     """
     if hasattr(table, "to_dict") and hasattr(table, "scores"):  # HeadScores
         return {**table.to_dict(), "cached": False}
     attrs = getattr(table, "attrs", {})
-    if "definitions" not in attrs:
+    if "definitions" not in attrs or "num_layers" not in attrs:
         raise ValueError("atlas_view takes what attnviz.head_scores returns")
-    num_layers = int(table["layer"].max()) + 1
-    num_heads = int(table["head"].max()) + 1
+    num_layers, num_heads = int(attrs["num_layers"]), int(attrs["num_heads"])
+    heads = {
+        (int(layer), int(head)) for layer, head in zip(table["layer"], table["head"], strict=True)
+    }
+    if len(table) != num_layers * num_heads or len(heads) != num_layers * num_heads:
+        raise ValueError(
+            f"atlas_view needs every one of the {num_layers} x {num_heads} heads once; the "
+            f"table has {len(table)} rows (pass the whole table head_scores returned)"
+        )
     scores = {}
     for name in attrs["definitions"]:
         grid = [[0.0] * num_heads for _ in range(num_layers)]

@@ -156,6 +156,8 @@ export async function drawAtlas(body, atlas, onHead) {
   await Promise.all(drawn);
 }
 
+let tables = 0; // the atlas tables drawn on this page (their selects' ids)
+
 // The top heads by one score (a select), sortable by any column (click its header); a row
 // click opens that head.
 function topTable(atlas, onHead) {
@@ -165,10 +167,12 @@ function topTable(atlas, onHead) {
   const controls = document.createElement("div");
   controls.className = "view-controls";
   const label = document.createElement("label");
-  label.htmlFor = "atlas-score";
+  // Two atlases on one page (two notebook widgets): each label names its own select.
+  label.htmlFor = document.getElementById("atlas-score") ? `atlas-score-${(tables += 1)}`
+    : "atlas-score";
   label.textContent = `Top ${TOP_ROWS} heads by`;
   const select = document.createElement("select");
-  select.id = "atlas-score";
+  select.id = label.htmlFor;
   for (const name of names) select.append(new Option(SCORE_TITLES[name], name));
   controls.append(label, select);
   const table = document.createElement("table");

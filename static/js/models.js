@@ -131,6 +131,7 @@ const state = {
   layerHead: 0, // the head the layer view enlarges
   // The head atlas: atlases by request (JSON), the one shown and its request.
   atlases: new Map(), atlas: null, atlasRequest: null,
+  atlasFetch: null, // the atlas being computed: {key, controller, progress, promise}
 };
 
 const errors = errorBox(document.getElementById("error"));
@@ -1531,7 +1532,8 @@ async function renderLayerView(section, res, l) {
   });
   grid.id = "layer-grid";
   await grid.drawn;
-  if (ticket === state.ticket) state.shownAt = performance.now();
+  if (ticket !== state.ticket) return; // another layer or view was asked for meanwhile
+  state.shownAt = performance.now();
   await showEnlarged(enlarged, res, l, state.layerHead < H ? state.layerHead : 0);
 }
 
@@ -1592,8 +1594,6 @@ async function renderAverages(section, res, l) {
       for (const figure of figures) {
         if (!["head-mean", "layer-mean", "rollout"].includes(figure[0])) continue;
         figure[1] = withoutFirstToken(figure[1]);
-        figure[2] = figure[2].slice(1);
-        figure[3] = figure[3].slice(1);
         figure[4] += ", first token left out";
       }
     }
@@ -1667,12 +1667,14 @@ function attentionSink(res) {
   return { mean, rollout, token: keyTokens(res)[0] };
 }
 
-// `z` without its first row and column, each row divided by its new sum (weights).
+// `z` with its first row and column left out (null: drawn gray, as masked cells), each
+// other row divided by its new sum (weights). The shape stays: a click on row i and the
+// selection's outlines still mean token i.
 function withoutFirstToken(z) {
-  return z.slice(1).map((row) => {
-    const rest = row.slice(1);
-    const sum = rest.reduce((acc, v) => acc + (v ?? 0), 0);
-    return rest.map((v) => (v === null ? null : (sum > 0 ? v / sum : 0)));
+  return z.map((row, i) => {
+    if (i === 0) return row.map(() => null);
+    const sum = row.reduce((acc, v, j) => acc + (j === 0 ? 0 : (v ?? 0)), 0);
+    return row.map((v, j) => (j === 0 || v === null ? null : (sum > 0 ? v / sum : 0)));
   });
 }
 
@@ -1723,30 +1725,50 @@ async function renderAtlas(section, ticket) {
   const where = atlasOwn.checked ? "the form's texts" : "the shipped corpus";
   summary.textContent = `Head atlas of ${request.model}, scored on ${where}.`;
   displayNote.textContent = "";
+  // One computation per atlas: a second view of it (the tab again) waits for the first;
+  // another atlas asked for meanwhile (another model, the own-texts box) stops the first.
+  if (state.atlasFetch && state.atlasFetch.key !== key) {
+    state.atlasFetch.controller.abort();
+    state.atlasFetch = null;
+  }
   let atlas = state.atlases.get(key);
   if (!atlas) {
     const box = section.querySelector(".atlas-progress");
     const label = box.querySelector(".atlas-progress-label");
     const bar = box.querySelector(".layer-progress-bar");
     const fill = box.querySelector(".layer-progress-fill");
+    const current = () => ticket === state.ticket;
     label.textContent = "Scoring the heads… (the first atlas of a model takes up to a minute)";
     fill.style.width = "0%";
     box.hidden = false;
-    try {
-      atlas = await fetchAtlas(request, (done, total) => {
-        label.textContent = `Scoring the heads: pass ${done} of ${total}…`;
-        bar.setAttribute("aria-valuemax", String(total));
-        bar.setAttribute("aria-valuenow", String(done));
-        fill.style.width = `${(100 * done) / total}%`;
+    if (!state.atlasFetch) {
+      const controller = new AbortController();
+      const job = { key, controller, progress: null, promise: null };
+      job.promise = fetchAtlas(request, (done, total) => {
+        if (job.progress) job.progress(done, total);
+      }, controller.signal).finally(() => {
+        if (state.atlasFetch === job) state.atlasFetch = null;
       });
+      state.atlasFetch = job;
+    }
+    // Only the drawing that waits now moves the bar (an older one's ticket is past).
+    state.atlasFetch.progress = (done, total) => {
+      if (!current()) return;
+      label.textContent = `Scoring the heads: pass ${done} of ${total}…`;
+      bar.setAttribute("aria-valuemax", String(total));
+      bar.setAttribute("aria-valuenow", String(done));
+      fill.style.width = `${(100 * done) / total}%`;
+    };
+    try {
+      atlas = await state.atlasFetch.promise;
     } catch (error) {
-      if (ticket === state.ticket) {
+      if (current() && error.name !== "AbortError") {
         clearPlots(body);
         showError(error.message);
       }
       return false;
     } finally {
-      box.hidden = true;
+      if (current()) box.hidden = true;
     }
     state.atlases.set(key, atlas);
   }
@@ -1760,11 +1782,17 @@ async function renderAtlas(section, ticket) {
   return true;
 }
 
-// Head h of layer l in the layer view, on the form's input, enlarged and in sight.
+// Head h of layer l in the layer view, on the form's input, enlarged and in sight. An
+// encoder-decoder's atlas scores its encoder: that block is opened first.
 async function openHead(l, h) {
-  layerSelect.value = String(l);
   state.layerHead = h;
   state.view = "layer";
+  const block = state.atlas && state.atlas.block;
+  if (state.request.block && block && state.request.block !== block) {
+    blockSelect.value = block;
+    await compute();
+  }
+  layerSelect.value = String(l);
   writeUrlState(state.request, state.view);
   if (await renderView()) reveal(document.querySelector("#view-layer .enlarged"));
 }
@@ -2355,6 +2383,7 @@ async function compute() {
   // clicked before the response writes it, not the previous one).
   writeUrlState(request, state.view);
   if (model.state === "failed") {
+    clearResults(); // not the results of another model under its error
     showError(`${model.name} failed to load: ${model.error || "no reason given"}`);
     return;
   }

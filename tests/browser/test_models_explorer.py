@@ -238,21 +238,22 @@ def test_decoder_defaults_last_token_per_row_colour_and_the_sink(page, server_ur
     assert f"{100 * share:.0f}%" in note.text_content()
     assert "Xiao et al. 2023" in note.text_content()
 
-    # Leaving the first token out: rollout without its first row and column, each row
-    # renormalised (the brute force here from the response's rollout).
+    # Leaving the first token out: rollout's first row and column masked (gray, the shape
+    # kept so that rows still mean tokens), each other row renormalised over the rest (the
+    # brute force here from the response's rollout).
     rollout = overview["rollout"][0]
     redraw(page, "averages", lambda: page.check("#exclude-sink"))
     # Per-row colour: z is each weight over its row's largest.
     z = page.evaluate("document.querySelector('[data-map=rollout]').data[0].z")
-    expected = []
-    for row in rollout[1:]:
+    assert len(z) == len(rollout) and all(v is None for v in z[0])
+    assert all(row[0] is None for row in z)
+    for got, row in zip(z[1:], rollout[1:], strict=True):
         rest = [v or 0 for v in row[1:]]
         total = sum(rest)
         weights = [v / total if total > 0 else 0 for v in rest]
-        expected.append([w / max(weights) if max(weights) > 0 else 0 for w in weights])
-    assert len(z) == len(expected) and len(z[0]) == len(expected[0])
-    for got_row, want_row in zip(z, expected, strict=True):
-        assert [v or 0 for v in got_row] == pytest.approx(want_row, abs=1e-4)
+        top = max(weights)
+        want = [w / top if top > 0 else 0 for w in weights]
+        assert [v or 0 for v in got[1:]] == pytest.approx(want, abs=1e-4)
     assert page.is_checked("#exclude-sink")
     assert page.errors == []
 

@@ -11,6 +11,8 @@ is free for the next request at once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -183,3 +185,56 @@ def test_work_given_up_while_it_waited_for_a_worker_never_starts() -> None:
         executor._executor, executor._large = kept
     assert errors == []
     assert ran == ["busy"]
+
+
+def test_a_client_gone_before_the_first_chunk_frees_its_large_request_slot() -> None:
+    """Starlette cancels the send of a response whose client left before its first chunk;
+    the body generator then never starts, yet the slot held_while_sent took must come
+    back (else, after ATTNVIZ_COMPUTE_WORKERS such clients, every large request waits)."""
+    from attnviz.server import executor
+    from starlette.responses import StreamingResponse
+
+    async def never_read() -> Any:
+        yield b"never sent"
+
+    async def gone_at_once() -> dict[str, str]:
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        await asyncio.sleep(1)  # the client is gone: this send never completes in time
+
+    async def scenario() -> tuple[int, int]:
+        slot = asyncio.Semaphore(1)
+        executor._large = slot
+
+        async def work() -> StreamingResponse:
+            return StreamingResponse(never_read())
+
+        for _ in range(3):  # more clients than slots
+            response = await asyncio.wait_for(executor.held_while_sent(work()), 2)
+            scope = {"type": "http", "asgi": {"spec_version": "2.4"}, "method": "POST"}
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(response(scope, gone_at_once, send), 2)
+        return slot._value, len(sent)
+
+    kept = executor._large
+    results: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def in_a_thread_of_its_own() -> None:  # asyncio.run needs a thread with no loop running
+        try:
+            results.append(asyncio.run(scenario()))
+        except BaseException as error:
+            errors.append(error)
+
+    try:
+        thread = threading.Thread(target=in_a_thread_of_its_own)
+        thread.start()
+        thread.join()
+    finally:
+        executor._large = kept
+    assert errors == []
+    assert results[0][0] == 1  # the one slot is free again after three gone clients

@@ -89,6 +89,9 @@ def test_the_atlas_widget_holds_the_atlas_and_checks_the_head(tiny: Any) -> None
     assert widget.head == [1, 2]
     with pytest.raises(ValueError, match="head_scores"):
         atlas_view(object())
+    if hasattr(head_scores(tiny, TEXTS), "attrs"):  # pandas keeps attrs through head()
+        with pytest.raises(ValueError, match="every one of the"):
+            atlas_view(head_scores(tiny, TEXTS).head(3))
 
 
 def test_the_atlas_widget_draws_the_page_atlas_and_syncs_a_click(tiny: Any, browser: Any) -> None:

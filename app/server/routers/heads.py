@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,6 +35,7 @@ from ..transport import respond
 from .pretrained import ready_model
 
 router = APIRouter(prefix="/api/v1/models", tags=["pretrained"])
+logger = logging.getLogger(__name__)
 
 ADVICE = "fewer or shorter texts, or a larger ATTNVIZ_ATLAS_TIMEOUT_S"
 
@@ -161,6 +163,7 @@ async def stream_head_atlas(
         work = asyncio.ensure_future(
             run_within(settings.atlas_timeout_s, compute_atlas, model, request, settings, progress)
         )
+        waiter: asyncio.Future[tuple[int, int]] | None = None
         try:
             while not work.done() or not queue.empty():
                 waiter = asyncio.ensure_future(queue.get())
@@ -177,15 +180,19 @@ async def stream_head_atlas(
         except torch.OutOfMemoryError:
             yield ndjson({"type": "error", "detail": out_of_memory(request.device)})
             return
-        except AttentionInputError as error:
+        except (AttentionInputError, ComputeCancelledError) as error:
             yield ndjson({"type": "error", "detail": str(error)})
             return
-        except (ComputeCancelledError, RuntimeError, ValueError) as error:
-            yield ndjson({"type": "error", "detail": str(error)})
+        except Exception as error:  # never expected: said on the stream, and logged
+            logger.exception("head atlas of %s failed", model.name)
+            yield ndjson({"type": "error", "detail": f"the head atlas failed: {error}"})
             return
         except BaseException:  # the client went away: stop the computation
             work.cancel()
             raise
+        finally:
+            if waiter is not None and not waiter.done():
+                waiter.cancel()
         yield ndjson({"type": "end", **payload(scores, cached)})
 
     async def stream() -> Response:

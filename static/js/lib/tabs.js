@@ -51,7 +51,8 @@ function fragmentParams() {
 // the page's defaults only:
 //
 //   #view=<name>&scale=<colour scale>&tokens=<selected positions, q,q,…>&sequence=<b>
-//     &layer=<l>&head=<h>&method=<the /models method>&ablate=<its heads off, l.h,l.h>
+//     &layer=<l>&head=<h>&method=<the /models method>&target=<its target token>
+//     &ablate=<its heads off, l.h,l.h>&query=<the token explorer's token>
 //
 // A setting that is malformed, or names an option the page does not have, is ignored.
 const LINK_SETTINGS = {
