@@ -240,6 +240,41 @@ def standalone_views(view: ViewName) -> list[ViewName]:
     return [v for v in VIEWS if v == view or with_plotly or v not in PLOTLY_VIEWS]
 
 
+def atlas_html(atlas: dict[str, Any], head: list[int] | None = None) -> str:
+    """The head atlas (:func:`attnviz.atlas_view`) as a whole HTML page, offline.
+
+    The page runs the atlas widget's module (:func:`atlas_esm`) with standalone.js's
+    small model, Plotly.js inlined: the maps, the sortable table and a click that marks a
+    head, as in the notebook, with no kernel.
+
+    Args:
+        atlas: POST /api/v1/models/heads's JSON.
+        head: the head marked at first, ``[layer, head]`` (None: none).
+
+    Returns:
+        The HTML document.
+    """
+    host = f"attnviz-{uuid.uuid4().hex}"
+    data = {
+        "host": host,
+        "esm": atlas_esm(),
+        "css": widget_css(),
+        "state": {"atlas": atlas, "head": list(head or []), "_plotly_js": ""},
+        "buffers": [],
+    }
+    title = escape(f"AttnViz head atlas: {atlas.get('model', '')}")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{title}</title></head>\n<body>\n"
+        f'<div id="{host}" class="attnviz-widget-host"></div>\n'
+        f"<script>{plotly_js()}</script>\n"
+        '<script type="application/json" class="attnviz-widget-data">'
+        f"{_script_json(data)}</script>\n"
+        f'<script type="module">{standalone_js()}</script>\n</body></html>\n'
+    )
+
+
 def standalone_html(
     state: dict[str, Any], *, full_html: bool = True, include_plotlyjs: bool = True
 ) -> str:

@@ -21,7 +21,9 @@ Shapes: N layers, H heads, L_q queries, L_k keys.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import anywidget
@@ -31,6 +33,7 @@ import traitlets
 from .interactive import (
     VIEWS,
     atlas_esm,
+    atlas_html,
     check_heads,
     check_layer,
     check_selected,
@@ -197,6 +200,19 @@ class AtlasWidget(anywidget.AnyWidget):
         super().__init__()
         self.set_trait("atlas", atlas)
         self.on_msg(self._on_message)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the atlas as a standalone HTML page that works offline.
+
+        The maps, the table and a click marking a head, with no kernel, starting from the
+        current ``head``.
+
+        Returns:
+            The path written.
+        """
+        target = Path(path)
+        target.write_text(atlas_html(dict(self.atlas), list(self.head)), encoding="utf-8")
+        return target
 
     @traitlets.validate("head")
     def _valid_head(self, proposal: dict[str, Any]) -> list[int]:

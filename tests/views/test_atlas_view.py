@@ -142,3 +142,28 @@ def test_the_atlas_widget_draws_the_page_atlas_and_syncs_a_click(tiny: Any, brow
     assert page.get_attribute(".attnviz-widget", "data-head") == ".".join(map(str, expected))
     assert errors == []
     page.close()
+
+
+def test_the_saved_atlas_works_offline(tiny: Any, browser: Any, tmp_path: Path) -> None:
+    """.save() writes a page that draws the atlas with no kernel and no network, starting
+    from the widget's head, and a click on a table row marks that head."""
+    pytest.importorskip("anywidget")
+    from tests.support.browser import open_offline
+
+    widget = atlas_view(head_scores(tiny, TEXTS))
+    widget.head = [1, 0]
+    path = widget.save(tmp_path / "atlas.html")
+    page, outside, errors = open_offline(browser, path)
+    page.wait_for_selector(".attnviz-widget[data-drawn='true']", timeout=30_000)
+    assert page.get_attribute(".attnviz-widget", "data-head") == "1.0"
+    maps = page.evaluate(
+        "[...document.querySelectorAll('.atlas-plot')].map((d) => [d.dataset.score, d.data[0].z])"
+    )
+    for name, z in maps:
+        np.testing.assert_allclose(z, widget.atlas["scores"][name], rtol=1e-12)
+    row = page.locator(".atlas-table tr[data-layer]").nth(1)
+    expected = f"{row.get_attribute('data-layer')}.{row.get_attribute('data-head')}"
+    row.click()
+    assert page.get_attribute(".attnviz-widget", "data-head") == expected
+    assert outside == [] and errors == []
+    page.context.close()
