@@ -28,7 +28,7 @@ import statistics
 import time
 
 import torch
-from attnviz.pretrained import ModelRegistry, PretrainedModel, TokenizedBatch
+from attnviz.pretrained import ModelRegistry, PretrainedModel
 from attnviz.pretrained.heads import (
     INDUCTION_BATCH,
     INDUCTION_SEQUENCES,
@@ -40,20 +40,10 @@ from attnviz.pretrained.heads import (
     natural_tokens,
     repeated_tokens,
     shipped_corpus,
+    unpadded_batch,
 )
 
 NAME = "SmolLM2-135M-Instruct"
-
-
-def plain_batch(ids: torch.Tensor) -> TokenizedBatch:
-    """(B, L) ids as a batch without padding (what the forward floor runs)."""
-    return TokenizedBatch(
-        tokens=[[""] * ids.shape[1] for _ in range(ids.shape[0])],
-        input_ids=ids,
-        token_type_ids=torch.zeros_like(ids),
-        attention_mask=torch.ones(ids.shape, dtype=torch.bool),
-        special_tokens_mask=torch.zeros(ids.shape, dtype=torch.bool),
-    )
 
 
 def forward_floor_s(model: PretrainedModel, repeat_length: int) -> float:
@@ -61,10 +51,10 @@ def forward_floor_s(model: PretrainedModel, repeat_length: int) -> float:
     start = time.perf_counter()
     for text in shipped_corpus().texts:
         ids, _ = natural_tokens(model, text, MAX_TOKENS)
-        model.run(plain_batch(torch.tensor([ids])), record=False)
+        model.run(unpadded_batch(model, torch.tensor([ids])), record=False)
     repeated, _ = repeated_tokens(model, INDUCTION_SEQUENCES, repeat_length, 0)
     for first in range(0, INDUCTION_SEQUENCES, INDUCTION_BATCH):
-        model.run(plain_batch(repeated[first : first + INDUCTION_BATCH]), record=False)
+        model.run(unpadded_batch(model, repeated[first : first + INDUCTION_BATCH]), record=False)
     return time.perf_counter() - start
 
 

@@ -36,6 +36,7 @@ from .heads import (
     scored_block,
     shipped_corpus,
     texts_corpus,
+    work_fingerprint,
 )
 from .model import LoadedModel, PretrainedModel
 
@@ -81,22 +82,20 @@ def repeat_length(model: PretrainedModel) -> int:
 def atlas_key(model: LoadedModel, texts: Sequence[str] | None, seed: int = 0) -> str:
     """The cache key of ``model``'s scores on ``texts`` (None: the shipped corpus).
 
-    Hex SHA-256 of the model's fingerprint, the corpus's SHA-256, the work's sizes
-    (:data:`.heads.MAX_TOKENS`, :func:`repeat_length`, :data:`.heads.INDUCTION_SEQUENCES`),
-    the seed and :data:`.heads.DEFINITION_VERSION`.
+    Hex SHA-256 of the model's fingerprint and :func:`.heads.work_fingerprint` (the
+    corpus's SHA-256, :data:`.heads.MAX_TOKENS`, :func:`repeat_length`,
+    :data:`.heads.INDUCTION_SEQUENCES`, the seed and :data:`.heads.DEFINITION_VERSION`).
     """
     assert isinstance(model, PretrainedModel)  # scored_block refused the others
     corpus = shipped_corpus() if texts is None else texts_corpus(texts)
-    parts = [
-        model_fingerprint(model),
+    work = work_fingerprint(
         corpus.sha256,
-        MAX_TOKENS,
-        repeat_length(model),
-        INDUCTION_SEQUENCES,
-        seed,
-        DEFINITION_VERSION,
-    ]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+        max_tokens=MAX_TOKENS,
+        seed=seed,
+        repeat_length=repeat_length(model),
+        induction_sequences=INDUCTION_SEQUENCES,
+    )
+    return hashlib.sha256(json.dumps([model_fingerprint(model), work]).encode()).hexdigest()
 
 
 def atlas_path(cache_dir: Path, model: LoadedModel, key: str) -> Path:

@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -238,20 +239,40 @@ class CorpusInfo:
 
     @property
     def fingerprint(self) -> str:
-        """Hex SHA-256 of what decides the scores besides the model: a cache key's part.
-
-        The corpus's hash, ``max_tokens``, the seed, R, the repeated sequences and the
-        definition version.
-        """
-        parts = (
+        """Hex SHA-256 of what decides the scores besides the model (:func:`work_fingerprint`)."""
+        return work_fingerprint(
             self.sha256,
-            self.max_tokens,
-            self.seed,
-            self.repeat_length,
-            self.induction_sequences,
-            self.definition_version,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+            repeat_length=self.repeat_length,
+            induction_sequences=self.induction_sequences,
+            definition_version=self.definition_version,
         )
-        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def work_fingerprint(
+    corpus_sha256: str,
+    *,
+    max_tokens: int,
+    seed: int,
+    repeat_length: int,
+    induction_sequences: int,
+    definition_version: int = DEFINITION_VERSION,
+) -> str:
+    """Hex SHA-256 of what decides the scores besides the model: a cache key's part.
+
+    The corpus's hash, ``max_tokens``, the seed, R, the repeated sequences and the
+    definition version; known before the scores are computed.
+    """
+    parts = (
+        corpus_sha256,
+        max_tokens,
+        seed,
+        repeat_length,
+        induction_sequences,
+        definition_version,
+    )
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -356,11 +377,12 @@ class HeadScores:
         )
 
 
+@cache
 def shipped_corpus() -> Corpus:
     """The natural-text corpus shipped in the package: its paragraphs, one sequence each.
 
-    Read with importlib.resources from ``attnviz/corpus/head_atlas.txt``; paragraphs are
-    separated by blank lines (:func:`paragraphs`).
+    Read once per process with importlib.resources from ``attnviz/corpus/head_atlas.txt``;
+    paragraphs are separated by blank lines (:func:`paragraphs`).
     """
     package = __name__.rsplit(".", 2)[0]  # attnviz
     data = (resources.files(package) / "corpus" / f"{CORPUS_NAME}.txt").read_bytes()
@@ -814,7 +836,7 @@ def head_scores(
         for done, work in enumerate(passes, start=1):
             check_cancelled()
             observer.begin(work.counted, work.rules)
-            batch = _batch(model, work.ids)
+            batch = unpadded_batch(model, work.ids)
             targets = (
                 _decoder_start(model, len(work.ids)) if model.family == "encoder-decoder" else None
             )
@@ -850,7 +872,7 @@ def head_scores(
     )
 
 
-def _batch(model: PretrainedModel, ids: torch.Tensor) -> TokenizedBatch:
+def unpadded_batch(model: PretrainedModel, ids: torch.Tensor) -> TokenizedBatch:
     """(B, L) ids of one length as a batch without padding (segment 0, as one text)."""
     special = torch.isin(ids, torch.tensor(sorted(model.special_ids), dtype=torch.int64))
     return TokenizedBatch(
@@ -869,4 +891,4 @@ def _decoder_start(model: PretrainedModel, size: int) -> TokenizedBatch:
     """
     start = getattr(model.config, "decoder_start_token_id", None)
     ids = torch.full((size, 1), model.pad_id if start is None else int(start), dtype=torch.int64)
-    return _batch(model, ids)
+    return unpadded_batch(model, ids)

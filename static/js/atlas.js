@@ -5,7 +5,8 @@
 
 import { download } from "./lib/downloads.js";
 import { paragraph } from "./lib/form.js";
-import { addPlot, clearPlots, heatmapFigure } from "./heatmap.js";
+import { errorText } from "./lib/requests.js";
+import { addPlot, clearPlots, heatmapFigure, maxOf } from "./heatmap.js";
 
 export const ATLAS_URL = "/api/v1/models/heads/stream";
 
@@ -31,16 +32,7 @@ export async function fetchAtlas(body, onProgress, signal) {
     signal,
   });
   if (!response.ok) {
-    let detail = `HTTP ${response.status}`;
-    try {
-      const data = await response.json();
-      detail = Array.isArray(data.detail)
-        ? data.detail.map((d) => `${(d.loc || []).slice(1).join(".")}: ${d.msg}`).join("\n")
-        : String(data.detail ?? detail);
-    } catch {
-      // not JSON: the status says it
-    }
-    throw new Error(detail);
+    throw new Error(errorText(await response.json().catch(() => null), response.status));
   }
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
@@ -90,10 +82,6 @@ export function saveAtlas(atlas, format) {
   const name = `${atlas.model.replace(/[^\w.-]+/g, "_")}-head-atlas.${format}`;
   if (format === "csv") download(name, new Blob([atlasCsv(atlas)], { type: "text/csv" }));
   else download(name, new Blob([JSON.stringify(atlas)], { type: "application/json" }));
-}
-
-function maxOf(matrix) {
-  return Math.max(...matrix.map((row) => Math.max(...row)));
 }
 
 // Draw `atlas` into `body`: a note on what it was computed on, one layers x heads map per

@@ -5,7 +5,7 @@
 // for decoders the generated tokens and the next-token candidates.
 import {
   COMPACT, MODELS_LINK_FIELDS, PROGRESS_DELAY_MS, bindDownloads, bindLinkSettings, busy,
-  decodeArrays, errorBox, fillIndexSelect, jsonFetcher, linkedTokens, nonEmptyLines, onTabClick,
+  decodeArrays, errorBox, errorText, fillIndexSelect, jsonFetcher, linkedTokens, nonEmptyLines, onTabClick,
   openTab, option, paragraph, parseNumber, readUrlRequest, selectLinked, selectedIndex,
   settingsFromUrl, viewFromUrl, writeLinkSettings, writeUrlState,
 } from "./api.js";
@@ -143,6 +143,22 @@ const clearError = errors.clear;
 // the model view draws it; shown once the stream has lasted PROGRESS_DELAY_MS, hidden when
 // its grid is drawn (or, when no grid waits for it, when it ends). Owned by one stream: a
 // newer one takes it over.
+// A progress box's label and bar (the streamed grid's, the head atlas's): `text`, `done`
+// of `total` steps (null, or no total: not known yet, the bar waits).
+function drawProgress({ label, bar, fill }, text, done, total) {
+  label.textContent = text;
+  if (total) bar.setAttribute("aria-valuemax", String(total));
+  else bar.removeAttribute("aria-valuemax");
+  if (done === null || !total) {
+    bar.removeAttribute("aria-valuenow");
+    fill.style.width = "";
+  } else {
+    bar.setAttribute("aria-valuenow", String(done));
+    fill.style.width = `${(100 * done) / total}%`;
+  }
+  bar.setAttribute("aria-valuetext", text.replace(/…$/u, ""));
+}
+
 const layerProgress = {
   owner: null,
   timer: null,
@@ -157,17 +173,8 @@ const layerProgress = {
   // `done` of `total` layers (null: not known yet, the bar waits).
   set(stream, text, done, total) {
     if (this.owner !== stream) return;
-    layerProgressLabel.textContent = text;
-    if (total) layerProgressBar.setAttribute("aria-valuemax", String(total));
-    else layerProgressBar.removeAttribute("aria-valuemax");
-    if (done === null || !total) {
-      layerProgressBar.removeAttribute("aria-valuenow");
-      layerProgressFill.style.width = "";
-    } else {
-      layerProgressBar.setAttribute("aria-valuenow", String(done));
-      layerProgressFill.style.width = `${(100 * done) / total}%`;
-    }
-    layerProgressBar.setAttribute("aria-valuetext", text.replace(/…$/u, ""));
+    drawProgress({ label: layerProgressLabel, bar: layerProgressBar, fill: layerProgressFill },
+      text, done, total);
   },
   end(stream) {
     if (this.owner !== stream) return;
@@ -443,12 +450,6 @@ function fillOptions(request) {
   if (BLOCKS.includes(request.block)) blockSelect.value = request.block;
 }
 
-// ---------------------------------------------------------------------------
-// Tokens as shown, in every view: lib/display.js's one readable form (byte-level BPE
-// decoded, a space as ␣, a newline as ↵; the API's tokens are unchanged).
-
-const showToken = displayToken;
-const showTokens = displayTokens;
 
 // The special tokens of a response (those its special_tokens_mask marks), kept per model
 // for the "hide special tokens" hint.
@@ -508,20 +509,6 @@ async function overview(watcher = null) {
   }
   stream.watch(watcher);
   return stream.promise;
-}
-
-// An API error's JSON answer as the error box shows it (as api.js's fetchJson does):
-// one "<field>: <message>" line per error, else its detail, else the HTTP status.
-function errorText(data, status) {
-  const detail = data && data.detail;
-  if (!Array.isArray(detail)) return String(detail || `HTTP ${status}`);
-  return detail.map((d) => {
-    const loc = (d.loc || [])
-      .filter((part, i) => !(i === 0 && (part === "body" || part === "query")))
-      .map((part, i) => (typeof part === "number" ? `[${part}]` : (i === 0 ? part : `.${part}`)))
-      .join("");
-    return `${loc}: ${d.msg}`;
-  }).join("\n");
 }
 
 // POST body to LAYERS_URL and read its lines as they come (fetch, the body's reader, a
@@ -853,7 +840,7 @@ function addHint(container, text) {
 
 function weightFigure(z, rowLabels, colLabels, title, showscale = true, extra = {}) {
   return heatmapFigure({
-    z, rowLabels: showTokens(rowLabels), colLabels: showTokens(colLabels), title, zmin: 0,
+    z, rowLabels: displayTokens(rowLabels), colLabels: displayTokens(colLabels), title, zmin: 0,
     showscale, valueName: valueName(), scale: colourMode(rowLabels.length), ...extra,
   });
 }
@@ -939,7 +926,7 @@ function fillTargets(res) {
   const outputs = res.family !== "encoder-decoder" || res.block !== "encoder";
   const tokens = outputs ? queryTokens(res) : [];
   const last = res.family === "encoder" ? "first" : "last";
-  const labels = [`${last} token (default)`, ...tokens.map((t, i) => `${i}: ${showToken(t)}`)];
+  const labels = [`${last} token (default)`, ...tokens.map((t, i) => `${i}: ${displayToken(t)}`)];
   const values = ["", ...tokens.map((_, i) => String(i))];
   const key = labels.join("\n");
   if (targetSelect.dataset.key === key) return;
@@ -955,10 +942,10 @@ function targetText(res) {
   const t = res.target;
   if (!t) return "";
   const at = queryTokens(res)[t.index];
-  const where = at === undefined ? `position ${t.index}` : `“${showToken(at)}” (${t.index})`;
+  const where = at === undefined ? `position ${t.index}` : `“${displayToken(at)}” (${t.index})`;
   const value = t.value.toPrecision(4);
   return t.kind === "logit"
-    ? `Target: the logit of “${showToken(t.token)}” as the next token after ${where}, ${value}.`
+    ? `Target: the logit of “${displayToken(t.token)}” as the next token after ${where}, ${value}.`
     : `Target: the output at ${where} along the sentence embedding, ${value}.`;
 }
 
@@ -1027,7 +1014,7 @@ function showAblation(res) {
     return;
   }
   const heads = a.heads.map(([l, h]) => `L${l}.H${h}`).join(", ");
-  const tokens = (a.tokens || queryTokens(res)).map(showToken); // an encoder-decoder's targets
+  const tokens = displayTokens(a.tokens || queryTokens(res)); // an encoder-decoder's targets
   const worst = (values) => values.reduce((best, v, i) => (v > values[best] ? i : best), 0);
   let text = `Heads off: ${heads}. `;
   if (a.kl) {
@@ -1036,9 +1023,9 @@ function showAblation(res) {
     const i = worst(a.kl);
     text += `The most likely next token changes at ${changed} of ${a.kl.length} positions; ` +
       `the next-token distribution moves by ${mean.toFixed(4)} nats on average (KL), most ` +
-      `after “${tokens[i]}” (${a.kl[i].toFixed(4)}: “${showToken(a.top_before[i][0].token)}” ` +
+      `after “${tokens[i]}” (${a.kl[i].toFixed(4)}: “${displayToken(a.top_before[i][0].token)}” ` +
       `${(100 * a.top_before[i][0].probability).toFixed(1)}% before, ` +
-      `“${showToken(a.top_after[i][0].token)}” ` +
+      `“${displayToken(a.top_after[i][0].token)}” ` +
       `${(100 * a.top_after[i][0].probability).toFixed(1)}% after).`;
     ablationNote.dataset.changed = String(changed);
   } else if (a.hidden_change) {
@@ -1087,7 +1074,7 @@ function blockLabels(tokens, factor) {
 // Hover text of the thumbnails' rows (queries) or columns (keys): the tokens, or the
 // tokens each pooled block covers ("tokens 0–3: [CLS]…sat").
 function thumbnailHover(res, axis = "query") {
-  const tokens = showTokens(axis === "key" ? keyTokens(res) : queryTokens(res));
+  const tokens = displayTokens(axis === "key" ? keyTokens(res) : queryTokens(res));
   const d = res.downsample;
   const f = d ? (axis === "key" ? (d.key_factor ?? d.factor) : d.factor) : 1;
   if (f === 1) return tokenHover(tokens);
@@ -1369,8 +1356,8 @@ async function renderCompare(section, res, l) {
     const positions = (n) => Array.from({ length: n }, (_, i) => String(i));
     const div = addPlot(body, heatmapFigure({
       z: diff,
-      rowLabels: same ? showTokens(queryTokens(res)) : positions(diff.length),
-      colLabels: same ? showTokens(keyTokens(res)) : positions(diff[0].length),
+      rowLabels: same ? displayTokens(queryTokens(res)) : positions(diff.length),
+      colLabels: same ? displayTokens(keyTokens(res)) : positions(diff[0].length),
       signed: true, valueName: "A − B", colorTitle: `${valueName()} A − B`, title: "A − B",
       yTitle: same ? "Query" : "Query position", xTitle: same ? "Key" : "Key position",
     }), "head-plot");
@@ -1416,8 +1403,8 @@ async function renderLineView(section, res, l) {
     lineHeads.visible = new Set(Array.from({ length: res.num_heads }, (_, h) => h));
   }
   lineView(body, {
-    queries: showTokens(queryTokens(res)),
-    keys: showTokens(keyTokens(res)),
+    queries: displayTokens(queryTokens(res)),
+    keys: displayTokens(keyTokens(res)),
     maps: maps.attentions,
     selected: state.selected,
     visible: lineHeads.visible,
@@ -1447,7 +1434,7 @@ async function renderNeuronView(section, res, l) {
   }));
   if (answer === null) return;
   const step = answer.neuron;
-  const tokens = showTokens(queryTokens(answer));
+  const tokens = displayTokens(queryTokens(answer));
   body.replaceChildren();
   const strip = document.createElement("div");
   strip.className = "strip-box";
@@ -1469,7 +1456,7 @@ async function renderNeuronView(section, res, l) {
       `scaling ${step.scaling.toPrecision(4)} (1/√${step.d_k} = ` +
       `${(1 / Math.sqrt(step.d_k)).toPrecision(4)}).`,
     queryLabel: tokens[q],
-    keyLabels: showTokens(keyTokens(answer)),
+    keyLabels: displayTokens(keyTokens(answer)),
     query: step.query,
     keys: step.keys,
     scaling: step.scaling,
@@ -1521,8 +1508,8 @@ async function renderLayerView(section, res, l) {
     valueName: valueName(),
     height: Math.round(70 + rows * side * 1.3),
     hover: (r, c) => headName(res, l, head(r, c)),
-    queryHover: tokenHover(showTokens(queryTokens(res))),
-    keyHover: tokenHover(showTokens(keyTokens(res))),
+    queryHover: tokenHover(displayTokens(queryTokens(res))),
+    keyHover: tokenHover(displayTokens(keyTokens(res))),
     onClick: async (r, c) => {
       state.layerHead = head(r, c);
       shadeBy(res, l, state.layerHead);
@@ -1686,7 +1673,7 @@ function showSinkNote(body, before, sink) {
   const pct = (v) => `${(100 * v).toFixed(0)}%`;
   const where = sink.rollout === null ? "" : `, and ${pct(sink.rollout)} of rollout's`;
   paragraph(note, "", `Attention sink: on average ${pct(sink.mean)} of each row's weight ` +
-    `(all layers and heads)${where} lands on the first token, “${showToken(sink.token)}”. ` +
+    `(all layers and heads)${where} lands on the first token, “${displayToken(sink.token)}”. ` +
     "Models park attention there when a head has nothing to attend to (Xiao et al. 2023), " +
     "so rollout mostly says that everything flows from it. Norm-based attention (Method) " +
     "weighs each token by what its value vector carries, and the gradient methods by what " +
@@ -1734,12 +1721,14 @@ async function renderAtlas(section, ticket) {
   let atlas = state.atlases.get(key);
   if (!atlas) {
     const box = section.querySelector(".atlas-progress");
-    const label = box.querySelector(".atlas-progress-label");
-    const bar = box.querySelector(".layer-progress-bar");
-    const fill = box.querySelector(".layer-progress-fill");
+    const parts = {
+      label: box.querySelector(".atlas-progress-label"),
+      bar: box.querySelector(".layer-progress-bar"),
+      fill: box.querySelector(".layer-progress-fill"),
+    };
     const current = () => ticket === state.ticket;
-    label.textContent = "Scoring the heads… (the first atlas of a model takes up to a minute)";
-    fill.style.width = "0%";
+    drawProgress(parts, "Scoring the heads… (the first atlas of a model takes up to a minute)",
+      null, null);
     box.hidden = false;
     if (!state.atlasFetch) {
       const controller = new AbortController();
@@ -1753,11 +1742,7 @@ async function renderAtlas(section, ticket) {
     }
     // Only the drawing that waits now moves the bar (an older one's ticket is past).
     state.atlasFetch.progress = (done, total) => {
-      if (!current()) return;
-      label.textContent = `Scoring the heads: pass ${done} of ${total}…`;
-      bar.setAttribute("aria-valuemax", String(total));
-      bar.setAttribute("aria-valuenow", String(done));
-      fill.style.width = `${(100 * done) / total}%`;
+      if (current()) drawProgress(parts, `Scoring the heads: pass ${done} of ${total}…`, done, total);
     };
     try {
       atlas = await state.atlasFetch.promise;
@@ -1848,7 +1833,7 @@ function defaultQuery(res) {
 
 function chipText(token) {
   const fragment = document.createDocumentFragment();
-  const shown = showToken(token);
+  const shown = displayToken(token);
   const match = /^([␣↵⇥]+)(.*)$/su.exec(shown);
   if (match && match[2]) {
     const lead = document.createElement("span");
@@ -1908,8 +1893,8 @@ function rowsFigure(res, q) {
       rowHover.push(headName(res, l, h));
     }
   }
-  const colLabels = showTokens(keys.slice(0, width));
-  const token = showToken(queryTokens(res)[q]);
+  const colLabels = displayTokens(keys.slice(0, width));
+  const token = displayToken(queryTokens(res)[q]);
   const figure = heatmapFigure({
     z, rowLabels, colLabels, rowHover, colHover: tokenHover(colLabels),
     title: `Row of token ${q} “${token}” in every layer and head`,
@@ -1934,7 +1919,7 @@ function nextTokensTable(container, res, q) {
   const following = q + 1 < tokens.length ? res.input_ids[0][q + 1] : null;
   const generated = res.generation && q + 1 >= res.generation.prompt_length;
   const heading = document.createElement("h2");
-  heading.textContent = `Next token after “${showToken(tokens[q])}”`;
+  heading.textContent = `Next token after “${displayToken(tokens[q])}”`;
   const table = document.createElement("table");
   table.className = "data-table next-table";
   const head = table.createTHead().insertRow();
@@ -1951,7 +1936,7 @@ function nextTokensTable(container, res, q) {
     row.insertCell().textContent = String(rank + 1);
     const tokenCell = row.insertCell();
     tokenCell.className = "token-cell";
-    tokenCell.textContent = showToken(c.token);
+    tokenCell.textContent = displayToken(c.token);
     tokenCell.title = `id ${c.id}`;
     const cell = row.insertCell();
     cell.className = "prob-cell";
@@ -1967,7 +1952,7 @@ function nextTokensTable(container, res, q) {
   if (following === null) {
     note = "What the model would write after the last token.";
   } else if (!candidates.some((c) => c.id === following)) {
-    note = `The token that followed, “${showToken(tokens[q + 1])}”, is not among the top ${TOP_K}.`;
+    note = `The token that followed, “${displayToken(tokens[q + 1])}”, is not among the top ${TOP_K}.`;
   } else {
     note = generated
       ? "Highlighted: the token that was generated next."
@@ -1999,8 +1984,8 @@ async function drawQuery(section, res, q) {
       "rollout (Chefer et al. 2021), R − I: how much each key token matters to the target " +
       "through this token.");
     const strip = heatmapFigure({
-      z: [row], rowLabels: [showToken(queryTokens(res)[q])],
-      colLabels: showTokens(keyTokens(res).slice(0, cols)),
+      z: [row], rowLabels: [displayToken(queryTokens(res)[q])],
+      colLabels: displayTokens(keyTokens(res).slice(0, cols)),
       title: `Gradient-weighted rollout, row of token ${q} (R − I)`, zmin: 0,
       xTitle: "Key", yTitle: "Query", ...GRADIENT_FORMAT,
     });
@@ -2148,13 +2133,13 @@ function renderTokens(res) {
   if (shadeHead.options.length !== res.num_heads + 1) fillHeadChoice(shadeHead, res.num_heads);
   const weights = selectionWeights(res, l);
   const self = isSelfAttention(res);
-  tokenStrip(queryStrip, showTokens(queryTokens(res)), {
+  tokenStrip(queryStrip, displayTokens(queryTokens(res)), {
     selected: state.selected, weights: self ? weights : null,
     label: self ? "Tokens" : "Queries (decoder tokens)", onSelect: selectToken,
   });
   keyStrip.hidden = self;
   if (!self) {
-    tokenStrip(keyStrip, showTokens(keyTokens(res)), {
+    tokenStrip(keyStrip, displayTokens(keyTokens(res)), {
       weights, label: "Keys (encoder tokens), shaded by the selected queries' weights",
       onSelect: () => {},
     });

@@ -2,6 +2,8 @@
 
 import importlib.util
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,3 +28,22 @@ def require_pretrained_extra() -> None:
 def require_transformers() -> None:
     """Skip without transformers and tokenizers (tiny models); with CI=true fail."""
     require_modules("transformers", "transformers", "tokenizers", "safetensors")
+
+
+def eager_model(folder: Path, family: str = "decoder", dtype: Any = None) -> Any:
+    """transformers' own model of ``folder`` (its Auto class for ``family``) on eager
+    attention, in ``dtype`` (None: float32), in eval mode: the tests' reference."""
+    import torch
+    import transformers
+
+    auto = {
+        "encoder": transformers.AutoModel,
+        "decoder": transformers.AutoModelForCausalLM,
+        "encoder-decoder": transformers.AutoModelForSeq2SeqLM,
+    }[family]
+    return auto.from_pretrained(
+        folder,
+        attn_implementation="eager",
+        dtype=torch.float32 if dtype is None else dtype,
+        local_files_only=True,
+    ).eval()

@@ -40,7 +40,7 @@ from attnviz.pretrained.loading import load_model, load_model_dir, wrap_model
 from attnviz.pretrained.placement import Placement, layer_modules
 
 from tests.pretrained import tiny
-from tests.pretrained.support import require_modules, require_transformers
+from tests.pretrained.support import eager_model, require_modules, require_transformers
 
 TEXTS = [
     "the cat sat on the mat because it was tired",
@@ -104,16 +104,7 @@ def models(folders: dict[str, Path]) -> dict[str, PretrainedModel]:
 
 def eager_reference(folder: Path, family: str, dtype: torch.dtype = torch.float32) -> Any:
     """transformers' own model of ``folder`` on eager attention (an encoder-decoder's encoder)."""
-    import transformers
-
-    auto = {
-        "encoder": transformers.AutoModel,
-        "decoder": transformers.AutoModelForCausalLM,
-        "encoder-decoder": transformers.AutoModelForSeq2SeqLM,
-    }[family]
-    model = auto.from_pretrained(
-        folder, attn_implementation="eager", dtype=dtype, local_files_only=True
-    ).eval()
+    model = eager_model(folder, family, dtype)
     return model.get_encoder() if family == "encoder-decoder" else model
 
 

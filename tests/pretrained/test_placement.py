@@ -24,7 +24,7 @@ from attnviz.server.settings import Settings
 from pydantic import ValidationError
 
 from tests.pretrained import tiny
-from tests.pretrained.support import require_transformers
+from tests.pretrained.support import eager_model, require_transformers
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +36,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def eager_attentions(folder: Path, family: str, dtype: torch.dtype, inputs: dict[str, Any]) -> Any:
     """transformers' own eager ``output_attentions`` of ``folder`` in ``dtype``."""
-    import transformers
-
-    auto = {
-        "encoder": transformers.AutoModel,
-        "decoder": transformers.AutoModelForCausalLM,
-        "encoder-decoder": transformers.AutoModelForSeq2SeqLM,
-    }[family]
-    model = auto.from_pretrained(
-        folder, attn_implementation="eager", dtype=dtype, local_files_only=True
-    ).eval()
+    model = eager_model(folder, family, dtype)
     with torch.inference_mode():
         return model(**inputs, output_attentions=True)
 

@@ -28,7 +28,7 @@ from attnviz.pretrained.display import LayerWalk
 from attnviz.pretrained.loading import load_model_dir
 
 from tests.pretrained import tiny
-from tests.pretrained.support import require_transformers
+from tests.pretrained.support import eager_model, require_transformers
 
 LONG = "the cat sat on the mat because it was tired and the dog ran to the park"
 
@@ -45,11 +45,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pretrain
 
 
 def eager_reference(folder: Path) -> Any:
-    import transformers
-
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        folder, attn_implementation="eager", dtype=torch.float32, local_files_only=True
-    ).eval()
+    return eager_model(folder)
 
 
 @pytest.mark.parametrize("name", list(tiny.QUIRKS))

@@ -50,6 +50,14 @@ def post(client: Any, **body: Any) -> Any:
     return client.post("/api/v1/models/heads", json=body)
 
 
+def stream(client: Any, **body: Any) -> list[dict[str, Any]]:
+    """POST /heads/stream: its NDJSON lines, decoded (asserts a 200 of NDJSON)."""
+    with client.stream("POST", "/api/v1/models/heads/stream", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("application/x-ndjson")
+        return [json.loads(line) for line in response.iter_lines() if line]
+
+
 @pytest.mark.parametrize("kind", ["llama", "bert"])
 def test_the_atlas_is_every_score_of_every_head_as_the_library_computes_it(
     atlas_api: tuple[Any, Path], kind: str
@@ -98,17 +106,7 @@ def test_a_second_request_reads_the_atlas_from_disk(atlas_api: tuple[Any, Path])
 def test_the_stream_sends_progress_then_the_atlas(atlas_api: tuple[Any, Path]) -> None:
     client, _ = atlas_api
     texts = ["streamed atlas text one", "streamed atlas text two", "and three"]
-    with client.stream(
-        "POST",
-        "/api/v1/models/heads/stream",
-        json={
-            "model": "tiny-bert",
-            "texts": texts,
-        },
-    ) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("application/x-ndjson")
-        lines = [json.loads(line) for line in response.iter_lines() if line]
+    lines = stream(client, model="tiny-bert", texts=texts)
     progress = [line for line in lines if line["type"] == "progress"]
     assert lines[-1]["type"] == "end"
     total = progress[-1]["total"]
@@ -117,15 +115,7 @@ def test_the_stream_sends_progress_then_the_atlas(atlas_api: tuple[Any, Path]) -
     whole = post(client, model="tiny-bert", texts=texts).json()
     assert lines[-1]["scores"] == whole["scores"] and whole["cached"] is True
     # From the cache: no progress, the atlas at once.
-    with client.stream(
-        "POST",
-        "/api/v1/models/heads/stream",
-        json={
-            "model": "tiny-bert",
-            "texts": texts,
-        },
-    ) as response:
-        cached = [json.loads(line) for line in response.iter_lines() if line]
+    cached = stream(client, model="tiny-bert", texts=texts)
     assert [line["type"] for line in cached] == ["end"] and cached[0]["cached"] is True
 
 

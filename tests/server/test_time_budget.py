@@ -16,14 +16,16 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import TEXTS, save_tiny
 from tests.server.support import serving
+
+T = TypeVar("T")
 
 SLOW_LAYER_S = 0.15
 
@@ -39,6 +41,26 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     }
     with serving(env) as served:
         yield served
+
+
+def run_in_a_thread(scenario: Callable[[], Awaitable[T]]) -> T:
+    """``asyncio.run(scenario())`` in a thread of its own (asyncio.run needs a thread with no
+    loop running, and a test may run beside another's loop); its error re-raised here."""
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(asyncio.run(scenario()))
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 def test_check_cancelled_is_silent_outside_and_raises_once_cancelled() -> None:
@@ -141,8 +163,6 @@ def test_after_a_time_out_the_work_stops_and_the_worker_is_free(
 
 def test_work_given_up_while_it_waited_for_a_worker_never_starts() -> None:
     """A computation whose budget ends while the only worker is busy does not run later."""
-    import asyncio
-
     from attnviz.attention.cancellation import check_cancelled
     from attnviz.server import executor
 
@@ -168,22 +188,11 @@ def test_work_given_up_while_it_waited_for_a_worker_never_starts() -> None:
     kept = (executor._executor, executor._large)  # the served app's pool, put back after
     executor._executor = None
     executor.start_executor(1)
-    errors: list[BaseException] = []
-
-    def in_a_thread_of_its_own() -> None:  # asyncio.run needs a thread with no loop running
-        try:
-            asyncio.run(scenario())
-        except BaseException as error:
-            errors.append(error)
-
     try:
-        thread = threading.Thread(target=in_a_thread_of_its_own)
-        thread.start()
-        thread.join()
+        run_in_a_thread(scenario)
     finally:
         executor.stop_executor()
         executor._executor, executor._large = kept
-    assert errors == []
     assert ran == ["busy"]
 
 
@@ -200,13 +209,10 @@ def test_a_client_gone_before_the_first_chunk_frees_its_large_request_slot() -> 
     async def gone_at_once() -> dict[str, str]:
         return {"type": "http.disconnect"}
 
-    sent: list[dict[str, Any]] = []
-
     async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
         await asyncio.sleep(1)  # the client is gone: this send never completes in time
 
-    async def scenario() -> tuple[int, int]:
+    async def scenario() -> int:
         slot = asyncio.Semaphore(1)
         executor._large = slot
 
@@ -218,23 +224,11 @@ def test_a_client_gone_before_the_first_chunk_frees_its_large_request_slot() -> 
             scope = {"type": "http", "asgi": {"spec_version": "2.4"}, "method": "POST"}
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(response(scope, gone_at_once, send), 2)
-        return slot._value, len(sent)
+        return slot._value
 
     kept = executor._large
-    results: list[tuple[int, int]] = []
-    errors: list[BaseException] = []
-
-    def in_a_thread_of_its_own() -> None:  # asyncio.run needs a thread with no loop running
-        try:
-            results.append(asyncio.run(scenario()))
-        except BaseException as error:
-            errors.append(error)
-
     try:
-        thread = threading.Thread(target=in_a_thread_of_its_own)
-        thread.start()
-        thread.join()
+        free = run_in_a_thread(scenario)
     finally:
         executor._large = kept
-    assert errors == []
-    assert results[0][0] == 1  # the one slot is free again after three gone clients
+    assert free == 1  # the one slot is free again after three gone clients

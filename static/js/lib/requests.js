@@ -26,6 +26,14 @@ function formatLoc(loc) {
     .join("");
 }
 
+// An API error's JSON answer (`data`, null when the body was not JSON) as the error box
+// shows it: one "<field>: <message>" line per error, else its detail, else the HTTP status.
+export function errorText(data, status) {
+  const detail = data && data.detail;
+  if (!Array.isArray(detail)) return String(detail || `HTTP ${status}`);
+  return detail.map((d) => `${formatLoc(d.loc || [])}: ${d.msg}`).join("\n");
+}
+
 // POST `body` as JSON, or as a multipart form when it is FormData (an upload), or GET
 // without one, and decode typed arrays. On an HTTP error the API's message, one
 // "<field>: <message>" line per error, goes to showError and the result is null; so
@@ -40,10 +48,7 @@ async function fetchJson(url, body, showError) {
     const response = await fetch(url, init);
     const data = decodeArrays(await response.json().catch(() => null));
     if (!response.ok) {
-      const detail = data && data.detail;
-      showError(Array.isArray(detail)
-        ? detail.map((d) => `${formatLoc(d.loc || [])}: ${d.msg}`).join("\n")
-        : String(detail || `HTTP ${response.status}`));
+      showError(errorText(data, response.status));
       return null;
     }
     return data;
