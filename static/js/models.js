@@ -2232,6 +2232,7 @@ const VIEWS = Object.fromEntries(Object.entries({
   atlas: {
     render: (section, ctx) => renderAtlas(section, ctx.ticket),
     overview: false, ownTokens: true, layerControl: false, hideSpecial: false,
+    busyLabel: "Scoring the heads…", // it generates nothing
   },
   // Generation draws itself (the token explorer), not from the overview.
   generation: {
@@ -2260,7 +2261,7 @@ async function renderView() {
   hideSpecialControl.hidden = !view.hideSpecial;
   controls.dataset.view = state.view; // the atlas keeps only the downloads (CSS)
   const generating = state.request.max_new_tokens > 0;
-  const label = generating ? "Generating and computing…" : "Computing…";
+  const label = view.busyLabel ?? (generating ? "Generating and computing…" : "Computing…");
   const done = await busy(async () => {
     if (view.ownTokens) tokenBox.hidden = true;
     if (!view.overview) return view.render(section, { ticket });
