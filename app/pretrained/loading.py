@@ -27,7 +27,9 @@ import functools
 import importlib.metadata
 import importlib.util
 import logging
+import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +124,83 @@ def _ready(model: TransformersModel) -> TransformersModel:
     return model
 
 
+def check_readable(path: Path) -> None:
+    """Refuse a model path this process cannot read, naming the path and the real cause.
+
+    Walks a directory (its files, and the folders down to them) or checks one file, as
+    the process's own user: a cache written as root with mode 0600 (safetensors writes
+    its files so) and read by another user is "permission denied", not "missing".
+
+    Raises:
+        ModelFormatError: the path does not exist ("missing"), or a file or folder of it
+            cannot be read by this user ("permission denied", with its mode, owner and
+            this process's uid).
+    """
+    if not path.exists():
+        raise ModelFormatError(f"{path}: missing: no such directory or file")
+    paths = [path]
+    if path.is_dir() and os.access(path, os.R_OK | os.X_OK):
+        paths += sorted(path.rglob("*"))
+    for item in paths:
+        wanted = os.R_OK | os.X_OK if item.is_dir() else os.R_OK
+        if not os.access(item, wanted):
+            raise ModelFormatError(_denied(item))
+
+
+def _denied(path: Path) -> str:
+    """The message of a path this process may not read: its mode and owner, and who asks."""
+    info = path.stat()
+    return (
+        f"{path}: permission denied: mode {stat.filemode(info.st_mode)} "
+        f"({info.st_mode & 0o777:o}), owner uid {info.st_uid}, and this process runs as uid "
+        f"{os.getuid()}; make it readable (chmod -R a+rX) or run as its owner"
+    )
+
+
+def load_error(path: Path, error: BaseException) -> ModelFormatError:
+    """A loader's failure as a :class:`.model.ModelFormatError` naming the real cause and path.
+
+    "permission denied" and "missing" come from the OS error (with the file it names);
+    a weights file that cannot be parsed (safetensors' header, a truncated file, a pickle)
+    is "corrupt"; anything else is "transformers cannot load it" with the error.
+    """
+    where = Path(getattr(error, "filename", None) or path)
+    if isinstance(error, PermissionError):
+        return ModelFormatError(_denied(where) if where.exists() else f"{where}: permission denied")
+    if isinstance(error, FileNotFoundError):
+        return ModelFormatError(f"{where}: missing: {error.strerror or error}")
+    text = str(error)
+    corrupt = ("deserializ", "header", "invalid load key", "unexpected end", "truncated")
+    if type(error).__name__ == "SafetensorError" or any(c in text.lower() for c in corrupt):
+        return ModelFormatError(f"{path}: corrupt: {type(error).__name__}: {text}")
+    return ModelFormatError(f"{path}: transformers cannot load it: {text}")
+
+
+def share_modes(folder: Path) -> None:
+    """Give every file and folder under ``folder`` the modes the process's umask allows.
+
+    safetensors writes its files with mode 0600 whatever the umask: a cache filled by one
+    user (a container image's build, as root) would be unreadable by another (the
+    image's user). Files get 0666 and folders 0777, less the umask (0644 and 0755 with
+    the usual 022).
+    """
+    mask = _umask()
+    for item in [folder, *folder.rglob("*")]:
+        mode = 0o777 if item.is_dir() else 0o666
+        item.chmod(mode & ~mask)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux's /proc), else 022."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
 def load_model_dir(
     name: str, folder: Path, *, source: str | None = None, placement: Placement | None = None
 ) -> LoadedModel:
@@ -147,6 +226,7 @@ def load_model_dir(
     _quiet_transformers()
     placement = placement or Placement()
     start = time.perf_counter()
+    check_readable(folder)
     if not (folder / "config.json").is_file():
         raise ModelFormatError(f"{folder}: no config.json; is it a Hugging Face model directory?")
     try:
@@ -169,10 +249,10 @@ def load_model_dir(
             if speech
             else None
         )
-    except PlacementError:
+    except (PlacementError, ModelFormatError, ImportError):
         raise
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ModelFormatError(f"{folder}: transformers cannot load it: {error}") from error
+    except Exception as error:  # safetensors' own errors are no OSError
+        raise load_error(folder, error) from error
 
     def reload(device: torch.device) -> TransformersModel:
         options = placement.single_device(device, config)
@@ -282,6 +362,7 @@ def load_ctranslate2_whisper(
         partial = folder_cache.with_name(folder_cache.name + ".partial")
         try:
             convert_ctranslate2_whisper(folder, partial)
+            share_modes(partial)
             partial.rename(folder_cache)
         except OSError as error:  # a read-only cache: convert into a temporary folder
             logging.getLogger("attnviz").warning(
@@ -353,7 +434,8 @@ def load_gguf(
     """
     _quiet_transformers()
     if not gguf.is_file():
-        raise ModelFormatError(f"{gguf}: no such GGUF file")
+        raise ModelFormatError(f"{gguf}: missing: no such GGUF file")
+    check_readable(gguf)
     start = time.perf_counter()
     dtype = (placement or Placement()).torch_dtype(None)
     folder = cache_folder(gguf, cache_dir, dtype=dtype)
@@ -371,6 +453,7 @@ def load_gguf(
         try:
             partial = folder.with_name(folder.name + ".partial")
             dequantize_gguf(gguf, partial, dtype=dtype)
+            share_modes(partial)
             partial.rename(folder)  # a crash mid-save leaves no half cache behind
         except OSError as error:  # a read-only cache: a temporary folder, this load only
             logging.getLogger("attnviz").warning("%s: not cached in %s: %s", gguf, cache_dir, error)
@@ -425,7 +508,7 @@ def dequantize_gguf(gguf: Path, target: Path, *, dtype: torch.dtype = torch.floa
             gguf.parent, dtype=torch.float32, **options
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ModelFormatError(f"{gguf}: transformers cannot load it: {error}") from error
+        raise load_error(gguf, error) from error
     # The weights are float32 now, but the model still says "quantized with gguf", which
     # save_pretrained refuses: move them into a plain model of the same config.
     config = copy.deepcopy(quantized.config)

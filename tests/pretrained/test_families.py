@@ -8,6 +8,7 @@ with ``attn_implementation="eager"``, to 1e-5.
 """
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -568,10 +569,74 @@ def test_loading_refuses_what_is_not_a_model(tmp_path: Path, folders: dict[str, 
     weightless = broken_copy(folders["bert"], tmp_path / "weightless", weights=False)
     with pytest.raises(ModelFormatError, match=r"weightless: transformers cannot load it"):
         load_model_dir("weightless", weightless)
+    corrupt = broken_copy(folders["bert"], tmp_path / "corrupt")
+    (corrupt / "model.safetensors").write_bytes(b"\xff" * 64)  # no safetensors header
+    with pytest.raises(ModelFormatError, match=r"corrupt: corrupt: SafetensorError"):
+        load_model_dir("corrupt", corrupt)
     # load_model loads a folder once per process.
     assert load_model("bert", folders["bert"], tmp_path) is load_model(
         "bert", folders["bert"], tmp_path
     )
+
+
+def test_a_cache_written_by_one_user_is_readable_by_another(
+    tmp_path: Path, folders: dict[str, Path]
+) -> None:
+    """safetensors writes 0600; the caches AttnViz writes get the umask's modes (0644)."""
+    import os
+    import stat
+
+    from attnviz.pretrained.loading import share_modes
+
+    saved = broken_copy(folders["bert"], tmp_path / "saved")
+    weights = saved / "model.safetensors"
+    weights.chmod(0o600)
+    previous = os.umask(0o022)
+    try:
+        share_modes(saved)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(weights.stat().st_mode) == 0o644
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o755
+
+
+@pytest.mark.skipif(
+    shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv"
+)
+def test_an_unreadable_weights_file_is_named_permission_denied(
+    tmp_path: Path, folders: dict[str, Path]
+) -> None:
+    """The container's failure: a root-owned 0600 file, loaded by a user who may not read it.
+
+    Root reads anything, so the loader runs in a child process as root without the
+    capabilities that bypass file modes (setpriv drops them), the file owned by uid 10001.
+    """
+    import subprocess
+    import sys
+
+    readable = tmp_path / "shared"
+    readable.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    folder = broken_copy(folders["bert"], readable / "bert")
+    weights = folder / "model.safetensors"
+    os.chown(weights, 10001, 10001)
+    weights.chmod(0o600)
+    code = (
+        "import sys; from attnviz.pretrained.loading import load_model_dir\n"
+        "try:\n    load_model_dir('bert', __import__('pathlib').Path(sys.argv[1]))\n"
+        "except Exception as error:\n    print(type(error).__name__, error)\n"
+    )
+    child = subprocess.run(
+        ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--",
+         sys.executable, "-c", code, str(folder)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    line = child.stdout.strip().splitlines()[-1]
+    assert line.startswith("ModelFormatError"), line
+    assert f"{weights}: permission denied" in line
+    assert "owner uid 10001" in line and "(600)" in line and "uid 0" in line
+    assert "No such file" not in line
 
 
 def broken_copy(
