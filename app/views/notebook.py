@@ -653,9 +653,10 @@ def show(
     Args:
         text: one input, tokenised by the model's own tokenizer.
         model: a packaged model's name (``all-MiniLM-L6-v2``, ``SmolLM2-135M-Instruct``),
-            a local Hugging Face directory or ``.gguf`` file of a text model, a
-            transformers model already loaded (any dtype, device or device map; with
-            ``tokenizer``; recorded where it lies, not copied), or a
+            a local Hugging Face directory or ``.gguf`` file of a text model, a Hugging
+            Face id (``gpt2``, ``org/name@revision``), a transformers model already
+            loaded (any dtype, device or device map; with ``tokenizer``; recorded where
+            it lies, not copied), or a
             :class:`attnviz.pretrained.PretrainedModel`; None for all-MiniLM-L6-v2 (the
             first packaged one).
         tokenizer: the tokenizer of a transformers model passed as ``model``.
@@ -703,6 +704,8 @@ def text_model(model: Any = None, tokenizer: Any = None) -> Any:
 
     Args:
         model: a packaged model's name, a local Hugging Face directory or ``.gguf`` file,
+            a Hugging Face id (``gpt2``, ``org/name@revision``: from the local cache
+            with ``HF_HUB_OFFLINE=1``, else downloaded; :mod:`attnviz.pretrained.hub`),
             a transformers model already loaded (with ``tokenizer``; recorded where it
             lies, not copied), or a :class:`attnviz.pretrained.PretrainedModel`; None for
             all-MiniLM-L6-v2 (the first packaged one).
@@ -718,7 +721,7 @@ def text_model(model: Any = None, tokenizer: Any = None) -> Any:
     global _registry
     from ..attention.errors import AttentionInputError
     from ..pretrained import PACKAGED_MODELS, ModelRegistry, PretrainedModel, wrap_model
-    from ..pretrained.model import LoadedModel
+    from ..pretrained.model import LoadedModel, ModelFormatError
 
     loaded: LoadedModel
     if isinstance(model, LoadedModel):  # a model AttnViz loaded (an image model is refused)
@@ -731,15 +734,20 @@ def text_model(model: Any = None, tokenizer: Any = None) -> Any:
     else:
         if model is None:  # the default text model, not whichever model a registry holds
             model = PACKAGED_MODELS[0].name
-        local = Path(model).exists()
-        name = Path(model).name.removesuffix(".gguf") if local else str(model)
+        text = str(model)
+        local = text not in {m.name for m in PACKAGED_MODELS} and Path(text).exists()
+        name = Path(text).resolve().name.removesuffix(".gguf") if local else text
         if _registry is None or name not in _registry.names():
             registry = ModelRegistry()
-            registry.configure(
-                [Path(model)] if local else [], packaged=[] if local else [str(model)]
-            )
+            try:  # a packaged name, a path or a Hugging Face id, as ATTNVIZ_MODELS
+                registry.configure([], models=[text], packaged=[])
+            except ModelFormatError as error:
+                raise AttentionInputError(
+                    "model", str(error).removeprefix("ATTNVIZ_MODELS: ")
+                ) from error
             registry.load()
             _registry = registry
+            name = registry.names()[0]
         loaded = _registry.get(name)
     loaded.require("text", "use /models, or POST the file to /api/v1/speech or /vision")
     assert isinstance(loaded, PretrainedModel)  # a text model: require said so
