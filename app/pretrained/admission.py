@@ -28,7 +28,7 @@ from .blocks import Block
 from .display import MAX_AVERAGE_SIZE
 from .gradients import check_gradient_cells, gradient_cells
 from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
-from .model import PretrainedModel
+from .model import PretrainedModel, output_attentions_note
 from .recorder import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
 from .results import HEAD_CHUNK_FLOATS
 from .zeroing import check_value_zeroing_work
@@ -102,6 +102,7 @@ def check_options(
     method: str = "attention",
     target_index: int | None = None,
     target_token_id: int | None = None,
+    neuron: bool = False,
 ) -> None:
     """Refuse any index out of range, and any method over its bound, before running.
 
@@ -110,15 +111,32 @@ def check_options(
         block: the block the maps are of.
         lengths: what the input will hold when it runs.
         layer_index, head_index, query_index, ablate, method, target_index,
-            target_token_id: the request's options of these names.
+            target_token_id, neuron: the request's options of these names.
 
     Raises:
         AttentionInputError: naming the field: a layer, head, position or token id out of
             range; (``texts``) an input over a method's bound (rollout
             :data:`attnviz.attention.rollout.MAX_ROLLOUT_TOKENS`, flow, value zeroing, ``norm``'s
             summed_norm, the gradient methods); (``max_new_tokens``) generation asked of
-            a model that does not generate.
+            a model that does not generate; (``method``, ``neuron``, ``ablate``) what
+            needs query, key or value states, of a model drawn from its
+            ``output_attentions`` (:data:`STATE_METHODS`).
     """
+    if model.attention_path == "output_attentions":
+        asked = [
+            (field, what)
+            for field, what, wanted in (
+                ("method", f"method {method!r}", method in STATE_METHODS),
+                ("neuron", "the neuron view", neuron),
+                ("ablate", "heads off", bool(ablate)),
+            )
+            if wanted
+        ]
+        if asked:
+            field, what = asked[0]
+            raise AttentionInputError(
+                field, f"{what} is not available: {output_attentions_note(model.name, model.model)}"
+            )
     layers, heads = model.block_layers(block), model.block_heads(block)
     len_q, len_k = lengths.queries(block), lengths.keys(block)
     if lengths.new_tokens and model.family != "decoder":
@@ -170,6 +188,11 @@ def check_options(
         check_gradient_cells(model, lengths.total, lengths.target)
 
 
+STATE_METHODS: Final = frozenset({"norm", "value_zeroing"}) | GRADIENT_METHODS
+"""Methods that need more than the weights (value states, hooks inside the attention, a
+backward pass through it): refused for a model drawn from its ``output_attentions``."""
+
+
 def check_positions(
     lengths: InputLengths,
     *,
@@ -209,12 +232,22 @@ def _position_bias(model: PretrainedModel) -> bool:
 def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
     """Bytes one recorded pass keeps: every layer's query, key and value states, the masks.
 
+    A model drawn from its ``output_attentions`` keeps every layer's weights instead:
+    N x H x L_q x L_k per block, in its dtype and as float32.
+
     N x (H + 2 H_kv) x L x d_k numbers per block, plus one (L_q, L_k) float mask per block
     (transformers builds one and hands it to every layer), plus T5's position bias
     (H, L_q, L_k) per block, which its layers share too; each number in the model's dtype
     (2 bytes in bfloat16 or float16, 4 in float32).
     """
     total = 0
+    if model.attention_path == "output_attentions":
+        # every layer's weights at once: the model's output, and the float32 copy kept
+        for block in model.blocks:
+            area = lengths.queries(block) * lengths.keys(block)
+            cells = model.block_layers(block) * model.block_heads(block) * area
+            total += cells * (dtype_bytes(model) + FLOAT_BYTES)
+        return total
     d_k = head_dim(model)
     for block in model.blocks:
         len_q, len_k = lengths.queries(block), lengths.keys(block)
@@ -313,7 +346,8 @@ def estimate_peak_bytes(
     if method in GRADIENT_METHODS:
         gradients = 3 * gradient_cells(model, lengths.total, lengths.target)
     phases = max(forward, view, gradients)
-    held = runs * recording_bytes(model, lengths) if recorded else _mask_bytes(model, lengths)
+    whole = recorded or model.attention_path == "output_attentions"  # its pass holds them all
+    held = runs * recording_bytes(model, lengths) if whole else _mask_bytes(model, lengths)
     return held + phases * FLOAT_BYTES + WORKING_BYTES
 
 

@@ -198,6 +198,7 @@ def prepare_sequence(
         method=options.method,
         target_index=options.target_index,
         target_token_id=options.target_token_id,
+        neuron=options.neuron,
     )
     check_view_cells(model, options, lengths, block, limits)
     run_on = model.device_for(options.device)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
 from ..attention.cancellation import check_cancelled
 from ..attention.errors import AttentionInputError
-from .recorder import AttentionRecording, StepwiseRecording, record_attention
+from .recorder import AttentionRecording, StepwiseRecording, WeightsRecording, record_attention
 from .results import DecoderHead, Generation, PretrainedAttentions
 from .tokens import TokenizedBatch
 
@@ -40,6 +40,7 @@ class GenerationMixin:
         name: str
         family: Family
         tokenizer: PreTrainedTokenizerBase
+        attention_path: Literal["recorded", "output_attentions"]
 
         @property
         def described(self) -> str: ...  # noqa: D102
@@ -126,10 +127,23 @@ class GenerationMixin:
         from transformers import DynamicCache
 
         backbone, head = model.base_model, model.get_output_embeddings()  # type: ignore[no-untyped-call]
-        joining = record_pass and not record_steps and backbone is not model and head is not None
-        recording: AttentionRecording = StepwiseRecording() if joining else AttentionRecording()
+        # A model drawn from its output_attentions records nothing through the interface:
+        # its steps keep the weights it returns, and its pass is run after generating.
+        own = self.attention_path == "output_attentions"
+        joining = (
+            record_pass and not record_steps and backbone is not model and head is not None
+        ) and not own
+        recording: AttentionRecording = (
+            StepwiseRecording()
+            if joining
+            else WeightsRecording()
+            if own and record_steps
+            else AttentionRecording()
+        )
         hidden: list[torch.Tensor] = []
         last = {"logits_to_keep": 1} if "logits_to_keep" in self.forward_arguments else {}
+        if isinstance(recording, WeightsRecording):
+            last["output_attentions"] = True
 
         def keep_hidden(module: nn.Module, args: Any, output: Any) -> None:
             hidden.append(output[0])  # the backbone's last hidden states (1, L, d_model)
@@ -143,6 +157,9 @@ class GenerationMixin:
             out = model(ids, past_key_values=cache, use_cache=True, **last)
             if isinstance(recording, StepwiseRecording):
                 recording.end_pass()
+            if isinstance(recording, WeightsRecording):
+                for weights in out.attentions:  # this step's rows, every layer
+                    recording.add_weights(model, weights)
             return out.logits[0, -1], out.past_key_values
 
         hook = backbone.register_forward_hook(keep_hidden) if joining else None

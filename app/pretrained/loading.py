@@ -216,7 +216,8 @@ def load_model_dir(
     Raises:
         ModelFormatError: no config.json, or transformers cannot load the config, the
             weights or the tokenizer (the message says which and why), or the model's
-            attention does not go through transformers' attention interface.
+            attention can be neither recorded nor read from its ``output_attentions``
+            (its warm-up pass, :meth:`.model.PretrainedModel.warm_up`).
         PlacementError: a placement accelerate cannot apply (the message names the
             setting).
     """
@@ -278,7 +279,7 @@ def load_model_dir(
             reload=reload,
             feature_extractor=extractor,
         )
-    return PretrainedModel(
+    loaded = PretrainedModel(
         name=name,
         source=source or str(folder),
         path=folder,
@@ -289,6 +290,8 @@ def load_model_dir(
         placement=placement,
         reload=reload,
     )
+    loaded.warm_up()  # settles how its weights are obtained (attention_path)
+    return loaded
 
 
 def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> PretrainedModel:
@@ -326,7 +329,7 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> Pretra
             f"AttentionInterface), so AttnViz cannot record its attention: {error}"
         ) from error
     label = name or str(getattr(config, "name_or_path", "") or type(model).__name__)
-    return PretrainedModel(
+    wrapped = PretrainedModel(
         name=label,
         source="loaded in Python",
         path=Path(str(getattr(config, "name_or_path", "") or ".")),
@@ -336,6 +339,8 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> Pretra
         load_s=0.0,
         reload=None,
     )
+    wrapped.warm_up()  # settles how its weights are obtained (attention_path)
+    return wrapped
 
 
 def load_ctranslate2_whisper(

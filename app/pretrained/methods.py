@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from ..attention.errors import AttentionInputError
-from .recorder import AttentionCall, AttentionRecording
+from .recorder import AttentionCall, AttentionRecording, WeightsRecording
 
 if TYPE_CHECKING:
     from .results import PretrainedAttentions
@@ -267,10 +267,18 @@ def with_method(
         method: any :data:`Method` (only "norm" replaces the weights).
 
     Raises:
-        AttentionInputError: (field ``method``) a layer without a known output projection.
+        AttentionInputError: (field ``method``) a layer without a known output projection,
+            or a pass drawn from ``output_attentions`` (no value states).
     """
     if method not in PER_HEAD_METHODS:  # the maps stay the weights (and rollout with them)
         return result
+    if isinstance(result.recording, WeightsRecording):
+        raise AttentionInputError(
+            "method",
+            f"method {method!r} needs the value states, and this model's attention modules "
+            "compute attention themselves (its maps are its output_attentions): the fused "
+            "path is not available for this family",
+        )
     memo = result.memo.setdefault(("method", method), {})
     if "recording" not in memo:
         calls = result.recording.calls

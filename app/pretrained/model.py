@@ -26,11 +26,12 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 import torch
 from torch import nn
 
+from ..attention.cancellation import check_cancelled
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
 from .architectures import ALIBI_TYPES, POSITIONS_AFTER_PADDING
@@ -47,6 +48,7 @@ from .placement import (
 from .recorder import (
     AttentionObserver,
     AttentionRecording,
+    WeightsRecording,
     ablate_heads,
     eager_attention,
     observe_attention,
@@ -64,8 +66,37 @@ WARM_UP_TEXT: Final = "Attention is all you need."
 """The short input :meth:`PretrainedModel.warm_up` runs through a text model."""
 
 
+AttentionPath = Literal["recorded", "output_attentions"]
+"""How a model's weights are obtained: "recorded" (transformers' attention interface, the
+fused path: states kept, weights recomputed on demand, :mod:`.recorder`) or
+"output_attentions" (the model's own eager weights, returned whole,
+:class:`.recorder.WeightsRecording`), for families whose modules bypass the interface."""
+
+
 class ModelFormatError(ValueError):
     """A model AttnViz cannot load or show; the message names the file and what is missing."""
+
+
+class UnrecordedError(ModelFormatError):
+    """A pass recorded no attention call: the model's modules compute attention themselves."""
+
+
+def output_attentions_note(name: str, model: nn.Module) -> str:
+    """What the response and the page say of a model drawn from its eager ``output_attentions``."""
+    modules = sorted(
+        {type(m).__name__ for m in model.modules() if type(m).__name__.endswith("Attention")}
+    )
+    config = getattr(model, "config", None)
+    alibi = getattr(config, "alibi", False) or getattr(config, "model_type", "") in ALIBI_TYPES
+    feature = " (with its ALiBi position bias)" if alibi else ""
+    return (
+        f"{name}'s attention layers ({', '.join(modules) or type(model).__name__}) compute "
+        f"attention themselves{feature}, not through transformers' attention interface, so "
+        "the fused path is not available for this family: its maps are the model's own eager "
+        "output_attentions, every layer held at once (shorter inputs than the fused path "
+        "admits), and the methods that need queries, keys or values (neuron view, norm, "
+        "value zeroing, gradients, heads off) are not available"
+    )
 
 
 def unrecorded_message(name: str, model: nn.Module) -> str:
@@ -135,6 +166,10 @@ class LoadedModel:
         reload: loads the same model anew onto one device (from its files), for a
             request that asks for a device the model is not on; None when it cannot be
             (a model handed over from Python).
+        attention_path: how its weights are obtained (:data:`AttentionPath`): "recorded"
+            unless its warm-up found that its modules bypass the attention interface.
+        attention_path_found: whether the warm-up ran and settled ``attention_path``
+            (the loaders run it: a text model is ready to run once loaded).
     """
 
     name: str
@@ -145,6 +180,8 @@ class LoadedModel:
     load_s: float
     placement: Placement = field(default_factory=Placement)
     reload: Callable[[torch.device], PreTrainedModel] | None = field(default=None, repr=False)
+    attention_path: AttentionPath = "recorded"
+    attention_path_found: bool = field(default=False, repr=False)
     _copies: dict[str, PreTrainedModel] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     modality: ClassVar[str] = "text"
@@ -364,13 +401,31 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         It also checks that every attention layer can be reproduced: each recorded call's
         module has an eager attention function AttnViz computes its weights with.
 
+        A model whose pass records no call (its modules compute attention themselves)
+        switches to its eager ``output_attentions`` (:attr:`attention_path`).
+
         Raises:
-            ModelFormatError: the model's attention is not reproducible (as :meth:`run`,
-                or a layer without ``eager_attention_forward``), the message says which.
+            ModelFormatError: the model's attention is not reproducible (a layer without
+                ``eager_attention_forward``) and, for a model whose modules bypass the
+                attention interface, its ``output_attentions`` gives no weights either;
+                the message says which.
         """
+        if self.attention_path_found:
+            return
         warm = self.tokenize([WARM_UP_TEXT])
         targets = self.decoder_inputs([WARM_UP_TEXT]) if self.family == "encoder-decoder" else None
-        check_reproducible(self.run(warm, targets, device="auto").recording)
+        try:
+            check_reproducible(self.run(warm, targets, device="auto").recording)
+        except UnrecordedError as error:
+            # Its modules compute attention themselves (GPT-Neo, BLOOM): draw the model's
+            # own eager output_attentions, when it returns them.
+            self.attention_path = "output_attentions"
+            try:
+                self.run(warm, targets, device="auto")
+            except ModelFormatError as again:
+                self.attention_path = "recorded"
+                raise ModelFormatError(f"{error}; {again}") from again
+        self.attention_path_found = True
 
     def attention(
         self,
@@ -427,6 +482,11 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         """
         run_on, model = self.placed_on(device)
         inputs = self.forward_inputs(batch, targets, run_on)
+        if self.attention_path == "output_attentions":
+            return self._run_output_attentions(
+                model, batch, targets, inputs, run_on, ablate=ablate, observer=observer,
+                record=record,
+            )  # fmt: skip
         start = time.perf_counter()
         final_hidden = None
         recording = AttentionRecording()
@@ -456,7 +516,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
                 torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
         if record and not recording.calls:
-            raise ModelFormatError(unrecorded_message(self.name, model))
+            raise UnrecordedError(unrecorded_message(self.name, model))
         return PretrainedAttentions(
             batch=batch,
             targets=targets,
@@ -498,6 +558,123 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             inputs["decoder_input_ids"] = targets.input_ids.to(device)
             inputs["decoder_attention_mask"] = targets.attention_mask.to(device).long()
         return inputs
+
+    def _run_output_attentions(
+        self,
+        model: PreTrainedModel,
+        batch: TokenizedBatch,
+        targets: TokenizedBatch | None,
+        inputs: dict[str, torch.Tensor],
+        run_on: torch.device,
+        *,
+        ablate: dict[int, tuple[int, ...]] | None,
+        observer: AttentionObserver | None,
+        record: bool,
+    ) -> PretrainedAttentions:
+        """:meth:`run` for a model whose modules bypass the attention interface.
+
+        One forward pass with ``output_attentions=True``: every layer's weights are the
+        model's own eager ones, kept whole (:class:`.recorder.WeightsRecording`) and handed
+        to ``observer`` layer by layer after the pass.
+
+        Raises:
+            AttentionInputError: (field ``ablate``) heads to switch off: this path cannot.
+            ModelFormatError: the model returned no weights (no path returns them).
+        """
+        if ablate:
+            raise AttentionInputError(
+                "ablate", f"heads off: {output_attentions_note(self.name, model)}"
+            )
+        start = time.perf_counter()
+        final_hidden = None
+        with torch.inference_mode():
+            try:
+                if self.family == "decoder":
+                    backbone = model.base_model
+                    head = model.get_output_embeddings()  # type: ignore[no-untyped-call]
+                    whole = backbone is model or head is None
+                    runner = model if whole else backbone
+                    outputs = runner(**inputs, use_cache=False, output_attentions=True)
+                    decoder_head = (
+                        DecoderHead(outputs.logits, nn.Identity())
+                        if whole
+                        else DecoderHead(outputs.last_hidden_state, head)
+                    )
+                    layers = {"decoder": outputs.attentions}
+                elif self.family == "encoder":
+                    outputs = model(**inputs, output_attentions=True)
+                    decoder_head = None
+                    final_hidden = outputs.last_hidden_state.float().cpu()
+                    layers = {"encoder": outputs.attentions}
+                else:
+                    outputs = model(**inputs, use_cache=False, output_attentions=True)
+                    decoder_head = DecoderHead(outputs.logits, nn.Identity())
+                    layers = {
+                        "encoder": outputs.encoder_attentions,
+                        "decoder": outputs.decoder_attentions,
+                        "cross": outputs.cross_attentions,
+                    }
+            except IndexError as error:
+                raise AttentionInputError(
+                    "texts",
+                    f"{self.name} cannot take this input ({error}): a token id beyond its "
+                    "vocabulary or more tokens than its positions",
+                ) from error
+            if run_on.type == "cuda":
+                torch.cuda.synchronize(run_on)
+        compute_ms = (time.perf_counter() - start) * 1000.0
+        recording = WeightsRecording()
+        block_calls: dict[Block, list[int]] = {}
+        modules = self.attention_modules(model)
+        for block in self.blocks:
+            weights = layers.get(block)
+            if not weights or any(w is None for w in weights):
+                raise ModelFormatError(
+                    f"{self.name}: its output_attentions returned no {block} weights either, "
+                    "so no path gives AttnViz its attention"
+                )
+            block_calls[block] = []
+            for layer, tensor in enumerate(weights):
+                check_cancelled()
+                module = modules.get(block, [])
+                owner = module[layer] if len(module) == len(weights) else model
+                if observer is not None and observer.wants(owner):
+                    observer.take(0, int(tensor.shape[2]), tensor)
+                    observer.layer_done()
+                if record:
+                    block_calls[block].append(len(recording.calls))
+                    recording.add_weights(owner, tensor)
+        del layers, outputs
+        if not record:
+            block_calls = {b: list(range(self.block_layers(b))) for b in self.blocks}
+        return PretrainedAttentions(
+            batch=batch,
+            targets=targets,
+            recording=recording,
+            block_calls=block_calls,
+            decoder_head=decoder_head,
+            compute_ms=compute_ms,
+            device=str(run_on),
+            final_hidden=final_hidden,
+        )
+
+    def attention_modules(self, model: PreTrainedModel) -> dict[Block, list[nn.Module]]:
+        """Each block's innermost attention modules (class names ending in "Attention"), in order.
+
+        GPT-Neo's ``GPTNeoAttention`` wraps a ``GPTNeoSelfAttention``: the inner one is
+        the layer's. An encoder-decoder's are split by their names (:meth:`block_of`).
+        """
+        found = [
+            m
+            for m in model.modules()
+            if type(m).__name__.endswith("Attention")
+            and not any(type(c).__name__.endswith("Attention") for c in m.modules() if c is not m)
+        ]
+        block = self.block_of(model)
+        split: dict[Block, list[nn.Module]] = {}
+        for module in found:
+            split.setdefault(block(module), []).append(module)
+        return split
 
     @functools.cached_property
     def forward_arguments(self) -> frozenset[str]:

@@ -218,6 +218,64 @@ class AttentionRecording:
         return weights
 
 
+class WeightsRecording(AttentionRecording):
+    """The weights a model's own eager attention returned (``output_attentions``), kept whole.
+
+    For the families whose attention modules compute attention themselves instead of
+    calling transformers' attention interface (GPT-Neo's local and global layers with
+    their unscaled scores, BLOOM's ALiBi; found at load, when a warm-up pass records no
+    call, :meth:`.model.PretrainedModel.warm_up`): nothing reaches the recorder, so the
+    model runs with ``output_attentions=True`` and every layer's (B, H, L_q, L_k) weights
+    are kept as float32 on the CPU, exactly what transformers returns. Each call then has
+    no query, key or value states (their last axis is empty, the shapes only), no mask
+    and no eager function: the views of the weights work, the methods that need the
+    states (the neuron view, norm-based attention, value zeroing, gradients, head
+    ablation) are refused before they run. Memory grows as N x H x L**2 (the
+    admission's estimate decides how long an input may be).
+
+    Attributes:
+        weights: each call's (B, H, L_q, L_k) float32 weights, in the order of ``calls``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights: list[torch.Tensor] = []
+
+    def add_weights(self, module: nn.Module, weights: torch.Tensor) -> None:
+        """Keep one layer's weights (B, H, L_q, L_k), any dtype or device, as float32 on the CPU."""
+        kept = weights.detach().float().cpu()
+        size, heads, length_q, length_k = kept.shape
+        self.calls.append(
+            AttentionCall(
+                module=module,
+                query=kept.new_empty((size, heads, length_q, 0)),
+                key=kept.new_empty((size, heads, length_k, 0)),
+                value=kept.new_empty((size, heads, length_k, 0)),
+                attention_mask=None,
+                scaling=None,
+                kwargs={},
+            )
+        )
+        self.weights.append(kept)
+
+    def groups_weights(
+        self, layer: int, first: int, count: int, *, query: int | None = None
+    ) -> torch.Tensor:
+        """As :meth:`AttentionRecording.groups_weights`, sliced from the kept weights (a copy)."""
+        call = self.calls[layer]
+        if not (first >= 0 and count >= 1 and first + count <= call.num_key_value_heads):
+            raise IndexError(
+                f"key/value heads {first}..{first + count - 1} are not in "
+                f"0..{call.num_key_value_heads - 1}"
+            )
+        check_cancelled()
+        heads = slice(first * call.group_size, (first + count) * call.group_size)
+        weights = self.weights[layer][:, heads]
+        if query is not None:
+            weights = weights[:, :, query : query + 1]
+        return weights.clone()
+
+
 class StepwiseRecording(AttentionRecording):
     """The recording of one causal pass over prompt + generated tokens, taken while generating.
 

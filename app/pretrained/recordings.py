@@ -25,7 +25,7 @@ import torch
 
 from .gradients import GradientPass, gradient_pass
 from .model import PretrainedModel
-from .recorder import AttentionObserver
+from .recorder import AttentionObserver, WeightsRecording
 from .results import Generation, PretrainedAttentions
 from .tokens import TokenizedBatch
 
@@ -51,8 +51,13 @@ def recording_bytes(result: PretrainedAttentions) -> int:
     """
     seen: set[int] = set()
     total = 0
-    for call in result.recording.calls:
-        tensors = [call.query, call.key, call.value, call.attention_mask, *call.kwargs.values()]
+    kept = [
+        [call.query, call.key, call.value, call.attention_mask, *call.kwargs.values()]
+        for call in result.recording.calls
+    ]
+    if isinstance(result.recording, WeightsRecording):  # output_attentions' weights, whole
+        kept.append(list(result.recording.weights))
+    for tensors in kept:
         for tensor in tensors:
             if not isinstance(tensor, torch.Tensor):
                 continue

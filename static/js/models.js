@@ -52,6 +52,7 @@ const shadeLayer = document.getElementById("shade-layer");
 const queryStrip = document.getElementById("query-strip");
 const keyStrip = document.getElementById("key-strip");
 const modelDescription = document.getElementById("model-description");
+const pathNote = document.getElementById("path-note");
 const textsBox = document.getElementById("texts");
 const textsLabel = document.getElementById("texts-label");
 const textsHint = document.getElementById("texts-hint");
@@ -255,6 +256,11 @@ function describeModel() {
   const m = selectedModel();
   modelDescription.textContent = descriptionOf(m);
   modelDescription.dataset.state = m ? m.state : "";
+  // A family whose attention modules bypass transformers' attention interface (GPT-Neo,
+  // BLOOM) is drawn from its own output_attentions: say so, and what that costs.
+  const own = m && m.attention_path === "output_attentions";
+  pathNote.hidden = !own;
+  pathNote.textContent = own ? `${m.attention_note}.` : "";
 }
 
 function applyListing(listing) {
@@ -727,6 +733,7 @@ function describe(res) {
   parts.push(`attentions (N, B, H, L_q, L_k) = (${res.shape[0]}, 1, ${H}, ${lq}, ${lk}) for ` +
     `${sequenceLabel.textContent.toLowerCase()} ${res.sequence_index}`);
   if (res.generation) parts.push(generated(res.generation));
+  if (res.attention_path === "output_attentions") parts.push("the model's own output_attentions");
   parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
   return parts.join(" · ");
 }
@@ -796,6 +803,7 @@ function describeQuery(res, q) {
   parts.push(`query_attentions (N, H, L_k) = (${N}, ${H}, ${Lk}): token ${q}'s row in every ` +
     "layer and head");
   if (res.generation) parts.push(generated(res.generation));
+  if (res.attention_path === "output_attentions") parts.push("the model's own output_attentions");
   parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
   return parts.join(" · ");
 }

@@ -66,6 +66,7 @@ MODELS = {  # name: (builder's model_type, tokenizer style)
     "mistral": ("mistral", tiny.DECODER_STYLE),  # a sliding window of 4 < R: keys leave it
     "bert": ("bert", tiny.BERT_STYLE),
     "t5": ("t5", tiny.T5_STYLE),
+    "gpt_neo": ("gpt_neo", tiny.DECODER_STYLE),  # drawn from its own output_attentions
 }
 PROJECTIONS = {"q_proj", "k_proj", "query", "key", "q", "k"}
 """The query and key projections of Llama, BERT and T5, scaled up by :func:`save_sharp`."""
@@ -77,7 +78,7 @@ def save_sharp(model_type: str, style: tiny.Style, folder: Path, *, scale: float
     Random initial weights make every head nearly uniform; scaled query and key
     projections make the heads peaked and different, so that the scores tell them apart.
     """
-    build = tiny.BUILDERS[model_type][0]
+    build = {**tiny.BUILDERS, **tiny.OWN_ATTENTION}[model_type][0]
     tokenizer = tiny.word_tokenizer(style)
     torch.manual_seed(0)
     model = build(style, len(tokenizer))

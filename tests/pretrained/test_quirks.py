@@ -13,8 +13,8 @@ input longer than the window with padding in the batch:
   from the recording;
 * the pass recorded while generating equals one causal pass.
 
-A model whose attention does not go through the attention interface (BLOOM's ALiBi) is
-refused with a message naming its attention modules and the ALiBi bias.
+Models whose attention does not go through the attention interface (BLOOM's ALiBi,
+GPT-Neo) are drawn from their eager output_attentions: tests/pretrained/test_own_attention.py.
 """
 
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import torch
-from attnviz.pretrained import ModelFormatError, PretrainedModel
+from attnviz.pretrained import PretrainedModel
 from attnviz.pretrained import display as display_module
 from attnviz.pretrained.display import LayerWalk
 from attnviz.pretrained.loading import load_model_dir
@@ -148,11 +148,3 @@ def test_the_pass_recorded_while_generating_equals_one_causal_pass(
             atol=1e-5,
             rtol=0,
         )
-
-
-def test_a_model_with_alibi_inside_its_own_attention_is_refused_naming_it(tmp_path: Path) -> None:
-    require_transformers()
-    folder = tiny.save_tiny("bloom", tmp_path / "bloom")
-    model = load_model_dir("bloom", folder)
-    with pytest.raises(ModelFormatError, match=r"BloomAttention.*ALiBi.*refuses the model"):
-        model.warm_up()

@@ -418,9 +418,32 @@ QUIRKS: dict[str, tuple[Callable[[Style, int], Any], Style]] = {
 soft-capping, query scaling other than head_dim**-0.5 and alternating sliding-window layers
 (Gemma 2), multi-query heads with sliding and global layers (Gemma 3), learned attention
 sinks (gpt-oss), Granite's attention multiplier, Qwen2's sliding window from a layer on."""
-REFUSED = {"bloom": (_bloom, DECODER_STYLE)}
-"""Models whose attention does not go through transformers' attention interface (BLOOM's
-ALiBi): AttnViz refuses them at load, naming why."""
+
+
+def _gpt_neo(s: Style, vocab: int) -> Any:
+    import transformers
+
+    config = transformers.GPTNeoConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        attention_types=[[["global", "local"], 1]],  # layer 1 sees a local window only
+        window_size=SLIDING_WINDOW,
+        max_position_embeddings=64,
+        bos_token_id=s.id("<s>"),
+        eos_token_id=s.id("</s>"),
+    )
+    return transformers.GPTNeoForCausalLM(config)
+
+
+OWN_ATTENTION: dict[str, tuple[Callable[[Style, int], Any], Style]] = {
+    "bloom": (_bloom, DECODER_STYLE),
+    "gpt_neo": (_gpt_neo, DECODER_STYLE),
+}
+"""Decoders whose attention modules compute attention themselves instead of calling
+transformers' attention interface (BLOOM's ALiBi; GPT-Neo's global and local layers with
+unscaled scores): AttnViz draws them from their eager ``output_attentions``."""
 
 
 FAMILIES = {
@@ -440,9 +463,9 @@ FAMILIES = {
 def save_tiny(model_type: str, folder: Path, *, seed: int = 0) -> Path:
     """Build the tiny ``model_type`` (random weights from ``seed``) and save it to ``folder``.
 
-    ``model_type`` is one of :data:`BUILDERS`, :data:`QUIRKS` or :data:`REFUSED`.
+    ``model_type`` is one of :data:`BUILDERS`, :data:`QUIRKS` or :data:`OWN_ATTENTION`.
     """
-    build, style = {**BUILDERS, **QUIRKS, **REFUSED}[model_type]
+    build, style = {**BUILDERS, **QUIRKS, **OWN_ATTENTION}[model_type]
     tokenizer = word_tokenizer(style)
     torch.manual_seed(seed)
     model = build(style, len(tokenizer))

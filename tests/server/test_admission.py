@@ -366,6 +366,7 @@ def smollm2_shape() -> Any:
         vocab_size=49_152,
         block_layers=lambda block: 30,
         block_heads=lambda block: 9,
+        attention_path="recorded",
     )
 
 

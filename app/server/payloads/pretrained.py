@@ -19,6 +19,7 @@ from ...pretrained import ModelEntry, PretrainedModel
 from ...pretrained.analysis import PreparedSequence
 from ...pretrained.display import Pooling, SequenceView, batch_maps
 from ...pretrained.gradients import GradientPass
+from ...pretrained.model import LoadedModel, output_attentions_note
 from ...pretrained.recorder import Neuron
 from ...pretrained.results import Generation, PretrainedAttentions
 from ..schemas.pretrained import ModelInfo, PretrainedAttentionRequest
@@ -53,6 +54,8 @@ def model_info(entry: ModelEntry) -> ModelInfo:
             "layers_per_device": model.layers_per_device(),
             "device": str(model.home),
             "placed": model.placed,
+            "attention_path": model.attention_path,
+            "attention_note": attention_note(model),
         }
     )
 
@@ -279,4 +282,13 @@ def model_fields(
         "d_model": model.d_model,
         "device": result.device,
         "compute_ms": result.compute_ms,
+        "attention_path": model.attention_path,
+        "attention_note": attention_note(model),
     }
+
+
+def attention_note(model: LoadedModel) -> str | None:
+    """Why a model's maps are its eager output_attentions (None on the fused path)."""
+    if model.attention_path != "output_attentions":
+        return None
+    return output_attentions_note(model.name, model.model)

@@ -57,7 +57,7 @@ RETRY_AFTER_S = 2
 
 @router.get("", response_model=ModelListResponse, summary="The pretrained models on offer")
 def list_models(registry: RegistryDep) -> ModelListResponse:
-    """The packaged models (all-MiniLM-L6-v2, SmolLM2-135M-Instruct) and ATTNVIZ_MODEL_DIRS.
+    """ATTNVIZ_MODELS (under their Hugging Face ids), the packaged models, ATTNVIZ_MODEL_DIRS.
 
     Models load in the background after start-up; each says whether it is loading,
     ready, or failed (with the reason).

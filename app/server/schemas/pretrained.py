@@ -113,6 +113,17 @@ class ModelInfo(BaseModel):
         description="Whether a device map placed it: it then runs only where it lies, and a "
         "request for another device is a 422.",
     )
+    attention_path: Literal["recorded", "output_attentions"] | None = Field(
+        None,
+        description="How its maps are obtained: 'recorded' (the fused path: transformers' "
+        "attention interface, any length the memory limit admits, every method), or "
+        "'output_attentions' for a family whose attention modules compute attention "
+        "themselves (GPT-Neo, BLOOM): the model's own eager weights, every layer at once "
+        "(shorter inputs), without the methods that need queries, keys or values.",
+    )
+    attention_note: str | None = Field(
+        None, description="With 'output_attentions': why, and what is not available."
+    )
 
 
 class ModelListResponse(BaseModel):
@@ -471,6 +482,15 @@ class PretrainedAttentionResponse(BaseModel):
     )
     device: str
     compute_ms: float = Field(description="Forward pass and derived maps, in milliseconds.")
+    attention_path: Literal["recorded", "output_attentions"] = Field(
+        "recorded",
+        description="'recorded' (the fused path), or 'output_attentions': the maps are the "
+        "model's own eager output_attentions, for a family whose modules bypass "
+        "transformers' attention interface (see attention_note).",
+    )
+    attention_note: str | None = Field(
+        None, description="With 'output_attentions': why the fused path is not available."
+    )
     sequence_index: int | None = Field(None, description="The input returned, when selected.")
     layer_index: int | None = Field(None, description="The layer returned, when selected.")
     hidden_special_tokens: bool = Field(False, description="Whether [CLS] / [SEP] were removed.")
