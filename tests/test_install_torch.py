@@ -1,0 +1,79 @@
+"""scripts/install_torch.sh (make install's torch): a local wheel first, else TORCH_INDEX.
+
+A fake python records the pip commands it is given; its ``--no-index`` install succeeds only
+when the test says a local wheel matches.
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts/install_torch.sh"
+FAKE_PYTHON = """#!/bin/sh
+echo "$*" >> "$CALLS"
+case " $* " in
+  *" --no-index "*) [ "$LOCAL_WHEEL" = yes ] || { echo "no matching distribution" >&2; exit 1; } ;;
+esac
+"""
+
+
+def install(tmp_path: Path, local_wheel: bool, *args: str) -> tuple[list[str], str]:
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {**os.environ, "CALLS": str(calls), "LOCAL_WHEEL": "yes" if local_wheel else "no"}
+    done = subprocess.run(
+        [str(SCRIPT), str(python), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return calls.read_text().splitlines(), done.stdout
+
+
+def test_a_matching_local_wheel_is_installed_then_its_dependencies_from_the_index(
+    tmp_path: Path,
+) -> None:
+    calls, said = install(tmp_path, True, "torch==2.13.0", "https://download.pytorch.org/whl/cpu")
+    assert calls == [
+        "-m pip install --quiet --no-index --no-deps torch==2.13.0",
+        "-m pip install --quiet torch==2.13.0",
+    ]
+    assert "local wheel" in said
+
+
+@pytest.mark.parametrize("index", [None, "https://download.pytorch.org/whl/cu128"])
+def test_without_a_local_wheel_torch_comes_from_the_index(
+    tmp_path: Path, index: str | None
+) -> None:
+    spec = "torch==2.13.0+cu128" if index else "torch==2.13.0"
+    calls, said = install(tmp_path, False, spec, *([index] if index else []))
+    wanted = index or "https://download.pytorch.org/whl/cpu"  # the default: the CPU build
+    assert calls == [
+        f"-m pip install --quiet --no-index --no-deps {spec}",
+        f"-m pip install --quiet {spec} --index-url {wanted}",
+    ]
+    assert wanted in said
+
+
+def test_a_failed_install_fails(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nexit 1\n")
+    python.chmod(0o755)
+    done = subprocess.run(
+        [str(SCRIPT), str(python), "torch==2.13.0"], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode != 0
+
+
+def test_make_install_runs_it_with_torch_spec_and_torch_index() -> None:
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "TORCH_INDEX ?= https://download.pytorch.org/whl/cpu" in makefile
+    assert 'scripts/install_torch.sh $(BIN)/python "$(TORCH_SPEC)" "$(TORCH_INDEX)"' in makefile
