@@ -119,9 +119,18 @@ def resolve_hub_model(model: HubId) -> Path:
                 local_files_only=offline,
                 allow_patterns=list(patterns),
                 etag_timeout=ETAG_TIMEOUT_S,
+                endpoint=os.environ.get("HF_ENDPOINT") or None,  # read now, not at import
             )
         )
 
+    from huggingface_hub.utils.tqdm import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    quiet = are_progress_bars_disabled()  # transformers' loader silences them: not here
+    enable_progress_bars()
     try:
         folder = download(MODEL_FILES)
         if not offline and not _has_weights(folder):
@@ -149,6 +158,9 @@ def resolve_hub_model(model: HubId) -> Path:
         ) from error
     except OSError as error:
         raise ModelFormatError(f"{model}: the download failed: {_first_line(error)}") from error
+    finally:
+        if quiet:
+            disable_progress_bars()
     if not (folder / "config.json").is_file():
         raise ModelFormatError(f"{model}: {folder} has no config.json (not a transformers model)")
     return folder

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -153,3 +154,123 @@ def test_an_id_is_served_from_the_command_line(offline: Path, tmp_path: Path) ->
 def test_a_name_that_is_no_model_is_refused_naming_the_setting() -> None:
     with pytest.raises(ValueError, match=r"ATTNVIZ_MODELS: 'two words' is neither"):
         ModelRegistry().configure([], models=["two words"], packaged=[])
+
+
+class FakeHub:
+    """The few routes of the Hugging Face hub that ``snapshot_download`` calls, on 127.0.0.1.
+
+    One repository, ``org/online`` at commit ONLINE, holding a tiny GPT-2 and a Flax file
+    that a download must leave alone; every request is logged.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.folder, self.requests = folder, []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def do_HEAD(self) -> None:
+                self.answer(body=False)
+
+            def do_GET(self) -> None:
+                self.answer(body=True)
+
+            def answer(self, body: bool) -> None:
+                hub.requests.append(self.path)
+                data, headers = hub.route(self.path)
+                self.send_response(200 if data is not None else 404)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data or b"")))
+                self.end_headers()
+                if body and data:
+                    self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def route(self, path: str) -> tuple[bytes | None, dict[str, str]]:
+        import hashlib
+
+        files = sorted(self.folder.iterdir())
+        as_json = {"Content-Type": "application/json"}
+        if path.startswith("/api/models/org/online/tree/"):
+            tree = [
+                {"type": "file", "path": f.name, "size": f.stat().st_size,
+                 "oid": hashlib.sha1(f.read_bytes()).hexdigest()}
+                for f in files
+            ]  # fmt: skip
+            return json.dumps(tree).encode(), as_json
+        if path.startswith("/api/models/org/online/revision/"):
+            info = {
+                "id": "org/online",
+                "sha": ONLINE,
+                "siblings": [{"rfilename": f.name} for f in files],
+            }
+            return json.dumps(info).encode(), as_json
+        if path.startswith("/org/online/resolve/"):
+            file = self.folder / path.split("/", 5)[-1]
+            data = file.read_bytes()
+            etag = '"' + hashlib.sha1(data).hexdigest() + '"'
+            return data, {"X-Repo-Commit": ONLINE, "ETag": etag}
+        return None, {}
+
+
+ONLINE = "fedcba9876543210fedcba9876543210fedcba98"
+
+
+@pytest.fixture(scope="module")
+def fake_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHub]:
+    require_transformers()
+    folder = tiny.save_tiny("gpt2", tmp_path_factory.mktemp("hub-repo") / "online")
+    (folder / "flax_model.msgpack").write_bytes(b"not fetched")
+    hub = FakeHub(folder)
+    yield hub
+    hub.server.shutdown()
+
+
+def test_an_id_not_cached_is_downloaded_with_progress_when_the_hub_answers(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: Any
+) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    env = {"ATTNVIZ_MODELS": json.dumps(["org/online"]), "ATTNVIZ_PACKAGED_MODELS": "false"}
+    with serving(env) as client:
+        info = client.get("/api/v1/models").json()["models"][0]
+        assert (info["name"], info["state"]) == ("org/online", "ready"), info
+        body = {"model": "org/online", "texts": [TEXT], "sequence_index": 0}
+        response = client.post("/api/v1/models/attention", json=body)
+        assert response.status_code == 200, response.text
+        ids = torch.tensor(response.json()["input_ids"])
+        expected = eager_weights(fake_hub.folder, ids)
+        got = torch.tensor(response.json()["attentions"])
+        for layer, weights in enumerate(expected):
+            torch.testing.assert_close(got[layer], weights, atol=1e-5, rtol=0)
+    snapshot = tmp_path / "hub" / "models--org--online" / "snapshots" / ONLINE
+    assert (snapshot / "model.safetensors").is_file()
+    assert not (snapshot / "flax_model.msgpack").exists()  # only what a model needs
+    assert not any("flax_model" in path for path in fake_hub.requests)
+    assert "Fetching" in capfd.readouterr().err  # huggingface_hub's progress bar
+
+    # The hub gone (nothing listens there): the cache answers, at once; an id it lacks
+    # fails saying the hub could not be reached.
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    import time
+
+    from attnviz.pretrained.hub import resolve_hub_model
+
+    start = time.monotonic()
+    assert resolve_hub_model(HubId("org/online")) == snapshot
+    assert time.monotonic() - start < 30
+    with pytest.raises(
+        ValueError, match=r"not in the local Hugging Face cache .* could not be reached"
+    ):
+        resolve_hub_model(HubId("org/elsewhere"))
