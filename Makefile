@@ -49,7 +49,8 @@ container-engine:
 	fi
 
 # Build the image from the Dockerfile with docker (or podman), run it, check the pages, the API
-# with each shipped model, the non-root user, the HEALTHCHECK, the stop on SIGTERM; it prints
+# with each shipped model, the non-root user, the HEALTHCHECK, the stop on SIGTERM, a model by
+# Hugging Face id from a mounted cache (ATTNVIZ_MODELS, HF_HUB_OFFLINE); it prints
 # the image's size and the build and start-up times (4.5 minutes cold, 33 s warm on 2 cores;
 # scripts/docker_check.py, docs/deploy.md). Skipped without an engine, failed with CI=true.
 docker-check: container-engine espeak
