@@ -81,16 +81,22 @@ class UnrecordedError(ModelFormatError):
     """A pass recorded no attention call: the model's modules compute attention themselves."""
 
 
-def output_attentions_note(name: str, model: nn.Module) -> str:
-    """What the response and the page say of a model drawn from its eager ``output_attentions``."""
+def _own_attention(model: nn.Module) -> tuple[str, bool]:
+    """The model's attention module classes, listed, and whether it has an ALiBi bias."""
     modules = sorted(
         {type(m).__name__ for m in model.modules() if type(m).__name__.endswith("Attention")}
     )
     config = getattr(model, "config", None)
     alibi = getattr(config, "alibi", False) or getattr(config, "model_type", "") in ALIBI_TYPES
+    return ", ".join(modules), bool(alibi)
+
+
+def output_attentions_note(name: str, model: nn.Module) -> str:
+    """What the response and the page say of a model drawn from its eager ``output_attentions``."""
+    modules, alibi = _own_attention(model)
     feature = " (with its ALiBi position bias)" if alibi else ""
     return (
-        f"{name}'s attention layers ({', '.join(modules) or type(model).__name__}) compute "
+        f"{name}'s attention layers ({modules or type(model).__name__}) compute "
         f"attention themselves{feature}, not through transformers' attention interface, so "
         "the fused path is not available for this family: its maps are the model's own eager "
         "output_attentions, every layer held at once (shorter inputs than the fused path "
@@ -101,15 +107,11 @@ def output_attentions_note(name: str, model: nn.Module) -> str:
 
 def unrecorded_message(name: str, model: nn.Module) -> str:
     """Why a model whose attention layers called no attention function is refused."""
-    modules = sorted(
-        {type(m).__name__ for m in model.modules() if type(m).__name__.endswith("Attention")}
-    )
-    config = getattr(model, "config", None)
-    alibi = getattr(config, "alibi", False) or getattr(config, "model_type", "") in ALIBI_TYPES
+    modules, alibi = _own_attention(model)
     feature = " (its ALiBi position bias is computed inside them)" if alibi else ""
     return (
         f"{name} ({type(model).__name__}): its attention layers "
-        f"({', '.join(modules) or 'none found'}) compute attention themselves{feature}, not "
+        f"({modules or 'none found'}) compute attention themselves{feature}, not "
         "through transformers' attention interface, so AttnViz cannot record or reproduce "
         "their weights and refuses the model rather than draw them wrong"
     )
@@ -488,7 +490,6 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
                 record=record,
             )  # fmt: skip
         start = time.perf_counter()
-        final_hidden = None
         recording = AttentionRecording()
         with (
             torch.inference_mode(),
@@ -496,22 +497,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             ablate_heads(ablate),
             observe_attention(observer),
         ):
-            try:
-                if self.family == "decoder":
-                    decoder_head = self._decode(model, inputs)
-                else:
-                    outputs = model(**inputs, use_cache=False)
-                    decoder_head = None
-                    if self.family == "encoder":
-                        final_hidden = outputs.last_hidden_state.float().cpu()
-                    else:  # the logits (B, L_t, vocab): the targets' next tokens
-                        decoder_head = DecoderHead(outputs.logits, nn.Identity())
-            except IndexError as error:  # an id or a position beyond an embedding's rows
-                raise AttentionInputError(
-                    "texts",
-                    f"{self.name} cannot take this input ({error}): a token id beyond its "
-                    "vocabulary or more tokens than its positions",
-                ) from error
+            _, decoder_head, final_hidden = self._forward(model, inputs)
             if run_on.type == "cuda":
                 torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
@@ -586,40 +572,18 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
                 "ablate", f"heads off: {output_attentions_note(self.name, model)}"
             )
         start = time.perf_counter()
-        final_hidden = None
         with torch.inference_mode():
-            try:
-                if self.family == "decoder":
-                    backbone = model.base_model
-                    head = model.get_output_embeddings()  # type: ignore[no-untyped-call]
-                    whole = backbone is model or head is None
-                    runner = model if whole else backbone
-                    outputs = runner(**inputs, use_cache=False, output_attentions=True)
-                    decoder_head = (
-                        DecoderHead(outputs.logits, nn.Identity())
-                        if whole
-                        else DecoderHead(outputs.last_hidden_state, head)
-                    )
-                    layers = {"decoder": outputs.attentions}
-                elif self.family == "encoder":
-                    outputs = model(**inputs, output_attentions=True)
-                    decoder_head = None
-                    final_hidden = outputs.last_hidden_state.float().cpu()
-                    layers = {"encoder": outputs.attentions}
-                else:
-                    outputs = model(**inputs, use_cache=False, output_attentions=True)
-                    decoder_head = DecoderHead(outputs.logits, nn.Identity())
-                    layers = {
-                        "encoder": outputs.encoder_attentions,
-                        "decoder": outputs.decoder_attentions,
-                        "cross": outputs.cross_attentions,
-                    }
-            except IndexError as error:
-                raise AttentionInputError(
-                    "texts",
-                    f"{self.name} cannot take this input ({error}): a token id beyond its "
-                    "vocabulary or more tokens than its positions",
-                ) from error
+            outputs, decoder_head, final_hidden = self._forward(
+                model, inputs, output_attentions=True
+            )
+            if self.family == "encoder-decoder":
+                layers = {
+                    "encoder": outputs.encoder_attentions,
+                    "decoder": outputs.decoder_attentions,
+                    "cross": outputs.cross_attentions,
+                }
+            else:
+                layers = {self.blocks[0]: outputs.attentions}
             if run_on.type == "cuda":
                 torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
@@ -683,17 +647,51 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
 
         return frozenset(inspect.signature(self.model.forward).parameters)
 
-    def _decode(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> DecoderHead:
+    def _forward(
+        self, model: PreTrainedModel, inputs: dict[str, torch.Tensor], **options: Any
+    ) -> tuple[Any, DecoderHead | None, torch.Tensor | None]:
+        """One forward pass of the family (``options``: ``output_attentions``), no cache.
+
+        Returns:
+            The model's outputs; a decoder's (or encoder-decoder's) :class:`DecoderHead`,
+            else None; an encoder's last hidden states (B, L, d_model) float32 on the CPU,
+            else None.
+
+        Raises:
+            AttentionInputError: (field ``texts``) a token id or a position beyond the
+                model's embeddings.
+        """
+        try:
+            if self.family == "decoder":
+                decoder_head, outputs = self._decode(model, inputs, **options)
+                return outputs, decoder_head, None
+            outputs = model(**inputs, use_cache=False, **options)
+        except IndexError as error:  # an id or a position beyond an embedding's rows
+            raise AttentionInputError(
+                "texts",
+                f"{self.name} cannot take this input ({error}): a token id beyond its "
+                "vocabulary or more tokens than its positions",
+            ) from error
+        if self.family == "encoder":
+            return outputs, None, outputs.last_hidden_state.float().cpu()
+        # the logits (B, L_t, vocab): the targets' next tokens
+        return outputs, DecoderHead(outputs.logits, nn.Identity()), None
+
+    def _decode(
+        self, model: PreTrainedModel, inputs: dict[str, torch.Tensor], **options: Any
+    ) -> tuple[DecoderHead, Any]:
         """Run a decoder's backbone; its hidden states and output head for next tokens later.
 
         A model without a separate backbone and head runs whole: its logits become the
-        "hidden states" of an identity head.
+        "hidden states" of an identity head. Returns the head and the pass's outputs.
         """
         backbone = model.base_model
         head = model.get_output_embeddings()  # type: ignore[no-untyped-call]
         if backbone is model or head is None:
-            return DecoderHead(model(**inputs, use_cache=False).logits, nn.Identity())
-        return DecoderHead(backbone(**inputs, use_cache=False).last_hidden_state, head)
+            outputs = model(**inputs, use_cache=False, **options)
+            return DecoderHead(outputs.logits, nn.Identity()), outputs
+        outputs = backbone(**inputs, use_cache=False, **options)
+        return DecoderHead(outputs.last_hidden_state, head), outputs
 
     def block_calls(
         self, model: PreTrainedModel, recording: AttentionRecording

@@ -85,6 +85,19 @@ class AttentionCall:
         """How many query heads share each key/value head (H // H_kv)."""
         return self.num_heads // self.num_key_value_heads
 
+    def query_heads(self, first: int, count: int) -> slice:
+        """The query heads of key/value heads first .. first + count - 1.
+
+        Raises:
+            IndexError: key/value heads beyond H_kv (or none).
+        """
+        if not (first >= 0 and count >= 1 and first + count <= self.num_key_value_heads):
+            raise IndexError(
+                f"key/value heads {first}..{first + count - 1} are not in "
+                f"0..{self.num_key_value_heads - 1}"
+            )
+        return slice(first * self.group_size, (first + count) * self.group_size)
+
     def key_value_head(self, head: int) -> int:
         """The key/value head that query head ``head`` reads (transformers' ``repeat_kv``)."""
         return head // self.group_size
@@ -159,13 +172,8 @@ class AttentionRecording:
             IndexError: no such layer, or key/value heads beyond H_kv.
         """
         call = self.calls[layer]
-        if not (first >= 0 and count >= 1 and first + count <= call.num_key_value_heads):
-            raise IndexError(
-                f"key/value heads {first}..{first + count - 1} are not in "
-                f"0..{call.num_key_value_heads - 1}"
-            )
+        heads = call.query_heads(first, count)
         check_cancelled()
-        heads = slice(first * call.group_size, (first + count) * call.group_size)
         if getattr(call.module, "sinks", None) is not None and count < call.num_key_value_heads:
             # the eager function reads every head's sink from the module: all heads at once
             every = self.groups_weights(layer, 0, call.num_key_value_heads, query=query)
@@ -263,13 +271,8 @@ class WeightsRecording(AttentionRecording):
     ) -> torch.Tensor:
         """As :meth:`AttentionRecording.groups_weights`, sliced from the kept weights (a copy)."""
         call = self.calls[layer]
-        if not (first >= 0 and count >= 1 and first + count <= call.num_key_value_heads):
-            raise IndexError(
-                f"key/value heads {first}..{first + count - 1} are not in "
-                f"0..{call.num_key_value_heads - 1}"
-            )
+        heads = call.query_heads(first, count)
         check_cancelled()
-        heads = slice(first * call.group_size, (first + count) * call.group_size)
         weights = self.weights[layer][:, heads]
         if query is not None:
             weights = weights[:, :, query : query + 1]
