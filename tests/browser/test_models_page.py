@@ -580,6 +580,58 @@ RECORDER = """document.addEventListener('DOMContentLoaded', () => {
         bar.getAttribute('aria-valuenow'), bar.getAttribute('aria-valuemax'), label.textContent]))
         .observe(box, {attributes: true, childList: true, characterData: true, subtree: true});
 });"""
+# The stream paced as a slow server would send it: the overview's lines up to layer 0's pass
+# at once, the rest once #view-model says layer 0's row is painted (30 s at most). Without
+# it, a fast server (or a browser starved of CPU beside it) gets every line in before the
+# first frame, and "layer 0 drawn before the last layer came" would depend on the machine.
+PACED_STREAM = """(() => {
+    const plain = window.fetch;
+    window.fetch = async (url, options) => {
+        const response = await plain(url, options);
+        if (!String(url).endsWith('/attention/layers') || !response.ok) return response;
+        const reader = response.body.getReader();
+        const encoder = new TextEncoder();
+        const decoder = new TextDecoder();
+        const painted = () => new Promise((resolve) => {
+            const until = performance.now() + 30000;
+            const look = () => {
+                const view = document.getElementById('view-model');
+                if (view.dataset.firstLayer === 'true' || performance.now() > until) resolve();
+                else setTimeout(look, 20);
+            };
+            look();
+        });
+        let text = '';
+        let held = false;
+        const body = new ReadableStream({
+            async pull(controller) {
+                for (;;) {  // a pull that enqueues nothing would not be called again
+                    const { done, value } = await reader.read();
+                    if (done) {
+                        if (text) controller.enqueue(encoder.encode(text));
+                        controller.close();
+                        return;
+                    }
+                    text += decoder.decode(value, { stream: true });
+                    if (held) {
+                        controller.enqueue(encoder.encode(text));
+                        text = '';
+                        return;
+                    }
+                    const first = text.search(/"type":\\s*"layer"/);
+                    const end = first < 0 ? -1 : text.indexOf('\\n', first);
+                    if (end < 0) continue;
+                    controller.enqueue(encoder.encode(text.slice(0, end + 1)));
+                    text = text.slice(end + 1);
+                    held = true;
+                    await painted();
+                    return;
+                }
+            },
+        });
+        return new Response(body, { status: response.status, headers: response.headers });
+    };
+})();"""
 # About 500 tokens: SmolLM2's 30 layers stream in over a few seconds, thumbnails pooled.
 LONG_PROMPT = " ".join(
     f"Sentence {i} says that every head weighs the earlier tokens." for i in range(45)
@@ -600,6 +652,7 @@ def map_of(spec: dict, index: int) -> list[list[float | None]]:
 
 def test_smollm2_grid_streams_in_layer_by_layer_with_its_progress(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.add_init_script(RECORDER)
+    page.add_init_script(PACED_STREAM)
     page.goto(server_url + "/models")
     wait_drawn(page, "model")
     wait_ready(page)
