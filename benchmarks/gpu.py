@@ -55,8 +55,8 @@ def timed(function: Callable[[], Any], reps: int) -> float:
 def measure(model: Any, batch: Any, reps: int) -> dict[str, float]:
     """Forward, first layer, grid and peak memory of one model and input (see the docstring)."""
     from attnviz.pretrained import PretrainedAttentions
+    from attnviz.pretrained.calls import AttentionRecording
     from attnviz.pretrained.display import LayerWalk
-    from attnviz.pretrained.recorder import AttentionRecording
 
     from benchmarks.decoder import attention_implementation
 

@@ -25,11 +25,11 @@ import torch
 from ..attention.errors import AttentionInputError, InputTooLargeError
 from ..attention.rollout import MAX_ROLLOUT_TOKENS
 from .blocks import Block
+from .computing import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
 from .display import MAX_AVERAGE_SIZE
 from .gradients import check_gradient_cells, gradient_cells
 from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
 from .model import PretrainedModel, output_attentions_note
-from .recorder import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
 from .results import HEAD_CHUNK_FLOATS
 from .zeroing import check_value_zeroing_work
 
@@ -294,7 +294,7 @@ def estimate_peak_bytes(
     term an upper bound:
 
     * the forward pass (generating, or recording): one chunk of a layer's scores, H x
-      min(L_q, :data:`.recorder.QUERY_CHUNK`) x L_k x :data:`FORWARD_COPIES` (T5's bias
+      min(L_q, :data:`.computing.QUERY_CHUNK`) x L_k x :data:`FORWARD_COPIES` (T5's bias
       added to the mask: a whole layer's), and generation's key/value cache,
       N x 2 x H_kv x L x d_k;
     * the view: one group of heads through the model's eager attention,
@@ -308,7 +308,7 @@ def estimate_peak_bytes(
 
     An ``observed`` request (the streamed grid computed during the pass,
     :class:`.display.WalkObserver`) has no view phase of its own: its forward pass holds
-    one chunk of a layer's weights, :data:`.recorder.OBSERVED_CHUNK_FLOATS` x
+    one chunk of a layer's weights, :data:`.computing.OBSERVED_CHUNK_FLOATS` x
     :data:`EAGER_COPIES`, plus what the view keeps; without ``recorded`` (a recording
     larger than the recording cache is not made) only the mask is held, not the states.
 

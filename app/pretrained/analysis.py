@@ -22,11 +22,12 @@ from ..attention.errors import AttentionInputError, InputTooLargeError, too_many
 from .admission import InputLengths, check_memory, check_options, check_positions, device_free_bytes
 from .admission import recording_bytes as estimated_recording_bytes
 from .blocks import Block
+from .calls import AttentionRecording
 from .display import MAX_AVERAGE_SIZE, LayerWalk, pooled
 from .gradients import GradientPass
 from .methods import GRADIENT_METHODS, Method, NormRecording, attention_flow, with_method
 from .model import PretrainedModel
-from .recorder import AttentionRecording, Neuron
+from .neuron import Neuron
 from .recordings import RecordingCache
 from .results import Generation, PretrainedAttentions
 from .tokens import TokenizedBatch

@@ -45,7 +45,7 @@ from ..attention.errors import AttentionInputError
 from ..attention.pooling import block_factor, block_reduce
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
-from .recorder import OBSERVED_CHUNK_FLOATS
+from .computing import OBSERVED_CHUNK_FLOATS
 from .results import PretrainedAttentions
 from .tokens import TokenizedBatch
 
@@ -546,7 +546,7 @@ class LayerWalk:
 
 
 class WalkObserver:
-    """The :class:`.recorder.AttentionObserver` of an observed :class:`LayerWalk`.
+    """The :class:`.computing.AttentionObserver` of an observed :class:`LayerWalk`.
 
     It takes each layer of the walk's block in query chunks during the forward pass and
     builds what :meth:`LayerWalk.layers` builds from a recording: per chunk of rows, the

@@ -18,7 +18,8 @@ from torch import nn
 
 from ..attention.cancellation import check_cancelled
 from ..attention.errors import AttentionInputError
-from .recorder import AttentionRecording, StepwiseRecording, WeightsRecording, record_attention
+from .calls import AttentionRecording, StepwiseRecording, WeightsRecording
+from .recorder import record_attention
 from .results import DecoderHead, Generation, PretrainedAttentions
 from .tokens import TokenizedBatch
 
@@ -94,7 +95,7 @@ class GenerationMixin:
                 the server passes False and records one pass over prompt + new tokens
                 instead (``record_pass``).
             record_pass: record, while generating, what one causal pass over prompt +
-                new tokens records (:class:`.recorder.StepwiseRecording`: the prompt's
+                new tokens records (:class:`.calls.StepwiseRecording`: the prompt's
                 calls, then each step's query row and new key), so that the maps of the
                 generated text cost no second forward pass; the last token is fed once
                 more for its query and key. Not with ``record_steps``; a model without a

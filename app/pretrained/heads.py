@@ -27,7 +27,7 @@ start token only, unobserved). Speech and image models are refused
 (:class:`HeadScoresUnavailableError`) until scores are defined for them.
 
 The weights are never held for a whole layer: each pass runs with a
-:class:`HeadScoreObserver` (:class:`.recorder.AttentionObserver`), to which every layer
+:class:`HeadScoreObserver` (:class:`.computing.AttentionObserver`), to which every layer
 hands its weights in chunks of query rows, computed by the model's own eager attention;
 the observer adds the sums each score needs, per head, in float64 on the layer's device
 (a model placed by a device map hands each layer's weights on that layer's device), and
@@ -61,9 +61,9 @@ from torch import nn
 from ..attention.cancellation import Cancellation, cancellable, check_cancelled
 from ..attention.errors import AttentionInputError
 from .blocks import Block
+from .computing import OBSERVED_CHUNK_FLOATS
 from .display import MIN_CHUNK_ROWS
 from .model import LoadedModel, PretrainedModel
-from .recorder import OBSERVED_CHUNK_FLOATS
 from .tokens import TokenizedBatch
 
 if TYPE_CHECKING:
@@ -606,7 +606,7 @@ def _sum_dtype(device: torch.device) -> torch.dtype:
 
 
 class HeadScoreObserver:
-    """The :class:`.recorder.AttentionObserver` that adds up every head's scores.
+    """The :class:`.computing.AttentionObserver` that adds up every head's scores.
 
     One observer serves many passes: :meth:`begin` before each (its counted queries and
     rules), :meth:`end` after it. During a pass each observed layer hands its weights in

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from ..attention.errors import AttentionInputError
-from .recorder import AttentionCall, AttentionRecording, WeightsRecording
+from .calls import AttentionCall, AttentionRecording, WeightsRecording
 
 if TYPE_CHECKING:
     from .results import PretrainedAttentions
@@ -95,7 +95,7 @@ def output_projection(root: nn.Module, module: nn.Module, width: int) -> torch.T
 
     Args:
         root: the model that holds ``module``.
-        module: the attention module an :class:`.recorder.AttentionCall` names.
+        module: the attention module an :class:`.calls.AttentionCall` names.
         width: H * d_v, the projection's input features.
 
     Returns:
@@ -166,7 +166,7 @@ def summed_norm(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 class NormRecording(AttentionRecording):
     """A recording whose weights are Kobayashi et al.'s ‖α_ij^h f^h(x_j)‖ instead of α.
 
-    Every weight method of :class:`.recorder.AttentionRecording` (one head, a group, a
+    Every weight method of :class:`.calls.AttentionRecording` (one head, a group, a
     layer, one query's row) goes through :meth:`groups_weights`, which multiplies the
     model's own softmax weights by ‖f^h(x_j)‖ for each key: same shapes, rows no longer
     summing to 1.

@@ -7,7 +7,7 @@ the mask the model built and its scaling are kept, and the weights of any head a
 computed afterwards by the model's own eager attention, to 1e-5 of transformers'
 ``output_attentions`` (``attn_implementation="eager"``). Memory then grows as
 layers x L x d_model during the pass, and one layer's L x L maps at a time after it.
-An observer (:class:`.recorder.AttentionObserver`) instead takes each layer's weights
+An observer (:class:`.computing.AttentionObserver`) instead takes each layer's weights
 during the pass.
 
 The rest of the runtime, by concern: loading and placement (:mod:`.loading`,
@@ -36,6 +36,8 @@ from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
 from .architectures import ALIBI_TYPES, POSITIONS_AFTER_PADDING
 from .blocks import BLOCKS, Block, Family, block_named
+from .calls import AttentionRecording, WeightsRecording, eager_attention
+from .computing import AttentionObserver
 from .generation import GenerationMixin
 from .placement import (
     Placement,
@@ -45,16 +47,7 @@ from .placement import (
     parameter_bytes,
     spread,
 )
-from .recorder import (
-    AttentionObserver,
-    AttentionRecording,
-    WeightsRecording,
-    ablate_heads,
-    eager_attention,
-    observe_attention,
-    record_attention,
-    use_recorder,
-)
+from .recorder import ablate_heads, observe_attention, record_attention, use_recorder
 from .results import DecoderHead, PretrainedAttentions
 from .tokens import TokenizedBatch, TokenizerMixin
 
@@ -70,7 +63,7 @@ AttentionPath = Literal["recorded", "output_attentions"]
 """How a model's weights are obtained: "recorded" (transformers' attention interface, the
 fused path: states kept, weights recomputed on demand, :mod:`.recorder`) or
 "output_attentions" (the model's own eager weights, returned whole,
-:class:`.recorder.WeightsRecording`), for families whose modules bypass the interface."""
+:class:`.calls.WeightsRecording`), for families whose modules bypass the interface."""
 
 
 class ModelFormatError(ValueError):
@@ -468,7 +461,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             ablate: heads switched off, ``id(attention module)`` -> query heads
                 (:func:`.recorder.ablate_heads`), or None.
             observer: the layers it wants compute their weights during the pass and hand
-                them over (:class:`.recorder.AttentionObserver`), or None.
+                them over (:class:`.computing.AttentionObserver`), or None.
             record: keep every call's query, key and value states (for views computed
                 after the pass); False keeps none (what the observer builds is the view).
 
@@ -560,7 +553,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         """:meth:`run` for a model whose modules bypass the attention interface.
 
         One forward pass with ``output_attentions=True``: every layer's weights are the
-        model's own eager ones, kept whole (:class:`.recorder.WeightsRecording`) and handed
+        model's own eager ones, kept whole (:class:`.calls.WeightsRecording`) and handed
         to ``observer`` layer by layer after the pass.
 
         Raises:

@@ -23,9 +23,10 @@ from typing import Final
 
 import torch
 
+from .calls import WeightsRecording
+from .computing import AttentionObserver
 from .gradients import GradientPass, gradient_pass
 from .model import PretrainedModel
-from .recorder import AttentionObserver, WeightsRecording
 from .results import Generation, PretrainedAttentions
 from .tokens import TokenizedBatch
 

@@ -16,7 +16,8 @@ from torch import nn
 from ..attention.cancellation import check_cancelled
 from ..attention.errors import AttentionInputError
 from .blocks import Block
-from .recorder import AttentionRecording, Neuron, neuron
+from .calls import AttentionRecording
+from .neuron import Neuron, neuron
 from .tokens import TokenizedBatch
 
 HEAD_CHUNK_FLOATS: Final = 4 * 2**20
@@ -96,7 +97,7 @@ class PretrainedAttentions:
     Attributes:
         batch: the input (the source, for an encoder-decoder).
         targets: an encoder-decoder's decoder input (``decoder_start`` + target), else None.
-        recording: every attention call of the pass (:class:`.recorder.AttentionRecording`).
+        recording: every attention call of the pass (:class:`.calls.AttentionRecording`).
         block_calls: for each block of the family, the indices of its calls in
             ``recording.calls``, layer 0 first.
         decoder_head: a decoder's final hidden states (an encoder-decoder's logits over its

@@ -39,8 +39,9 @@ import torch
 from ..attention.cancellation import check_cancelled
 from ..attention.errors import AttentionInputError
 from .blocks import Block
+from .calls import AttentionRecording
 from .model import ModelFormatError, PretrainedModel
-from .recorder import AttentionRecording, record_attention
+from .recorder import record_attention
 from .whisper import WHISPER_ENGLISH_VOCAB
 
 SAMPLE_RATE: Final = 16_000

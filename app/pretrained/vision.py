@@ -31,9 +31,10 @@ import torch
 
 from ..attention.errors import AttentionInputError, UnsupportedInputError
 from ..attention.rollout import rollout_step
+from .calls import AttentionRecording
 from .model import LoadedModel, ModelFormatError
 from .placement import Placement
-from .recorder import AttentionRecording, record_attention
+from .recorder import record_attention
 
 if TYPE_CHECKING:
     from PIL import Image

@@ -353,7 +353,7 @@ def test_attention_in_query_chunks_gives_the_same_outputs(
 ) -> None:
     """A long input's SDPA runs in chunks of query rows (cancellable between them): the
     outputs equal one call's, sliding windows, position biases and padding included."""
-    from attnviz.pretrained import recorder
+    from attnviz.pretrained import computing
 
     model = models[name]
     batch = model.tokenize(tiny.TEXTS)
@@ -367,7 +367,7 @@ def test_attention_in_query_chunks_gives_the_same_outputs(
         return result.decoder_head.hidden.float()
 
     whole = outputs()
-    monkeypatch.setattr(recorder, "QUERY_CHUNK", 3)
+    monkeypatch.setattr(computing, "QUERY_CHUNK", 3)
     chunked = outputs()
     torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=1e-5)
 
@@ -379,7 +379,7 @@ def test_a_plainly_causal_mask_runs_as_sdpa_s_causal_flag_with_the_same_outputs(
     """One unpadded input within any sliding window: SDPA gets no mask but its causal flag
     (its kernel skips the masked half); the outputs equal the explicit mask's. Mistral's
     window (4 tokens) is shorter than this input: its mask is not plainly causal."""
-    from attnviz.pretrained import recorder
+    from attnviz.pretrained import computing
     from transformers.integrations import sdpa_attention
 
     model = models[name]
@@ -395,7 +395,7 @@ def test_a_plainly_causal_mask_runs_as_sdpa_s_causal_flag_with_the_same_outputs(
     result = model.run(batch, device="cpu")
     assert result.decoder_head is not None
     assert masks == [name != "mistral"] * model.num_layers
-    monkeypatch.setattr(recorder, "_plainly_causal", lambda *args: False)
+    monkeypatch.setattr(computing, "_plainly_causal", lambda *args: False)
     explicit = model.run(batch, device="cpu")
     assert explicit.decoder_head is not None
     torch.testing.assert_close(
@@ -408,15 +408,15 @@ def test_a_generation_whose_passes_differ_is_not_joined(
 ) -> None:
     """Steps that do not make the prompt's calls (a hybrid model, say) leave the
     recording incomplete: no joined pass is given, and the server runs one instead."""
-    from attnviz.pretrained import recorder
+    from attnviz.pretrained import calls
 
-    add = recorder.StepwiseRecording.add
+    add = calls.StepwiseRecording.add
 
     def every_other_layer(self: Any, call: Any) -> None:
         if self._steps is None or len(self._current) == 0:  # a step loses its second call
             add(self, call)
 
-    monkeypatch.setattr(recorder.StepwiseRecording, "add", every_other_layer)
+    monkeypatch.setattr(calls.StepwiseRecording, "add", every_other_layer)
     llama = models["llama"]
     prompt = llama.tokenize(["a big dog ran"])
     generation = llama.generate(

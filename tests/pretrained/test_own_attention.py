@@ -2,7 +2,7 @@
 
 GPT-Neo (global and local layers, unscaled scores) and BLOOM (ALiBi) compute attention
 inside their own modules: nothing reaches AttnViz's recorder. Such a model is drawn from
-its own eager ``output_attentions`` (:class:`attnviz.pretrained.recorder.WeightsRecording`):
+its own eager ``output_attentions`` (:class:`attnviz.pretrained.calls.WeightsRecording`):
 tiny random models of both, 2 layers each, are checked against transformers' own
 ``output_attentions`` of the same folder to 1e-5, in Python and through the API (one input,
 the padded batch, the streamed grid, generation), and the response, the model list and the

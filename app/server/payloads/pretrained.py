@@ -20,7 +20,7 @@ from ...pretrained.analysis import PreparedSequence
 from ...pretrained.display import Pooling, SequenceView, batch_maps
 from ...pretrained.gradients import GradientPass
 from ...pretrained.model import LoadedModel, output_attentions_note
-from ...pretrained.recorder import Neuron
+from ...pretrained.neuron import Neuron
 from ...pretrained.results import Generation, PretrainedAttentions
 from ..schemas.pretrained import ModelInfo, PretrainedAttentionRequest
 from ..transport import encode_floats, encode_large
