@@ -9,10 +9,9 @@ pad id, how a model names its list of transformer blocks and its cross attention
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-if TYPE_CHECKING:
-    from .blocks import Family
+from .blocks import Block, Family
 
 ALIBI_TYPES: Final = frozenset({"bloom", "mpt", "falcon"})
 """Model types with ALiBi position bias (Press et al. 2022); transformers computes it inside
@@ -66,3 +65,15 @@ def family_of(config: Any) -> Family:
     ):
         return "decoder"
     return "encoder"
+
+
+def block_named(module_name: str) -> Block:
+    """The block of an encoder-decoder's attention module, by its dotted name in the model.
+
+    ``model.decoder.layers.0.encoder_attn`` is ``"cross"`` (:data:`CROSS_MODULES`), a name
+    with an ``encoder`` part ``"encoder"``, any other ``"decoder"``.
+    """
+    parts = set(module_name.split("."))
+    if parts & CROSS_MODULES:
+        return "cross"
+    return "encoder" if "encoder" in parts else "decoder"

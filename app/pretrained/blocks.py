@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from .architectures import CROSS_MODULES
-
 Family = Literal["encoder", "decoder", "encoder-decoder"]
 Block = Literal["encoder", "decoder", "cross"]
 BLOCKS: Final[dict[Family, tuple[Block, ...]]] = {
@@ -21,15 +19,3 @@ BLOCKS: Final[dict[Family, tuple[Block, ...]]] = {
     "encoder-decoder": ("encoder", "decoder", "cross"),
 }
 """The attention blocks of each family, in the order the model runs them."""
-
-
-def block_named(module_name: str) -> Block:
-    """The block of an encoder-decoder's attention module, by its dotted name in the model.
-
-    ``model.decoder.layers.0.encoder_attn`` is ``"cross"`` (:data:`CROSS_MODULES`), a name
-    with an ``encoder`` part ``"encoder"``, any other ``"decoder"``.
-    """
-    parts = set(module_name.split("."))
-    if parts & CROSS_MODULES:
-        return "cross"
-    return "encoder" if "encoder" in parts else "decoder"

@@ -34,8 +34,8 @@ from torch import nn
 from ..attention.cancellation import check_cancelled
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
-from .architectures import ALIBI_TYPES, POSITIONS_AFTER_PADDING
-from .blocks import BLOCKS, Block, Family, block_named
+from .architectures import ALIBI_TYPES, POSITIONS_AFTER_PADDING, block_named
+from .blocks import BLOCKS, Block, Family
 from .calls import AttentionRecording, WeightsRecording, eager_attention
 from .computing import AttentionObserver
 from .generation import GenerationMixin

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 from fastapi.responses import Response
 
+from ..checks import check_cells, check_limits
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, field_error
 from ..executor import SEQUENCES, SEQUENCES_ADVICE, computed, held_while_sent
-from ..limits import check_cells, check_limits
 from ..payloads.attention import attention_payload
 from ..response_cache import RESPONSES
 from ..schemas.attention import AttentionRequest, AttentionResponse

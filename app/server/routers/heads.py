@@ -25,14 +25,13 @@ from ...pretrained import ModelNotReady, ModelRegistry
 from ...pretrained.atlas import cached_head_scores
 from ...pretrained.heads import HeadScores, scored_block, texts_corpus
 from ...pretrained.model import LoadedModel
-from ..dependencies import RegistryDep, SettingsDep
+from ..dependencies import RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
 from ..executor import held_while_sent, run_within
 from ..payloads.pretrained import ndjson
 from ..schemas.pretrained import HeadAtlasRequest, HeadAtlasResponse
 from ..settings import Settings
 from ..transport import respond
-from .pretrained import ready_model
 
 router = APIRouter(prefix="/api/v1/models", tags=["pretrained"])
 logger = logging.getLogger(__name__)
@@ -41,7 +40,7 @@ ADVICE = "fewer or shorter texts, or a larger ATTNVIZ_ATLAS_TIMEOUT_S"
 
 
 def atlas_model(registry: ModelRegistry, request: HeadAtlasRequest) -> LoadedModel:
-    """The model a request names (as :func:`.pretrained.ready_model`), checked scorable.
+    """The model a request names (as :func:`..dependencies.ready_model`), checked scorable.
 
     The request's texts are checked too, before any work.
 

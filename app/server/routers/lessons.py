@@ -16,10 +16,11 @@ from ...attention.lessons import (
     scaling_experiment,
 )
 from ...attention.transformer import compute_transformer
+from ..checks import check_cells, check_limits
 from ..dependencies import SettingsDep
 from ..errors import ERROR_RESPONSES, engine_errors
 from ..executor import SEQUENCES, SEQUENCES_ADVICE, computed
-from ..limits import MAX_D_MODEL, MAX_NUM_HEADS, check_cells, check_limits
+from ..limits import MAX_D_MODEL, MAX_NUM_HEADS
 from ..schemas.lessons import (
     DecodingRequest,
     DecodingResponse,

@@ -22,14 +22,14 @@ from ...attention.errors import AttentionInputError
 from ...attention.pooling import block_reduce
 from ...pretrained.speech import FRAME_S, SAMPLE_RATE, SpeechModel, decode_audio, waveform_envelope
 from ...pretrained.vision import ImageAttention, ImageModel, decode_image
-from ..dependencies import RegistryDep, SettingsDep
+from ..checks import check_cells
+from ..dependencies import RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors
 from ..executor import computed, held_while_sent
-from ..limits import MAX_MODEL_NAME_CHARS, check_cells
+from ..limits import MAX_MODEL_NAME_CHARS
 from ..schemas.media import SpeechResponse, VisionResponse
 from ..settings import Settings
 from ..transport import Encoding, encode_floats, respond
-from .pretrained import ready_model
 
 router = APIRouter(prefix="/api/v1", tags=["speech and images"])
 

