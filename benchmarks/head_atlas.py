@@ -7,7 +7,7 @@ In one fresh process, in seconds (s):
 
 * load: the packaged model loaded through the registry (``ModelRegistry.load``: the
   dequantized GGUF from its cache, the model's warm-up pass);
-* cold: the first :func:`attnviz.pretrained.heads.head_scores` of the process, default
+* cold: the first :func:`attnviz.pretrained.atlas.head_scores` of the process, default
   settings (the shipped corpus, R and the induction sequences of the module's defaults);
   cold total = load + cold, the figure issue 33 bounds at 60 s on the 2-core machine;
 * warm: the median of ``--reps`` more runs;
@@ -29,7 +29,7 @@ import time
 
 import torch
 from attnviz.pretrained import ModelRegistry, PretrainedModel
-from attnviz.pretrained.heads import (
+from attnviz.pretrained.atlas import (
     INDUCTION_BATCH,
     INDUCTION_SEQUENCES,
     MAX_TOKENS,

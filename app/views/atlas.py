@@ -1,7 +1,7 @@
 """The head atlas from Python: every head of a model scored over a corpus, as a table.
 
-``attnviz.head_scores(model=...)`` runs :func:`attnviz.pretrained.heads.head_scores`
-(kept on disk as the server keeps it, :mod:`attnviz.pretrained.atlas`) and returns the
+``attnviz.head_scores(model=...)`` runs :func:`attnviz.pretrained.atlas.head_scores`
+(kept on disk as the server keeps it, :mod:`attnviz.pretrained.atlas.cache`) and returns the
 table the page shows: one row per (layer, head), one column per score::
 
     table = attnviz.head_scores(model="SmolLM2-135M-Instruct")
@@ -10,7 +10,7 @@ table the page shows: one row per (layer, head), one column per score::
 
 With pandas installed the table is a ``pandas.DataFrame`` whose ``attrs`` hold the
 definitions, the corpus and the model; without pandas it is the
-:class:`attnviz.pretrained.heads.HeadScores` itself (``.to_rows()``, ``.to_csv()``,
+:class:`attnviz.pretrained.atlas.HeadScores` itself (``.to_rows()``, ``.to_csv()``,
 ``.top(name)``).
 """
 
@@ -47,26 +47,26 @@ def head_scores(
         A ``pandas.DataFrame`` (columns layer, head, previous_token, induction,
         duplicate_token, first_token, self, entropy; ``attrs["definitions"]``,
         ``attrs["corpus"]``, ``attrs["model"]``, ``attrs["block"]``) when pandas is
-        installed, else the :class:`attnviz.pretrained.heads.HeadScores`.
+        installed, else the :class:`attnviz.pretrained.atlas.HeadScores`.
 
     Raises:
         AttentionInputError: no such model (``model``), a speech or image model
             (``model``: no score is defined for it yet), an empty text (``texts[i]``).
     """
-    from ..pretrained.atlas import cached_head_scores, repeat_length
-    from ..pretrained.heads import head_scores as compute
+    from ..pretrained.atlas import cached_head_scores, plan_atlas
+    from ..pretrained.atlas import head_scores as compute
     from ..pretrained.loading import default_cache_dir
 
-    loaded = text_model(model, tokenizer)
+    plan = plan_atlas(text_model(model, tokenizer), texts, repeat_length=None, device=device)
     if cache:
-        scores, _ = cached_head_scores(loaded, texts, default_cache_dir(), device=device)
+        scores, _ = cached_head_scores(plan, None, default_cache_dir())
     else:
-        scores = compute(loaded, texts, repeat_length=repeat_length(loaded), device=device)
+        scores = compute(plan)
     return as_table(scores)
 
 
 def as_table(scores: Any) -> Any:
-    """``scores`` (:class:`attnviz.pretrained.heads.HeadScores`) as a DataFrame.
+    """``scores`` (:class:`attnviz.pretrained.atlas.HeadScores`) as a DataFrame.
 
     Without pandas, ``scores`` as it is.
     """

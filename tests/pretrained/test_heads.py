@@ -7,7 +7,7 @@ adds), Mistral (a sliding window shorter than R), a BERT-style encoder, and T5 (
 encoder-decoder, scored on its encoder). The reference runs the same checkpoint with
 ``attn_implementation="eager"`` and ``output_attentions=True``, tokenises each text
 itself, and computes every score query by query in float64 from the whole attention
-tensors, following the definitions of :mod:`attnviz.pretrained.heads`: natural-text
+tensors, following the definitions of :mod:`attnviz.pretrained.atlas`: natural-text
 queries at positions i >= 1 that are not special tokens, keys every position;
 repeated-token queries on the second copy. A GPT-2 whose weights are set so that one
 head attends to the previous position scores ~1 there.
@@ -22,9 +22,8 @@ import pytest
 import torch
 from attnviz.attention import AttentionInputError
 from attnviz.attention.cancellation import Cancellation, ComputeCancelledError
-from attnviz.pretrained import PretrainedModel
-from attnviz.pretrained import heads as heads_module
-from attnviz.pretrained.heads import (
+from attnviz.pretrained import PretrainedModel, atlas
+from attnviz.pretrained.atlas import (
     DEFINITION_VERSION,
     DEFINITIONS,
     SCORES,
@@ -36,6 +35,7 @@ from attnviz.pretrained.heads import (
     scored_block,
     shipped_corpus,
 )
+from attnviz.pretrained.atlas import observer as heads_module
 from attnviz.pretrained.loading import load_model, load_model_dir, wrap_model
 from attnviz.pretrained.placement import Placement, layer_modules
 
@@ -450,13 +450,13 @@ def test_the_shipped_corpus_is_the_default_natural_text(
     models: dict[str, PretrainedModel],
 ) -> None:
     corpus = shipped_corpus()
-    root = Path(heads_module.__file__).resolve().parents[1] / "corpus"
+    root = Path(atlas.__file__).resolve().parents[2] / "corpus"
     text = (root / "head_atlas.txt").read_text(encoding="utf-8")
     assert corpus.texts == tuple(paragraphs(text))
     assert len(text.split()) >= 3000 and len(corpus.texts) >= 20
     assert all(t.strip() == t and t for t in corpus.texts)
     readme = (root / "README.md").read_text(encoding="utf-8")
-    assert f"Version {heads_module.CORPUS_VERSION}" in readme and "CC0" in readme
+    assert f"Version {atlas.CORPUS_VERSION}" in readme and "CC0" in readme
     result = head_scores(models["bert"], repeat_length=REPEAT, induction_sequences=2)
     assert (result.corpus.name, result.corpus.version) == ("head_atlas", corpus.version)
     assert result.corpus.sha256 == corpus.sha256 and result.corpus.sequences == len(corpus.texts)
@@ -473,3 +473,44 @@ def test_every_score_has_a_definition_and_a_source() -> None:
         assert definition.name == name and definition.source and "A[i" in definition.definition
     assert DEFINITIONS["entropy"].unit == "nats"
     assert {d.inputs for d in DEFINITIONS.values()} == {"natural text", "repeated random tokens"}
+
+
+def test_a_request_is_planned_once_before_any_pass(
+    models: dict[str, PretrainedModel], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corpus and the random vocabulary are built once per request, computed or read
+    from disk; what can only fail (no query, no such device) fails before any pass and
+    before the cache is read."""
+    from attnviz.pretrained.atlas import cached_head_scores, plan, plan_atlas
+
+    model = models["llama"]
+    calls: dict[str, int] = {"texts_corpus": 0, "random_vocabulary": 0, "run": 0}
+
+    def spy(name: str, function: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    for name in ("texts_corpus", "random_vocabulary"):
+        monkeypatch.setattr(plan, name, spy(name, getattr(plan, name)))
+    monkeypatch.setattr(model, "run", spy("run", model.run))
+    passes = len(TEXTS) + 2  # one per text, the 16 repeated sequences in passes of 8
+    computed, cached = cached_head_scores(model, TEXTS, tmp_path)
+    assert not cached and calls == {"texts_corpus": 1, "random_vocabulary": 1, "run": passes}
+    again, cached = cached_head_scores(model, TEXTS, tmp_path)
+    assert cached and calls == {"texts_corpus": 2, "random_vocabulary": 2, "run": passes}
+    assert again.scores.keys() == computed.scores.keys()
+    planned = plan_atlas(model, TEXTS, repeat_length=None)
+    assert planned.info == computed.corpus and len(planned.passes) == len(TEXTS) + 2
+    assert planned.key == plan_atlas(model, TEXTS, repeat_length=None).key
+    assert planned.key != plan_atlas(model, TEXTS[:2], repeat_length=None).key
+    with pytest.raises(AttentionInputError, match="no text has a query") as refused:
+        cached_head_scores(model, ["zebra", "tired"], tmp_path)
+    assert refused.value.field == "texts"
+    if not torch.cuda.is_available():
+        with pytest.raises(AttentionInputError) as refused:
+            cached_head_scores(model, TEXTS, tmp_path, device="cuda")  # kept on disk above
+        assert refused.value.field == "device"
+    assert calls["run"] == passes

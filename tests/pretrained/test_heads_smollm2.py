@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from attnviz.pretrained import ModelRegistry, PretrainedModel
-from attnviz.pretrained.heads import MAX_TOKENS, SCORES, HeadScores, head_scores
+from attnviz.pretrained.atlas import MAX_TOKENS, SCORES, HeadScores, head_scores
 
 from tests.pretrained.support import require_modules
 

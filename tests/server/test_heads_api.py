@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from attnviz.pretrained import MODELS
-from attnviz.pretrained.atlas import repeat_length
-from attnviz.pretrained.heads import DEFINITION_VERSION, SCORES, head_scores
+from attnviz.pretrained.atlas import DEFINITION_VERSION, SCORES, head_scores, repeat_length
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 import traitlets
 from attnviz import atlas_view, head_scores
-from attnviz.pretrained.atlas import repeat_length
-from attnviz.pretrained.heads import SCORES, HeadScores
-from attnviz.pretrained.heads import head_scores as compute
+from attnviz.pretrained.atlas import SCORES, HeadScores, repeat_length
+from attnviz.pretrained.atlas import head_scores as compute
 
 from tests.pretrained.support import require_transformers
 from tests.pretrained.tiny import save_tiny

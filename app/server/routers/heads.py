@@ -1,8 +1,10 @@
 """The head atlas: POST /api/v1/models/heads, and its streamed form /heads/stream.
 
 Every layer's and head's scores (previous-token, induction, duplicate-token, first-token,
-self, entropy: :mod:`attnviz.pretrained.heads`), computed once per model and corpus and
-then read from the server's disk cache (:mod:`attnviz.pretrained.atlas`). The work runs on
+self, entropy: :mod:`attnviz.pretrained.atlas`), computed once per model and corpus and
+then read from the server's disk cache (:mod:`attnviz.pretrained.atlas.cache`). A request is
+checked once, as a plan (:func:`attnviz.pretrained.atlas.plan_atlas`), before any work or
+cache lookup. The work runs on
 the compute pool under its own time budget (ATTNVIZ_ATLAS_TIMEOUT_S), holding a
 large-request slot.
 """
@@ -17,14 +19,13 @@ from typing import Any
 
 import torch
 from fastapi import APIRouter, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
 from ...attention.cancellation import ComputeCancelledError
 from ...attention.errors import AttentionInputError
 from ...pretrained import ModelNotReady, ModelRegistry
-from ...pretrained.atlas import cached_head_scores
-from ...pretrained.heads import HeadScores, scored_block, texts_corpus
-from ...pretrained.model import LoadedModel
+from ...pretrained.atlas import AtlasPlan, HeadScores, cached_head_scores, plan_atlas
 from ..dependencies import RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
 from ..executor import held_while_sent, run_within
@@ -39,25 +40,25 @@ logger = logging.getLogger(__name__)
 ADVICE = "fewer or shorter texts, or a larger ATTNVIZ_ATLAS_TIMEOUT_S"
 
 
-def atlas_model(registry: ModelRegistry, request: HeadAtlasRequest) -> LoadedModel:
-    """The model a request names (as :func:`..dependencies.ready_model`), checked scorable.
+async def atlas_plan(registry: ModelRegistry, request: HeadAtlasRequest) -> AtlasPlan:
+    """The request checked once: its model (as :func:`..dependencies.ready_model`) and plan.
 
-    The request's texts are checked too, before any work.
+    The plan (the texts' tokens, the random sequences) is built in a worker thread.
 
     Raises:
         HTTPException: 422 naming ``model`` for an unknown or failed model and for a
             speech or image model (no score is defined for it yet), 503 while it loads;
-            422 naming ``texts[i]`` for an empty text.
+            422 naming ``texts``, ``texts[i]`` or ``device`` as
+            :func:`attnviz.pretrained.atlas.plan_atlas` says.
     """
     modality = "text"
     with contextlib.suppress(ModelNotReady, AttentionInputError, KeyError):
         modality = registry.get(request.model).modality  # a speech model's 422 comes below
     model = ready_model(registry, request.model, modality)
-    with engine_errors("cpu"):
-        scored_block(model)
-        if request.texts is not None:
-            texts_corpus(request.texts)
-    return model
+    with engine_errors(request.device):
+        return await run_in_threadpool(
+            plan_atlas, model, request.texts, repeat_length=None, device=request.device
+        )
 
 
 def timed_out(settings: Settings) -> str:
@@ -74,19 +75,10 @@ def payload(scores: HeadScores, cached: bool) -> dict[str, Any]:
 
 
 def compute_atlas(
-    model: LoadedModel,
-    request: HeadAtlasRequest,
-    settings: Settings,
-    progress: Any = None,
+    plan: AtlasPlan, settings: Settings, progress: Any = None
 ) -> tuple[HeadScores, bool]:
-    """The blocking part: the scores from disk, or computed and kept there.
-
-    Raises:
-        AttentionInputError: as :func:`attnviz.pretrained.atlas.cached_head_scores`.
-    """
-    return cached_head_scores(
-        model, request.texts, settings.cache_dir, device=request.device, progress=progress
-    )
+    """The blocking part: the plan's scores from disk, or computed and kept there."""
+    return cached_head_scores(plan, None, settings.cache_dir, progress=progress)
 
 
 @router.post(
@@ -109,13 +101,13 @@ async def head_atlas(
     SmolLM2-135M on two CPU cores); later ones read them from the server's disk cache
     (``cached``: true). ``/heads/stream`` gives the same answer with progress lines.
     """
-    model = atlas_model(registry, request)
+    plan = await atlas_plan(registry, request)
 
     async def work() -> Response:
         try:
             with engine_errors(request.device):
                 scores, cached = await run_within(
-                    settings.atlas_timeout_s, compute_atlas, model, request, settings
+                    settings.atlas_timeout_s, compute_atlas, plan, settings
                 )
         except TimeoutError as error:
             raise field_error(
@@ -150,7 +142,7 @@ async def stream_head_atlas(
 
     A client that goes away stops the computation at its next layer.
     """
-    model = atlas_model(registry, request)
+    plan = await atlas_plan(registry, request)
 
     async def lines() -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
@@ -160,7 +152,7 @@ async def stream_head_atlas(
             loop.call_soon_threadsafe(queue.put_nowait, (done, total))
 
         work = asyncio.ensure_future(
-            run_within(settings.atlas_timeout_s, compute_atlas, model, request, settings, progress)
+            run_within(settings.atlas_timeout_s, compute_atlas, plan, settings, progress)
         )
         waiter: asyncio.Future[tuple[int, int]] | None = None
         try:
@@ -183,7 +175,7 @@ async def stream_head_atlas(
             yield ndjson({"type": "error", "detail": str(error)})
             return
         except Exception as error:  # never expected: said on the stream, and logged
-            logger.exception("head atlas of %s failed", model.name)
+            logger.exception("head atlas of %s failed", plan.model.name)
             yield ndjson({"type": "error", "detail": f"the head atlas failed: {error}"})
             return
         except BaseException:  # the client went away: stop the computation
