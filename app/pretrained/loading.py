@@ -29,8 +29,11 @@ import importlib.util
 import logging
 import os
 import re
+import shutil
 import stat
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -188,6 +191,34 @@ def share_modes(folder: Path) -> None:
     for item in [folder, *folder.rglob("*")]:
         mode = 0o777 if item.is_dir() else 0o666
         item.chmod(mode & ~mask)
+
+
+def published(folder: Path, write: Callable[[Path], None]) -> None:
+    """Write a cache folder whole or not at all, whoever else writes it at the same time.
+
+    ``write(partial)`` fills a fresh folder beside ``folder`` (``<name>.partial-<random>``:
+    one per writer, so that two processes converting the same model at once, replicas on
+    one cache volume or test workers, never write into one folder); its modes are shared
+    (:func:`share_modes`) and it is renamed into place: a crash mid-write leaves no half
+    cache behind. When another writer got there first, its folder (the same conversion)
+    is kept and this one removed.
+
+    Raises:
+        OSError: the cache directory cannot be written (the caller then converts into a
+            temporary folder).
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))
+    try:
+        write(partial)
+        share_modes(partial)
+        try:
+            partial.rename(folder)
+        except OSError:
+            if not (folder / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)  # gone once renamed
 
 
 def _umask() -> int:
@@ -364,17 +395,12 @@ def load_ctranslate2_whisper(
     start = time.perf_counter()
     folder_cache = cache_folder(folder / "model.bin", cache_dir, prefix=name)
     if not (folder_cache / "config.json").is_file():
-        partial = folder_cache.with_name(folder_cache.name + ".partial")
         try:
-            convert_ctranslate2_whisper(folder, partial)
-            share_modes(partial)
-            partial.rename(folder_cache)
+            published(folder_cache, lambda partial: convert_ctranslate2_whisper(folder, partial))
         except OSError as error:  # a read-only cache: convert into a temporary folder
             logging.getLogger("attnviz").warning(
                 "%s: not cached in %s: %s", folder, cache_dir, error
             )
-            import tempfile
-
             folder_cache = Path(tempfile.mkdtemp(prefix="attnviz-whisper-"))
             convert_ctranslate2_whisper(folder, folder_cache)
     loaded = text_model(
@@ -456,14 +482,9 @@ def load_gguf(
         folder = float32
     elif not (folder / "config.json").is_file():
         try:
-            partial = folder.with_name(folder.name + ".partial")
-            dequantize_gguf(gguf, partial, dtype=dtype)
-            share_modes(partial)
-            partial.rename(folder)  # a crash mid-save leaves no half cache behind
+            published(folder, lambda partial: dequantize_gguf(gguf, partial, dtype=dtype))
         except OSError as error:  # a read-only cache: a temporary folder, this load only
             logging.getLogger("attnviz").warning("%s: not cached in %s: %s", gguf, cache_dir, error)
-            import tempfile
-
             temporary = Path(tempfile.mkdtemp(prefix="attnviz-gguf-"))
             dequantize_gguf(gguf, temporary, dtype=dtype)
             folder = temporary

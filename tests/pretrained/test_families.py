@@ -759,3 +759,49 @@ def test_head_groups_in_any_chunks_are_the_layer(
                 atol=1e-6,
                 rtol=0,
             )
+
+
+def test_a_cache_folder_is_published_whole_whoever_else_writes_it(tmp_path: Path) -> None:
+    """Two writers of one cache folder at once (replicas on one volume, test workers) each
+    fill a folder of their own; the first renamed into place is kept, the other removed;
+    a writer that fails leaves nothing behind."""
+    import threading
+
+    from attnviz.pretrained.loading import published
+
+    folder = tmp_path / "model-123-456"
+    both = threading.Barrier(2)
+    outcomes: list[BaseException | None] = []
+
+    def writer(text: str) -> None:
+        def fill(partial: Path) -> None:
+            (partial / "weights.bin").write_text(text * 1000)
+            (partial / "config.json").write_text(text)
+            both.wait(timeout=10)  # each has its own partial folder, full, before renaming
+
+        try:
+            published(folder, fill)
+            outcomes.append(None)
+        except BaseException as error:  # handed to the test's thread
+            outcomes.append(error)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert outcomes == [None, None]
+    kept = (folder / "config.json").read_text()
+    assert kept in ("first", "second") and (folder / "weights.bin").read_text() == kept * 1000
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # no partial folder left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0700
+
+    def failing(partial: Path) -> None:
+        (partial / "config.json").write_text("half")
+        raise OSError("no space left on device")
+
+    with pytest.raises(OSError, match="no space"):
+        published(tmp_path / "other-1-2", failing)
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]

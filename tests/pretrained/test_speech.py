@@ -300,4 +300,4 @@ def test_the_registry_offers_the_packaged_whisper(whisper_dir: Path, tmp_path: P
     folders = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(folders) == 1
     assert (folders[0] / "model.safetensors").is_file()
-    assert not list(tmp_path.glob("*.partial"))
+    assert not list(tmp_path.glob("*.partial*"))
