@@ -1253,6 +1253,7 @@ async function renderModelView(section, res, watcher = null) {
   grid.dataset.kvHeads = String(kvHeads);
   const gridDrawn = grid.drawn.then(() => {
     if (preview) preview.remove();
+    if (watcher && !watcher.current()) return; // a newer input's stream owns the timings
     state.gridAt = performance.now();
     if (section.dataset.firstLayer !== "true") {
       section.dataset.firstLayer = "true";

@@ -206,6 +206,11 @@ def test_an_image_over_the_pixel_bound_is_refused(monkeypatch: pytest.MonkeyPatc
     from attnviz.pretrained import vision
 
     require_modules("Pillow", "PIL")
+    from PIL import Image
+
+    # Pillow's own bound, which the decoder lowers to half of this, is restored afterwards too:
+    # it is process-wide, and a later test's PNG would be a "decompression bomb".
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)
     monkeypatch.setattr(vision, "MAX_IMAGE_PIXELS", 50 * 70 - 1)
     with pytest.raises(ImageError, match="over 3,499 pixels"):
         decode_image(png_bytes(50, 70))
