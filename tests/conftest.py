@@ -1,5 +1,8 @@
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from attnviz.devtools import CHROMIUM_ARGS, chromium_path
@@ -19,12 +22,63 @@ PACKAGED_MODEL_FIXTURES = frozenset(
         ("tests.server.test_model_families_api", "smollm2"),
         ("tests.server.test_media_api", "media"),  # MiniLM, and Whisper converted
         ("tests.server.conftest", "api"),  # create_app() loads every packaged model
-        ("tests.test_any_json", "api"),
-        ("tests.test_fuzz", "ready_models"),
+        ("tests.server.test_any_json", "api"),
+        ("tests.server.test_fuzz", "ready_models"),
     }
 )
 """(module, name) of the fixtures that load a packaged model (MiniLM, SmolLM2, Whisper):
-the tests using them, directly or through another fixture, are marked ``models``."""
+the tests using them, directly or through another fixture, are marked ``models``. A run
+that leaves ``models`` out (``make test-fast``) fails any test that loads one anyway
+(:func:`pytest_configure`): a fixture missing here shows at once."""
+
+PACKAGED_LOADS: list[str] = []
+"""What loaded a packaged model in a run that leaves ``models`` out: the test and the model."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a run whose ``-m`` leaves ``models`` out, make loading a packaged model fail.
+
+    AttnViz's loaders (a folder, a GGUF file, a CTranslate2 Whisper) refuse any path inside
+    an installed packaged model and note the test; :func:`packaged_models_stay_out` fails it.
+    """
+    if "not models" not in (config.option.markexpr or ""):
+        return
+    from attnviz.pretrained import loading
+
+    roots = [path.resolve() for m in loading.PACKAGED_MODELS if (path := m.locate()) is not None]
+
+    def guarded(load: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(load)
+        def refusing(name: str, path: Path, *args: Any, **kwargs: Any) -> Any:
+            where = Path(path).resolve()
+            if any(where == root or root in where.parents for root in roots):
+                test = os.environ.get("PYTEST_CURRENT_TEST", "outside a test")
+                PACKAGED_LOADS.append(f"{test}: {name} ({path})")
+                raise RuntimeError(f"{name}: a packaged model, in a run without 'models'")
+            return load(name, path, *args, **kwargs)
+
+        return refusing
+
+    import attnviz.pretrained as package
+
+    for function in ("load_model_dir", "load_gguf", "load_ctranslate2_whisper"):
+        original = getattr(loading, function)
+        setattr(loading, function, guarded(original))
+        if getattr(package, function, None) is original:  # re-exported: attnviz.pretrained.X
+            setattr(package, function, getattr(loading, function))
+
+
+@pytest.fixture(autouse=True)
+def packaged_models_stay_out() -> Iterator[None]:
+    """Fail a test during which a packaged model was loaded where ``models`` is left out."""
+    before = len(PACKAGED_LOADS)
+    yield
+    if len(PACKAGED_LOADS) > before:
+        pytest.fail(
+            "a packaged model was loaded in a run that leaves 'models' out: "
+            f"{PACKAGED_LOADS[before:]}; add its fixture to PACKAGED_MODEL_FIXTURES "
+            "(tests/conftest.py)"
+        )
 
 
 def _uses_packaged_model(item: pytest.Item) -> bool:
@@ -59,12 +113,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.models)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    """The app in-process; its pretrained models (loaded in the background) are ready."""
+    """The app in-process, one per test module; its pretrained models (loaded in the
+    background) are ready. A test's settings overrides go after it (:func:`no_overrides_left`)."""
     with TestClient(create_app()) as test_client:
         assert MODELS.wait(300), "the pretrained models did not load within 300 s"
         yield test_client
+
+
+@pytest.fixture(autouse=True)
+def no_overrides_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Clear the dependency overrides (other settings) a test set on the module's ``client``."""
+    yield
+    if "client" in request.fixturenames:
+        app = getattr(request.getfixturevalue("client"), "app", None)  # a TestClient's
+        if app is not None and hasattr(app, "dependency_overrides"):
+            app.dependency_overrides.clear()
 
 
 # One Playwright per test session (a second sync Playwright in the same thread fails):

