@@ -78,10 +78,10 @@ test: install browser espeak container-engine lint docs
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=25
 	$(BIN)/python scripts/docker_check.py
 
-# The inner loop (under 3 minutes on 2 cores): unit and API tests on tiny models built from
+# The inner loop (under 90 s on 2 cores): unit and API tests on tiny models built from
 # configs; no browser, no packaged model, nothing marked slow (tests/conftest.py marks them).
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow and not browser and not models and not cuda"
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "not slow and not browser and not models and not cuda"
 
 # One tier at a time: the browser tests, the packaged models', the slow ones.
 test-browser: install browser

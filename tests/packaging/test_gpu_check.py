@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests import REPO_ROOT
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")

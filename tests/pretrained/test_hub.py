@@ -125,6 +125,7 @@ def test_an_id_is_served_from_python(offline: Path) -> None:
         show(TEXT, "tiny-org/not-cached")
 
 
+@pytest.mark.slow  # a real server process
 def test_an_id_is_served_from_the_command_line(offline: Path, tmp_path: Path) -> None:
     env = {**os.environ, "ATTNVIZ_PACKAGED_MODELS": "false", "ATTNVIZ_CACHE_DIR": str(tmp_path)}
     listed = subprocess.run(

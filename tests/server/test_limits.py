@@ -121,6 +121,7 @@ def test_unicode_and_control_characters_are_just_words(client: TestClient, words
 @pytest.fixture
 def small_body_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("ATTNVIZ_MAX_BODY_BYTES", "2048")
+    monkeypatch.setenv("ATTNVIZ_PACKAGED_MODELS", "false")  # the toy API's limits only
     get_settings.cache_clear()
     try:
         with TestClient(create_app()) as client:
@@ -159,12 +160,15 @@ def test_security_headers(client: TestClient) -> None:
 
 
 def test_cors_is_off_by_default_and_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
-    preflight = {"origin": "https://example.org", "access-control-request-method": "POST"}
-    with TestClient(create_app()) as client:
-        assert "access-control-allow-origin" not in client.options(URL, headers=preflight).headers
-    monkeypatch.setenv("ATTNVIZ_CORS_ORIGINS", '["https://example.org"]')
+    monkeypatch.setenv("ATTNVIZ_PACKAGED_MODELS", "false")  # the toy API's headers only
     get_settings.cache_clear()
+    preflight = {"origin": "https://example.org", "access-control-request-method": "POST"}
     try:
+        with TestClient(create_app()) as client:
+            headers = client.options(URL, headers=preflight).headers
+            assert "access-control-allow-origin" not in headers
+        monkeypatch.setenv("ATTNVIZ_CORS_ORIGINS", '["https://example.org"]')
+        get_settings.cache_clear()
         with TestClient(create_app()) as client:
             response = client.options(URL, headers=preflight)
             assert response.headers["access-control-allow-origin"] == "https://example.org"

@@ -176,6 +176,7 @@ def test_an_image_without_kaleido_or_a_browser_says_what_to_install(
     assert not (tmp_path / "view.pdf").exists()
 
 
+@pytest.mark.models  # loads the packaged Whisper
 def test_show_refuses_a_speech_model_with_where_it_goes() -> None:
     from attnviz.attention.errors import AttentionInputError
 
