@@ -113,23 +113,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.models)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def client() -> Iterator[TestClient]:
-    """The app in-process, one per test module; its pretrained models (loaded in the
-    background) are ready. A test's settings overrides go after it (:func:`no_overrides_left`)."""
+    """The app in-process; its pretrained models (loaded in the background) are ready.
+
+    One per test: the lifespan's registry (MODELS), compute pool, response and module
+    caches are process-wide, and a test that starts an app of its own, or clears the
+    registry, would stop or empty them under a client shared by the module."""
     with TestClient(create_app()) as test_client:
         assert MODELS.wait(300), "the pretrained models did not load within 300 s"
         yield test_client
-
-
-@pytest.fixture(autouse=True)
-def no_overrides_left(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Clear the dependency overrides (other settings) a test set on the module's ``client``."""
-    yield
-    if "client" in request.fixturenames:
-        app = getattr(request.getfixturevalue("client"), "app", None)  # a TestClient's
-        if app is not None and hasattr(app, "dependency_overrides"):
-            app.dependency_overrides.clear()
 
 
 # One Playwright per test session (a second sync Playwright in the same thread fails):
