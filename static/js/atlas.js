@@ -5,6 +5,7 @@
 
 import { download } from "./lib/downloads.js";
 import { paragraph } from "./lib/form.js";
+import { readLines } from "./lib/ndjson.js";
 import { errorText } from "./lib/requests.js";
 import { addPlot, clearPlots, heatmapFigure, maxOf } from "./heatmap.js";
 
@@ -34,24 +35,13 @@ export async function fetchAtlas(body, onProgress, signal) {
   if (!response.ok) {
     throw new Error(errorText(await response.json().catch(() => null), response.status));
   }
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buffered = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (value) buffered += decoder.decode(value, { stream: true });
-    let newline;
-    while ((newline = buffered.indexOf("\n")) >= 0) {
-      const line = buffered.slice(0, newline).trim();
-      buffered = buffered.slice(newline + 1);
-      if (!line) continue;
-      const message = JSON.parse(line);
-      if (message.type === "progress") onProgress(message.done, message.total);
-      else if (message.type === "end") return message;
-      else if (message.type === "error") throw new Error(message.detail);
-    }
-    if (done) throw new Error("The atlas stream ended without its result; try again.");
-  }
+  const atlas = await readLines(response, (message) => {
+    if (message.type === "progress") onProgress(message.done, message.total);
+    else if (message.type === "error") throw new Error(message.detail);
+    return message.type === "end" ? message : undefined;
+  });
+  if (atlas === undefined) throw new Error("The atlas stream ended without its result; try again.");
+  return atlas;
 }
 
 // One row per head: {layer, head, <score>: value, ...}, layer-major.

@@ -21,6 +21,7 @@ import { bindMedia, computeMedia, mediaModality, showMediaInputs } from "./media
 import { lineView, neuronView } from "./tokenviews.js";
 import { displayToken, displayTokens } from "./lib/display.js";
 import { drawAtlas, fetchAtlas, saveAtlas } from "./atlas.js";
+import { readLines } from "./lib/ndjson.js";
 
 const ATTENTION_URL = "/api/v1/models/attention";
 // The overview streamed: NDJSON lines, a "start" (every field but the maps), one "layer"
@@ -580,26 +581,9 @@ async function readStream(stream) {
       await refused(stream.body.model, errorText(data, response.status));
       return null;
     }
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let text = "";
-    for (;;) {
-      const { done, value } = await reader.read();
-      text += done ? decoder.decode() : decoder.decode(value, { stream: true });
-      let newline = text.indexOf("\n");
-      while (newline >= 0 || (done && text.trim() !== "")) {
-        const line = newline >= 0 ? text.slice(0, newline) : text;
-        text = newline >= 0 ? text.slice(newline + 1) : "";
-        if (line.trim() !== "") {
-          // The "end" or "error" line is the last: the server closes the answer after it
-          // (it is not cancelled here, which would count as a failed request).
-          const result = takeLine(stream, JSON.parse(line));
-          if (result !== undefined) return result;
-        }
-        newline = text.indexOf("\n");
-      }
-      if (done) break;
-    }
+    // The "end" or "error" line is the last (takeLine: the result, or null).
+    const result = await readLines(response, (line) => takeLine(stream, line));
+    if (result !== undefined) return result;
     showError(`The answer ended after ${stream.layers} of ${stream.total ?? "?"} layers; ` +
       "compute again.");
     return null;
@@ -2549,6 +2533,7 @@ bindDownloads("attnviz-model", () => state.view, () => {
 
 window.attnvizModels = {
   lastResponse: null, lastQuery: null, timings: null, viewTimings: null, compute, selectQuery,
+  views: Object.keys(VIEWS), // the tabs' data-view values, in their order (a test checks)
 };
 // The view's settings in the link (api.js): the defaults are left out.
 bindLinkSettings(() => ({

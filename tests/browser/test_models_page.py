@@ -41,6 +41,20 @@ def click_thumbnail(page, r: int, c: int) -> None:  # type: ignore[no-untyped-de
     page.mouse.click(x, y)
 
 
+def test_every_tab_is_a_view_and_every_view_a_tab(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    """The tabs' data-view values (templates/models.html) are the keys of models.js's VIEWS,
+    in order: a new view is one entry there and one tab here."""
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    tabs = page.eval_on_selector_all(
+        ".tabs button[data-view]", "els => els.map(b => b.dataset.view)"
+    )
+    assert tabs == page.evaluate("window.attnvizModels.views")
+    assert len(tabs) == len(set(tabs)) >= 8
+    sections = page.eval_on_selector_all("section[id^=view-]", "all => all.map(s => s.id)")
+    assert sorted(sections) == sorted(f"view-{name}" for name in tabs)
+
+
 def test_typed_sentence_draws_the_6_by_12_grid_in_one_figure(page, server_url) -> None:  # type: ignore[no-untyped-def]
     outside: list[str] = []
     page.on(
