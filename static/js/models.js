@@ -2206,31 +2206,32 @@ const VIEW_DEFAULTS = {
   overview: true, ownTokens: false, outlined: false, layerControl: true, hideSpecial: true,
   streamed: false,
 };
+// In the order of the tabs (templates/models.html; a test checks).
 const VIEWS = Object.fromEntries(Object.entries({
   model: {
     render: (section, ctx) => renderModelView(section, ctx.res, ctx.watcher),
     outlined: true, layerControl: false, streamed: true,
   },
   layer: { render: (section, ctx) => renderLayerView(section, ctx.res, ctx.layer), outlined: true },
-  lines: { render: (section, ctx) => renderLineView(section, ctx.res, ctx.layer) },
+  averages: {
+    render: (section, ctx) => renderAverages(section, ctx.res, ctx.layer), outlined: true,
+  },
   // Compare shows two inputs, the neuron view its own strip (every token).
   compare: { render: (section, ctx) => renderCompare(section, ctx.res, ctx.layer), ownTokens: true },
+  lines: { render: (section, ctx) => renderLineView(section, ctx.res, ctx.layer) },
   neuron: {
     render: (section, ctx) => renderNeuronView(section, ctx.res, ctx.layer), ownTokens: true,
   },
-  averages: {
-    render: (section, ctx) => renderAverages(section, ctx.res, ctx.layer), outlined: true,
+  // Generation draws itself (the token explorer), not from the overview.
+  generation: {
+    render: (section, ctx) => renderGeneration(section, ctx.ticket),
+    overview: false, ownTokens: true, layerControl: false, hideSpecial: false,
   },
   // The head atlas: every head scored over a corpus (atlas.js), not from the overview.
   atlas: {
     render: (section, ctx) => renderAtlas(section, ctx.ticket),
     overview: false, ownTokens: true, layerControl: false, hideSpecial: false,
     busyLabel: "Scoring the heads…", // it generates nothing
-  },
-  // Generation draws itself (the token explorer), not from the overview.
-  generation: {
-    render: (section, ctx) => renderGeneration(section, ctx.ticket),
-    overview: false, ownTokens: true, layerControl: false, hideSpecial: false,
   },
 }).map(([name, view]) => [name, { ...VIEW_DEFAULTS, ...view }]));
 
