@@ -322,7 +322,7 @@ def device_timings(model: PretrainedModel, length: int, device: str, reps: int) 
     result = model.run(batch, device=device)
 
     def grid() -> None:
-        result.memo.clear()  # every layer again, as a new input's grid
+        result.memo.averages.clear()  # every layer again, as a new input's grid
         walk = LayerWalk(result, display_size=64)
         for _ in walk.layers():
             pass

@@ -305,12 +305,12 @@ def prepare_sequence(
         if options.method == "grad_rollout":
             method_map = pooled(gradients.rollout(block), MAX_AVERAGE_SIZE)[0]
     if options.method == "value_zeroing":
-        memo = result.memo.setdefault(("value_zeroing", block), {})
-        if "maps" not in memo:
-            memo["maps"] = value_zeroing(
+        kept = result.memo.value_zeroing
+        if block not in kept:
+            kept[block] = value_zeroing(
                 model, result, block, device=options.device, ablate=switched
             )
-        method_map = memo["maps"]
+        method_map = kept[block]
     return PreparedSequence(
         result, walk, generation, query_rows, step, summed, method_map, ablation, gradients
     )

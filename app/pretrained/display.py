@@ -46,7 +46,7 @@ from ..attention.pooling import block_factor, block_reduce
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS
-from .results import PretrainedAttentions
+from .results import Averages, PretrainedAttentions
 from .tokens import TokenizedBatch
 
 MIN_CHUNK_ROWS: Final = 64
@@ -350,8 +350,14 @@ class LayerWalk:
         )
 
     @property
-    def _memo_key(self) -> tuple[str, str, bool, bool]:
-        return ("averages", self.block, self.hide_special_tokens, self.merge_words)
+    def _memo_key(self) -> tuple[Block, bool, bool]:
+        return (self.block, self.hide_special_tokens, self.merge_words)
+
+    def _keep_averages(self) -> None:
+        """The averages into the result's memo, for the next walk of the same pass."""
+        self.result.memo.averages[self._memo_key] = Averages(
+            self.layer_sum, self.rollout, self.share_sum, self.share_count
+        )
 
     def check_deadline(self) -> None:
         """Raise when the walk's :attr:`deadline` (``time.monotonic()``, message) has passed.
@@ -392,10 +398,11 @@ class LayerWalk:
         if self.pending is not None:  # not observed: run the pass, then walk it
             self.result = self.pending(None)  # type: ignore[arg-type]
             self.pending = None
-        averages = self.result.memo.get(self._memo_key)
+        averages = self.result.memo.averages.get(self._memo_key)
         every = range(self.num_layers)
         if averages is not None:
-            self.layer_sum, self.rollout, self.share_sum, self.share_count = averages
+            self.layer_sum, self.rollout = averages.layer_sum, averages.rollout
+            self.share_sum, self.share_count = averages.share_sum, averages.share_count
             every = (
                 range(self.num_layers)
                 if self.layer_index is None
@@ -457,12 +464,7 @@ class LayerWalk:
                     self.rollout = rollout_step(self.rollout, raw_total / num_heads)
                 self.layer_sum = mean if self.layer_sum is None else self.layer_sum + mean
         if averages is None:
-            self.result.memo[self._memo_key] = (
-                self.layer_sum,
-                self.rollout,
-                self.share_sum,
-                self.share_count,
-            )
+            self._keep_averages()
 
     def observed_layers(self) -> Iterator[LayerMaps]:
         """Run the pending pass in a thread, observed; yield each shown layer as it comes.
@@ -507,12 +509,7 @@ class LayerWalk:
             self.layer_sum = self.layer_sum.cpu()
         if self.rollout is not None:
             self.rollout = self.rollout.cpu()
-        self.result.memo[self._memo_key] = (
-            self.layer_sum,
-            self.rollout,
-            self.share_sum,
-            self.share_count,
-        )
+        self._keep_averages()
 
     def view(self) -> SequenceView:
         """The whole view, once :meth:`layers` has run to the end (it runs it if not)."""

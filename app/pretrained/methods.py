@@ -32,6 +32,7 @@ from torch import nn
 
 from ..attention.errors import AttentionInputError
 from .calls import AttentionCall, AttentionRecording, WeightsRecording
+from .results import Memo
 
 if TYPE_CHECKING:
     from .results import PretrainedAttentions
@@ -279,12 +280,13 @@ def with_method(
             "compute attention themselves (its maps are its output_attentions): the fused "
             "path is not available for this family",
         )
-    memo = result.memo.setdefault(("method", method), {})
-    if "recording" not in memo:
+    if method not in result.memo.methods:
         calls = result.recording.calls
         projections = {
             i: output_projection(root, call.module, call.num_heads * call.value.shape[-1])
             for i, call in enumerate(calls)
         }
-        memo["recording"] = NormRecording(calls=calls, projections=projections)
-    return replace(result, recording=memo["recording"], memo=memo, method=method)
+        norm = NormRecording(calls=calls, projections=projections)
+        result.memo.methods[method] = (norm, Memo())
+    recording, memo = result.memo.methods[method]
+    return replace(result, recording=recording, memo=memo, method=method)

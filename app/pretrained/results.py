@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import torch
 from torch import nn
@@ -91,6 +91,42 @@ class DecoderHead:
 
 
 @dataclass(frozen=True)
+class Averages:
+    """A walk's sums over every layer of one block (:class:`.display.LayerWalk`), kept.
+
+    Attributes:
+        layer_sum: (A_q, A_k) the sum of every layer's head mean (shown tokens, words).
+        rollout: (L, L) attention rollout of every token, or None (cross attention, a
+            method other than the weights, an input over the rollout bound).
+        share_sum: the hidden special tokens' share, summed over layers, heads and rows.
+        share_count: how many rows ``share_sum`` adds up.
+    """
+
+    layer_sum: torch.Tensor | None
+    rollout: torch.Tensor | None
+    share_sum: float
+    share_count: int
+
+
+@dataclass
+class Memo:
+    """What is derived from one recorded pass, kept for the next view of the same pass.
+
+    Attributes:
+        next_tokens: a decoder's top next tokens (:attr:`PretrainedAttentions.next_tokens`).
+        averages: (block, hide_special_tokens, merge_words) -> that walk's :class:`Averages`.
+        methods: a per-head method's name -> its recording (norm's: :mod:`.methods`) and
+            the memo of the pass drawn with it.
+        value_zeroing: block -> value zeroing's (N, L_q, L_k) maps (:mod:`.zeroing`).
+    """
+
+    next_tokens: NextTokens | None = None
+    averages: dict[tuple[Block, bool, bool], Averages] = field(default_factory=dict)
+    methods: dict[str, tuple[AttentionRecording, Memo]] = field(default_factory=dict)
+    value_zeroing: dict[Block, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PretrainedAttentions:
     """One batch through a model: its attention recorded per layer, weights on demand.
 
@@ -106,8 +142,8 @@ class PretrainedAttentions:
         compute_ms: wall time of the forward pass, in ms (a decoder's output head, which
             no map needs, not included).
         device: where it ran, "cpu" or "cuda".
-        memo: maps derived from the whole recording (a view's averages), kept for the
-            next view of the same pass (:class:`.display.LayerWalk`).
+        memo: what is derived from the whole recording (a view's averages, next tokens, a
+            method's maps), kept for the next view of the same pass (:class:`Memo`).
         method: what the maps hold: "attention" (the softmax weights) or another method
             of :mod:`.methods` (:func:`.methods.with_method`).
         final_hidden: an encoder's last hidden states (B, L, d_model) float32 on the CPU,
@@ -121,7 +157,7 @@ class PretrainedAttentions:
     decoder_head: DecoderHead | None
     compute_ms: float
     device: str
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    memo: Memo = field(default_factory=Memo, compare=False, repr=False)
     method: str = "attention"
     final_hidden: torch.Tensor | None = None
 
@@ -135,9 +171,9 @@ class PretrainedAttentions:
         """
         if self.decoder_head is None:
             return None
-        if "next_tokens" not in self.memo:
-            self.memo["next_tokens"] = self.decoder_head.top()
-        return self.memo["next_tokens"]  # type: ignore[no-any-return]
+        if self.memo.next_tokens is None:
+            self.memo.next_tokens = self.decoder_head.top()
+        return self.memo.next_tokens
 
     @property
     def first_block(self) -> Block:
