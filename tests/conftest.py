@@ -1,3 +1,4 @@
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -94,6 +95,17 @@ def _uses_packaged_model(item: pytest.Item) -> bool:
     return False
 
 
+def _name_in_node_id(item: pytest.Item) -> None:
+    """Give ``item`` the node id its name says (``test[GET /healthz]``): pytest 9 keeps the
+    id as a structured ``_id`` (its ``params`` the bracket's contents), pytest 8 as a string."""
+    params = item.name.partition("[")[2].removesuffix("]")
+    structured = getattr(item, "_id", None)
+    if dataclasses.is_dataclass(structured) and hasattr(structured, "params"):
+        item._id = dataclasses.replace(structured, params=params)  # type: ignore[attr-defined]
+    else:
+        item._nodeid = f"{item.nodeid}[{params}]"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tiers by where a test lives and what it loads (``make test-fast`` runs
     ``-m "not slow and not browser and not models and not cuda"``).
@@ -105,7 +117,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       virtual environments, server processes, subprocesses, fuzzing, property tests.
     """
     tests = REPO_ROOT / "tests"
+    seen: set[str] = set()
     for item in items:
+        # schemathesis gives every operation's test one node id (its name alone says which
+        # operation): pytest-xdist schedules by node id and ran only one of the twelve.
+        if item.nodeid in seen and "[" in item.name and not item.nodeid.endswith("]"):
+            _name_in_node_id(item)
+        seen.add(item.nodeid)
         relative = item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
         if relative.parts[0] == "browser" or "browser" in item.fixturenames:  # type: ignore[attr-defined]
             item.add_marker(pytest.mark.browser)
