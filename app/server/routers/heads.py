@@ -4,9 +4,8 @@ Every layer's and head's scores (previous-token, induction, duplicate-token, fir
 self, entropy: :mod:`attnviz.pretrained.atlas`), computed once per model and corpus and
 then read from the server's disk cache (:mod:`attnviz.pretrained.atlas.cache`). A request is
 checked once, as a plan (:func:`attnviz.pretrained.atlas.plan_atlas`), before any work or
-cache lookup. The work runs on
-the compute pool under its own time budget (ATTNVIZ_ATLAS_TIMEOUT_S), holding a
-large-request slot.
+cache lookup. The work runs on the compute pool under its own time budget
+(ATTNVIZ_ATLAS_TIMEOUT_S), holding a large-request slot.
 """
 
 from __future__ import annotations
