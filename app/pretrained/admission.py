@@ -30,7 +30,6 @@ from .display import MAX_AVERAGE_SIZE
 from .gradients import check_gradient_cells, gradient_cells
 from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
 from .model import PretrainedModel, output_attentions_note
-from .results import HEAD_CHUNK_FLOATS
 from .zeroing import check_value_zeroing_work
 
 FLOAT_BYTES: Final = 4
@@ -297,8 +296,9 @@ def estimate_peak_bytes(
       min(L_q, :data:`.computing.QUERY_CHUNK`) x L_k x :data:`FORWARD_COPIES` (T5's bias
       added to the mask: a whole layer's), and generation's key/value cache,
       N x 2 x H_kv x L x d_k;
-    * the view: one group of heads through the model's eager attention,
-      max(group, :data:`.results.HEAD_CHUNK_FLOATS`) x :data:`EAGER_COPIES`, what the view
+    * the view: one chunk of a layer's rows, every head, through the model's eager
+      attention (:class:`.display.WalkObserver`, about
+      :data:`.computing.OBSERVED_CHUNK_FLOATS` weights) x :data:`EAGER_COPIES`, what the view
       keeps for the whole input (the layer sum and rollout, L_q x L_k each; every layer's
       shown maps, pooled to ``display_size``) and one chunk of logits (256 x vocab);
     * a gradient method's pass (``method``): every layer's weights, their gradients and
@@ -324,8 +324,9 @@ def estimate_peak_bytes(
     if lengths.new_tokens:
         kv = model.num_key_value_heads
         forward += model.num_layers * 2 * kv * lengths.total * head_dim(model)
-    group = max(1, heads // max(1, model.num_key_value_heads)) * len_q * len_k
-    eager = max(group, min(HEAD_CHUNK_FLOATS, heads * len_q * len_k)) * EAGER_COPIES
+    # the view replays each layer in chunks of rows, every head at once (WalkObserver)
+    chunk = min(heads * len_q * len_k, max(OBSERVED_CHUNK_FLOATS, heads * len_k))
+    eager = chunk * EAGER_COPIES
     side_q = len_q if display_size is None else min(len_q, display_size)
     side_k = len_k if display_size is None else min(len_k, display_size)
     # the shown maps: every layer or layer_index's, every head or head_index's, and each

@@ -120,6 +120,14 @@ class AttentionRecording:
         """Keep one attention call (:func:`recording_attention` calls this)."""
         self.calls.append(call)
 
+    def key_scale(self, layer: int) -> torch.Tensor | None:
+        """What each key's weight is multiplied by in this recording's maps, else None.
+
+        (B, H, 1, L_k) float32 for a recording whose maps are not the softmax weights
+        themselves (norm-based attention's ‖f^h(x_j)‖); None here (the weights).
+        """
+        return None
+
     def head_weights(self, layer: int, head: int) -> torch.Tensor:
         """Softmax weights of one head, computed by the model's own eager attention.
 

@@ -10,13 +10,20 @@ the next is computed.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final, Protocol
 
 import torch
 from torch import nn
 
 from ..attention.cancellation import check_cancelled
-from .calls import POSITION_BIAS, AttentionCall, eager_attention
+from .calls import (
+    POSITION_BIAS,
+    AttentionCall,
+    AttentionRecording,
+    WeightsRecording,
+    eager_attention,
+)
 
 QUERY_CHUNK: Final = 512
 """Query rows per call of SDPA in a forward pass of a longer input whose mask is not plainly
@@ -186,3 +193,57 @@ def observed_attention(observer: AttentionObserver, call: AttentionCall) -> torc
         del weights
     observer.layer_done()
     return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+class _KeyScaled:
+    """An observer's view of scaled weights: each chunk times a per-key factor (B, H, 1, L_k)."""
+
+    def __init__(self, observer: AttentionObserver, scale: torch.Tensor) -> None:
+        self.observer, self.scale = observer, scale
+
+    def wants(self, module: nn.Module) -> bool:
+        return self.observer.wants(module)
+
+    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
+        return self.observer.row_chunks(length_q, length_k, num_heads)
+
+    def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
+        scale = self.scale[..., : weights.shape[-1]].to(weights.device, weights.dtype)
+        self.observer.take(start, stop, weights * scale)
+
+    def layer_done(self) -> None:
+        self.observer.layer_done()
+
+
+def replayed(observer: AttentionObserver, recording: AttentionRecording, index: int) -> None:
+    """A recorded call's maps handed to ``observer`` in its row chunks, as its pass would.
+
+    The weights are computed as during an observed pass (:func:`observed_attention`, the
+    model's eager attention on the recorded query and key states, without the values),
+    sliced from the kept weights of a :class:`.calls.WeightsRecording`, and scaled per
+    key where the recording's maps are not the weights themselves
+    (:meth:`.calls.AttentionRecording.key_scale`: norm-based attention). So a kept pass is
+    shown by the same code as one observed while it runs; ``observer.wants`` is not asked.
+
+    Args:
+        observer: takes (B, H, rows, L_k' <= L_k) chunks, then ``layer_done``.
+        recording: a recorded pass.
+        index: the call (layer) in ``recording.calls``.
+
+    Raises:
+        ComputeCancelledError: the computation was cancelled (between chunks).
+    """
+    call = recording.calls[index]
+    scale = recording.key_scale(index)
+    if scale is not None:
+        observer = _KeyScaled(observer, scale)
+    if isinstance(recording, WeightsRecording):
+        weights = recording.weights[index]
+        length_q, length_k = weights.shape[-2:]
+        for start, stop in observer.row_chunks(length_q, length_k, call.num_heads):
+            check_cancelled()
+            observer.take(start, stop, weights[:, :, start:stop])
+        observer.layer_done()
+        return
+    with torch.inference_mode():
+        observed_attention(observer, replace(call, value=call.value[..., :0]))

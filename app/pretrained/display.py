@@ -48,6 +48,7 @@ from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS
 from .results import Averages, PretrainedAttentions
 from .tokens import TokenizedBatch
+from .words import WordMerge, shown_tokens
 
 MIN_CHUNK_ROWS: Final = 64
 """The fewest query rows an observed chunk is given when it could have more (a chunk's
@@ -125,18 +126,23 @@ def renormalised(
     return torch.where(total > 0, kept / total.clamp_min(1e-30), kept)
 
 
-def pooled(maps: torch.Tensor, size: int | None) -> tuple[torch.Tensor, Pooling]:
-    """(..., L_q, L_k) maps block-max pooled to at most ``size`` per side (None: as they are).
+def pooled(
+    maps: torch.Tensor, size: int | None = None, *, factors: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, Pooling]:
+    """(..., L_q, L_k) maps block-max pooled to at most ``size`` per side, or by ``factors``.
 
     The blocks of :func:`attnviz.attention.summary.block_pool` ("max"), without its mask.
+    ``factors`` (rows, columns per block) pools a chunk of a larger map whose first row
+    starts a block; neither: the maps as they are.
     """
-    if size is None:
+    if factors is None:
+        if size is None:
+            return maps, Pooling(1, 1)
+        len_q, len_k = maps.shape[-2:]
+        factors = block_factor(len_q, size), block_factor(len_k, size)
+    if factors == (1, 1):
         return maps, Pooling(1, 1)
-    len_q, len_k = maps.shape[-2:]
-    factor_q, factor_k = block_factor(len_q, size), block_factor(len_k, size)
-    if factor_q == factor_k == 1:
-        return maps, Pooling(1, 1)
-    return block_pooled(maps, factor_q, factor_k), Pooling(factor_q, factor_k)
+    return block_pooled(maps, *factors), Pooling(*factors)
 
 
 def block_pooled(maps: torch.Tensor, factor_q: int, factor_k: int) -> torch.Tensor:
@@ -147,79 +153,6 @@ def block_pooled(maps: torch.Tensor, factor_q: int, factor_k: int) -> torch.Tens
     (:func:`attnviz.attention.pooling.block_reduce`).
     """
     return block_reduce(maps.float(), factor_q, factor_k, "max")
-
-
-def shown_tokens(
-    batch: TokenizedBatch, keep: torch.Tensor | None
-) -> tuple[list[str], list[int], list[int], list[bool]]:
-    """One input's tokens, ids, segments and special flags; only ``keep``'s when given."""
-    tokens, ids = batch.tokens[0], batch.input_ids[0].tolist()
-    types, special = batch.token_type_ids[0].tolist(), batch.special_tokens_mask[0].tolist()
-    if keep is None:
-        return tokens, ids, types, special
-    positions = keep.nonzero().flatten().tolist()
-    return (
-        [tokens[i] for i in positions],
-        [ids[i] for i in positions],
-        [types[i] for i in positions],
-        [special[i] for i in positions],
-    )
-
-
-def word_groups(words: list[int]) -> list[list[int]]:
-    """Positions grouped by word: runs of equal word numbers (:attr:`TokenizedBatch.word_ids`)."""
-    groups: list[list[int]] = []
-    for position, word in enumerate(words):
-        if groups and words[groups[-1][0]] == word:
-            groups[-1].append(position)
-        else:
-            groups.append([position])
-    return groups
-
-
-def merge_matrices(groups: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(W, L) float32 averaging the query pieces of each word, and (L, W) summing its keys.
-
-    For (..., L_q, L_k) maps, ``mean_q @ maps @ sum_k`` is the merged map of the module
-    docstring.
-    """
-    length = sum(len(group) for group in groups)
-    mean_q = torch.zeros(len(groups), length)
-    sum_k = torch.zeros(length, len(groups))
-    for word, group in enumerate(groups):
-        mean_q[word, group] = 1.0 / len(group)
-        sum_k[group, word] = 1.0
-    return mean_q, sum_k
-
-
-def joined_piece(piece: str, first: bool) -> str:
-    """A piece as part of its word's label: WordPiece's continuation "##" dropped."""
-    return piece[2:] if not first and piece.startswith("##") and len(piece) > 2 else piece
-
-
-class WordMerge:
-    """The merge of one side's shown tokens into words (``merge_words``)."""
-
-    def __init__(self, batch: TokenizedBatch, keep: torch.Tensor | None) -> None:
-        words = batch.words(0)
-        positions = list(range(len(words))) if keep is None else keep.nonzero().flatten().tolist()
-        self.groups = word_groups([words[i] for i in positions])
-        self.mean_q, self.sum_k = merge_matrices(self.groups)
-
-    def tokens(
-        self, shown: tuple[list[str], list[int], list[int], list[bool]]
-    ) -> tuple[list[str], list[int], list[int], list[bool]]:
-        """Words from the shown tokens, with the ids and segments of their first pieces.
-
-        A word is special when all its pieces are.
-        """
-        tokens, ids, types, special = shown
-        return (
-            ["".join(joined_piece(tokens[i], i == g[0]) for i in g) for g in self.groups],
-            [ids[g[0]] for g in self.groups],
-            [types[g[0]] for g in self.groups],
-            [all(special[i] for i in g) for g in self.groups],
-        )
 
 
 @dataclass(frozen=True)
@@ -240,9 +173,12 @@ class LayerMaps:
 class LayerWalk:
     """The display choices of the module docstring, applied one layer at a time.
 
-    :meth:`layers` computes each layer in turn (only one layer's H x L_q x L_k weights
-    in memory at a time) and yields the shown ones; :meth:`view` then gives the whole
-    :class:`SequenceView`. The server streams the layers as they come.
+    :meth:`layers` computes each layer in turn and yields the shown ones; :meth:`view`
+    then gives the whole :class:`SequenceView`. Whether the layers come from a kept
+    recording (replayed) or from a forward pass observed while it runs, they go through
+    one pipeline, :class:`WalkObserver`, in chunks of query rows: memory holds one
+    chunk of a layer's H x rows x L_k weights at a time, plus what is kept. The server
+    streams the layers as they come.
 
     Raises:
         AttentionInputError: (field ``layer_index`` / ``head_index`` / ``block``) a
@@ -274,6 +210,8 @@ class LayerWalk:
                 "layer_index", f"{layer_index} is not below {self.num_layers}"
             )
         self.queries, self.keys = result.queries(self.block), result.keys(self.block)
+        self.length_q = int(self.queries.input_ids.shape[1])
+        self.length_k = int(self.keys.input_ids.shape[1])
         self.keep_q: torch.Tensor | None = None
         self.keep_k: torch.Tensor | None = None
         if hide_special_tokens:
@@ -290,6 +228,19 @@ class LayerWalk:
             self.merge_q = WordMerge(self.queries, self.keep_q)
             self.merge_k = WordMerge(self.keys, self.keep_k)
         self.merge_words = merge_words
+        keep = self.keep_q
+        if keep is None:
+            keep = torch.ones(self.length_q, dtype=torch.bool)
+        # shown tokens before each token, and the shown row (token or word) of each
+        self.shown_before = torch.cat([torch.zeros(1, dtype=torch.long), keep.long().cumsum(0)])
+        self.shown_positions: list[int] = keep.nonzero().flatten().tolist()
+        self.unit_of_shown: list[int] = (
+            list(range(len(self.shown_positions)))
+            if self.merge_q is None
+            else self.merge_q.word_of.tolist()
+        )
+        self.units = self.unit_of_shown[-1] + 1 if self.unit_of_shown else 0
+        self.key_units = len(self.shown(self.keys, self.keep_k)[0])
         self.layer_index, self.head_index, self.display_size = (
             layer_index,
             head_index,
@@ -308,7 +259,7 @@ class LayerWalk:
     def shown(
         self, batch: TokenizedBatch, keep: torch.Tensor | None
     ) -> tuple[list[str], list[int], list[int], list[bool]]:
-        """:func:`shown_tokens` of :attr:`queries` or :attr:`keys`.
+        """:func:`.words.shown_tokens` of :attr:`queries` or :attr:`keys`.
 
         Merged into words with ``merge_words``.
         """
@@ -316,13 +267,27 @@ class LayerWalk:
         merge = self.merge_q if batch is self.queries else self.merge_k
         return tokens if merge is None else merge.tokens(tokens)
 
-    def merged(self, maps: torch.Tensor) -> torch.Tensor:
-        """(..., L_q', L_k') shown maps merged into words (as they are without merge_words)."""
+    def shown_rows(
+        self, raw: torch.Tensor, start: int, stop: int
+    ) -> tuple[int, torch.Tensor] | None:
+        """Rows start..stop of (H, rows, L_k') maps as shown, and the first shown row's index.
+
+        The hidden tokens' rows and columns removed and each row renormalised, then the
+        rows merged into words (``merge_words``): (H, U, K) for the shown rows (tokens or
+        words) u0 .. u0 + U - 1 that these tokens make. ``start`` must begin a word. None
+        when every row is hidden. Without hiding or merging, L_k' may be short of L_k
+        (keys no row sees) and the maps keep their L_k' columns.
+        """
+        shown = raw
+        if self.keep_q is not None and self.keep_k is not None:
+            rows, keep_k = self.keep_q[start:stop].to(raw.device), self.keep_k.to(raw.device)
+            shown = renormalised(raw, rows, keep_k)
+        first, last = int(self.shown_before[start]), int(self.shown_before[stop])
+        if last <= first:
+            return None
         if self.merge_q is None or self.merge_k is None:
-            return maps
-        mean_q = self.merge_q.mean_q.to(maps.device, maps.dtype)
-        sum_k = self.merge_k.sum_k.to(maps.device, maps.dtype)
-        return mean_q @ maps @ sum_k
+            return first, shown
+        return self.merge_q.queries(self.merge_k.keys(shown), first, last)
 
     def factors(self, length: int, key_length: int) -> tuple[int, int]:
         """Tokens per pooled row and column for maps of ``length`` x ``key_length``."""
@@ -346,7 +311,7 @@ class LayerWalk:
         return (
             self.result.method == "attention"
             and self.block != "cross"
-            and self.queries.input_ids.shape[1] <= MAX_ROLLOUT_TOKENS
+            and self.length_q <= MAX_ROLLOUT_TOKENS
         )
 
     @property
@@ -388,9 +353,10 @@ class LayerWalk:
 
         Every layer is computed for the averages (layer mean, rollout) the first time;
         once a walk of the same recording has kept them (``result.memo``), a walk with
-        a layer_index computes that layer alone. An :attr:`observed` walk runs the
-        forward pass in a thread of its own and yields each layer as soon as the pass
-        has computed it (:meth:`observed_layers`).
+        a layer_index computes that layer alone. A kept recording is replayed into a
+        :class:`WalkObserver`; an :attr:`observed` walk runs the forward pass in a
+        thread of its own and yields each layer as soon as the pass has computed it
+        (:meth:`observed_layers`).
         """
         if self.observed:
             yield from self.observed_layers()
@@ -403,66 +369,22 @@ class LayerWalk:
         if averages is not None:
             self.layer_sum, self.rollout = averages.layer_sum, averages.rollout
             self.share_sum, self.share_count = averages.share_sum, averages.share_count
-            every = (
-                range(self.num_layers)
-                if self.layer_index is None
-                else range(self.layer_index, self.layer_index + 1)
-            )
+            if self.layer_index is not None:
+                every = range(self.layer_index, self.layer_index + 1)
+        shown: list[LayerMaps] = []
+        observer = WalkObserver(self, shown.append, sums=averages is None)
         for layer in every:
             check_cancelled()
-            self.check_deadline()
             num_heads = self.result.num_heads(self.block, layer)
             if self.head_index is not None and not 0 <= self.head_index < num_heads:
                 raise AttentionInputError(
                     "head_index", f"{self.head_index} is not below {num_heads}"
                 )
-            shown_layer = self.layer_index is None or layer == self.layer_index
-            hiding = self.keep_q is not None and self.keep_k is not None
-            # One group of heads at a time (those sharing a key/value head): the sums of
-            # the head mean and, for rollout, of the unhidden maps; the shown heads pooled.
-            total: torch.Tensor | None = None
-            raw_total: torch.Tensor | None = None
-            parts: list[torch.Tensor] = []
-            for first, group in self.result.head_groups(self.block, layer):
-                raw = group[0]  # (G, L_q, L_k)
-                weights = raw
-                if hiding:
-                    assert self.keep_q is not None and self.keep_k is not None
-                    weights = renormalised(raw, self.keep_q, self.keep_k)
-                    if averages is None:
-                        hidden = raw[:, self.keep_q][..., ~self.keep_k].sum(dim=-1)
-                        self.share_sum += float(hidden.sum())
-                        self.share_count += hidden.numel()
-                weights = self.merged(weights)
-                total = weights.sum(dim=0) if total is None else total + weights.sum(dim=0)
-                if averages is None and self.with_rollout:  # with every token, hidden or not
-                    raw_sum = raw.sum(dim=0)
-                    raw_total = raw_sum if raw_total is None else raw_total + raw_sum
-                if shown_layer:
-                    if self.head_index is None:
-                        parts.append(pooled(weights, self.display_size)[0])
-                    elif first <= self.head_index < first + weights.shape[0]:
-                        one = weights[self.head_index - first : self.head_index - first + 1]
-                        parts.append(pooled(one, self.display_size)[0])
-                del raw, weights, group
-            assert total is not None  # every layer has a head
-            mean = total / num_heads
-            if shown_layer:
-                self.pooling = Pooling(*self.factors(*mean.shape))
-                # One head's click carries that head in full; its layer's mean no larger
-                # than the averages (MAX_AVERAGE_SIZE).
-                mean_size = self.display_size
-                if self.head_index is not None and mean_size is None:
-                    mean_size = MAX_AVERAGE_SIZE
-                shown = LayerMaps(layer, torch.cat(parts), pooled(mean, mean_size)[0])
-                self.kept.append(shown)
-                # Sent before this layer's share of the averages is added: a streamed
-                # layer does not wait for its rollout step.
-                yield shown
-            if averages is None:
-                if raw_total is not None:
-                    self.rollout = rollout_step(self.rollout, raw_total / num_heads)
-                self.layer_sum = mean if self.layer_sum is None else self.layer_sum + mean
+            observer.start_layer(layer)
+            self.result.replay(self.block, layer, observer)
+            yield from shown
+            shown.clear()
+        observer.finish()
         if averages is None:
             self._keep_averages()
 
@@ -504,11 +426,7 @@ class LayerWalk:
             observer.stopped.set()
             thread.join()
         self.result = item
-        # The sums were built where the model ran (a GPU's); the view is the CPU's.
-        if self.layer_sum is not None:
-            self.layer_sum = self.layer_sum.cpu()
-        if self.rollout is not None:
-            self.rollout = self.rollout.cpu()
+        observer.finish()
         self._keep_averages()
 
     def view(self) -> SequenceView:
@@ -518,12 +436,11 @@ class LayerWalk:
                 pass
         assert self.layer_sum is not None  # every model has a layer
         layer_mean, average_pooling = pooled(self.layer_sum / self.num_layers, MAX_AVERAGE_SIZE)
-        rollout = self.rollout
-        if rollout is not None:
-            rollout = rollout.float()
-            if self.keep_q is not None:
-                rollout = renormalised(rollout, self.keep_q)
-            rollout = pooled(self.merged(rollout), MAX_AVERAGE_SIZE)[0]
+        rollout = None
+        if self.rollout is not None:  # with every token: hidden and merged as a map is
+            rows = self.shown_rows(self.rollout.float()[None], 0, self.length_q)
+            assert rows is not None  # some token is shown
+            rollout = pooled(rows[1][0], MAX_AVERAGE_SIZE)[0]
         tokens, ids, types, special = self.shown(self.queries, self.keep_q)
         return SequenceView(
             tokens=tokens,
@@ -543,38 +460,35 @@ class LayerWalk:
 
 
 class WalkObserver:
-    """The :class:`.computing.AttentionObserver` of an observed :class:`LayerWalk`.
+    """The one pipeline of a :class:`LayerWalk`, an :class:`.computing.AttentionObserver`.
 
-    It takes each layer of the walk's block in query chunks during the forward pass and
-    builds what :meth:`LayerWalk.layers` builds from a recording: per chunk of rows, the
-    hidden tokens' share, the rows renormalised without them, merged into words, each
-    head block-max pooled to the display size, the head mean (pooled, and summed at full
-    size for the layer mean), and the raw head mean for rollout. The chunks start at the
-    first token of a pooled block's first word, so that no word and no pooled block is
-    split between two chunks. At the end of a layer the shown maps go to ``sink``.
+    It takes each layer of the walk's block in chunks of query rows, during a forward
+    pass or replayed from a recording (:meth:`.results.PretrainedAttentions.replay`): per
+    chunk, the hidden tokens' share, the rows as shown (:meth:`LayerWalk.shown_rows`:
+    renormalised without hidden tokens, merged into words), each head block-max pooled to
+    the display size, the head mean (pooled, and summed at full size for the layer mean),
+    and the raw head mean for rollout. The chunks start at the first token of a pooled
+    block's first word, so that no word and no pooled block is split between two chunks.
+    At the end of a layer the shown maps go to ``sink``; its rollout step is folded when
+    the next layer starts (or at :meth:`finish`), so a streamed layer does not wait for it.
+
+    Args:
+        walk: the walk whose choices apply and whose sums are kept.
+        sink: called with each shown layer's :class:`LayerMaps`.
+        sums: add each layer to the walk's sums (layer mean, rollout, hidden share);
+            False when they are known already (a later view of a kept pass).
 
     Attributes:
         stopped: set to give up the pass: the next chunk raises ComputeCancelledError.
     """
 
-    def __init__(self, walk: LayerWalk, sink: Callable[[LayerMaps], None]) -> None:
-        self.walk, self.sink = walk, sink
+    def __init__(
+        self, walk: LayerWalk, sink: Callable[[LayerMaps], None], *, sums: bool = True
+    ) -> None:
+        self.walk, self.sink, self.sums = walk, sink, sums
         self.stopped = threading.Event()
         self.layer = -1
-        length_q = int(walk.queries.input_ids.shape[1])
-        keep = walk.keep_q if walk.keep_q is not None else torch.ones(length_q, dtype=torch.bool)
-        shown = keep.nonzero().flatten().tolist()
-        # the shown row (token or word) of each shown token
-        if walk.merge_q is not None:
-            unit_of_shown = [0] * len(shown)
-            for word, group in enumerate(walk.merge_q.groups):
-                for position in group:
-                    unit_of_shown[position] = word
-            units = len(walk.merge_q.groups)
-        else:
-            unit_of_shown = list(range(len(shown)))
-            units = len(shown)
-        key_units = len(walk.shown(walk.keys, walk.keep_k)[0])
+        units, key_units = walk.units, walk.key_units
         self.factor_q, self.factor_k = walk.factors(units, key_units)
         # a head clicked at full size has its layer's mean pooled to MAX_AVERAGE_SIZE
         self.mean_q, self.mean_k = self.factor_q, self.factor_k
@@ -582,30 +496,29 @@ class WalkObserver:
             self.mean_q = block_factor(units, MAX_AVERAGE_SIZE)
             self.mean_k = block_factor(key_units, MAX_AVERAGE_SIZE)
         step = math.lcm(self.factor_q, self.mean_q)
-        self.units, self.key_units = units, key_units
-        self.shown_before = torch.cat([torch.zeros(1, dtype=torch.long), keep.long().cumsum(0)])
-        self.unit_of_shown = unit_of_shown
         # where a chunk may start: the first token of each pooled block's first row
         first_token: dict[int, int] = {}
-        for index, position in enumerate(shown):
-            first_token.setdefault(unit_of_shown[index], position)
-        self.starts = [
-            0,
-            *sorted(first_token[u] for u in range(step, units, step)),
-        ]
-        self.length_q = length_q
+        for index, position in enumerate(walk.shown_positions):
+            first_token.setdefault(walk.unit_of_shown[index], position)
+        self.starts = [0, *sorted(first_token[u] for u in range(step, units, step))]
         self.raw_mean: torch.Tensor | None = None
+        self.folding: torch.Tensor | None = None  # the last layer's raw mean, to fold
         self.attentions: torch.Tensor | None = None
         self.head_mean: torch.Tensor | None = None
+
+    def start_layer(self, layer: int) -> None:
+        """Begin layer ``layer``; fold the previous layer's rollout step."""
+        self._fold()
+        self.layer = layer
+        self.raw_mean = None
+        self.attentions = self.head_mean = None
 
     def wants(self, module: nn.Module) -> bool:
         """The walk's block's calls, counted as its layers."""
         block_of = self.walk.block_of
         if block_of is not None and block_of(module) != self.walk.block:
             return False
-        self.layer += 1
-        self.raw_mean = None
-        self.attentions = self.head_mean = None
+        self.start_layer(self.layer + 1)
         return True
 
     def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
@@ -616,8 +529,8 @@ class WalkObserver:
         computes about C / 2 rows' worth of masked keys; an eighth keeps that under 7% of
         the layer's work.
         """
-        if length_q != self.length_q:
-            raise RuntimeError(f"an observed call has {length_q} queries, not {self.length_q}")
+        if length_q != self.walk.length_q:
+            raise RuntimeError(f"an observed call has {length_q} queries, not {self.walk.length_q}")
         rows = max(1, OBSERVED_CHUNK_FLOATS // max(1, num_heads * length_k))
         rows = min(rows, max(MIN_CHUNK_ROWS, -(-length_q // 8)))
         chunks, start = [], 0
@@ -639,75 +552,83 @@ class WalkObserver:
         walk = self.walk
         walk.check_deadline()
         raw = weights[0].float()
-        length_k = int(walk.keys.input_ids.shape[1])
-        hiding = walk.keep_q is not None and walk.keep_k is not None
-        if raw.shape[-1] < length_k and (hiding or walk.merge_k is not None):
-            raw = functional.pad(raw, (0, length_k - raw.shape[-1]))
+        if raw.shape[-1] < walk.length_k and (walk.keep_k is not None or walk.merge_k is not None):
+            raw = functional.pad(raw, (0, walk.length_k - raw.shape[-1]))
         # Without hiding or merging, the keys no row of the chunk sees (weight 0) are left
         # out: every sum and block max below is the same without them (weights >= 0).
-        seen = raw.shape[-1]
         num_heads, device = raw.shape[0], raw.device
-        if walk.with_rollout:
+        if self.sums and walk.with_rollout:
             if self.raw_mean is None:
-                self.raw_mean = torch.zeros(self.length_q, length_k, device=device)
-            self.raw_mean[start:stop, :seen] = raw.mean(dim=0)
-        shown = raw
-        if walk.keep_q is not None and walk.keep_k is not None:
+                self.raw_mean = torch.zeros(walk.length_q, walk.length_k, device=device)
+            self.raw_mean[start:stop, : raw.shape[-1]] = raw.mean(dim=0)
+        if self.sums and walk.keep_q is not None and walk.keep_k is not None:
             rows = walk.keep_q[start:stop].to(device)
-            keep_k = walk.keep_k.to(device)
-            hidden = raw[:, rows][..., ~keep_k].sum(dim=-1)
+            hidden = raw[:, rows][..., ~walk.keep_k.to(device)].sum(dim=-1)
             walk.share_sum += float(hidden.sum())
             walk.share_count += hidden.numel()
-            shown = renormalised(raw, rows, keep_k)
-        first, last = int(self.shown_before[start]), int(self.shown_before[stop])
-        if last <= first:
+        shown_rows = walk.shown_rows(raw, start, stop)
+        if shown_rows is None:
             return  # only hidden rows
-        if walk.merge_q is not None and walk.merge_k is not None:
-            u0, u1 = self.unit_of_shown[first], self.unit_of_shown[last - 1] + 1
-            mean_q = walk.merge_q.mean_q[u0:u1, first:last].to(device)
-            shown = mean_q @ shown @ walk.merge_k.sum_k.to(device)
-        else:
-            u0, u1 = first, last
+        u0, shown = shown_rows
         mean = shown.sum(dim=0) / num_heads
-        if walk.layer_sum is None:
-            walk.layer_sum = torch.zeros(self.units, self.key_units, device=device)
-        walk.layer_sum[u0:u1, : mean.shape[-1]] += mean
+        if self.sums:
+            if walk.layer_sum is None:
+                walk.layer_sum = torch.zeros(walk.units, walk.key_units, device=device)
+            walk.layer_sum[u0 : u0 + mean.shape[0], : mean.shape[-1]] += mean
         if not self._shown_layer:
             return
         heads = shown
         if walk.head_index is not None:
             heads = shown[walk.head_index : walk.head_index + 1]
         if self.attentions is None or self.head_mean is None:
-            self.attentions = torch.zeros(
-                heads.shape[0],
-                -(-self.units // self.factor_q),
-                -(-self.key_units // self.factor_k),
-                device=device,
-            )
-            self.head_mean = torch.zeros(
-                -(-self.units // self.mean_q), -(-self.key_units // self.mean_k), device=device
-            )
-        b0 = u0 // self.factor_q
-        pooled_heads = block_pooled(heads, self.factor_q, self.factor_k)
-        out_rows, out_columns = pooled_heads.shape[-2:]
-        self.attentions[:, b0 : b0 + out_rows, :out_columns] = pooled_heads
-        m0 = u0 // self.mean_q
-        pooled_mean = block_pooled(mean, self.mean_q, self.mean_k)
-        out_rows, out_columns = pooled_mean.shape[-2:]
-        self.head_mean[m0 : m0 + out_rows, :out_columns] = pooled_mean
+            self.attentions = self._blocks(heads.shape[0], self.factor_q, self.factor_k, device)
+            self.head_mean = self._blocks(None, self.mean_q, self.mean_k, device)
+        self._pool_into(self.attentions, heads, u0, (self.factor_q, self.factor_k))
+        self._pool_into(self.head_mean, mean, u0, (self.mean_q, self.mean_k))
+
+    def _blocks(
+        self, heads: int | None, factor_q: int, factor_k: int, device: torch.device
+    ) -> torch.Tensor:
+        """Zeros for a layer's maps pooled by these factors: ([heads,] P_q, P_k)."""
+        side = (-(-self.walk.units // factor_q), -(-self.walk.key_units // factor_k))
+        return torch.zeros(side if heads is None else (heads, *side), device=device)
+
+    @staticmethod
+    def _pool_into(
+        target: torch.Tensor, maps: torch.Tensor, u0: int, factors: tuple[int, int]
+    ) -> None:
+        """Shown rows from row ``u0`` (a block's first), pooled by ``factors``, into ``target``."""
+        part = pooled(maps, factors=factors)[0]
+        b0 = u0 // factors[0]
+        target[..., b0 : b0 + part.shape[-2], : part.shape[-1]] = part
 
     def layer_done(self) -> None:
-        """The layer's rollout step; its shown maps to the sink."""
+        """The layer's shown maps to the sink; its rollout step waits for the next layer."""
         walk = self.walk
         if self._shown_layer and self.attentions is not None and self.head_mean is not None:
             walk.pooling = Pooling(self.factor_q, self.factor_k)
             maps = LayerMaps(self.layer, self.attentions.cpu(), self.head_mean.cpu())
             walk.kept.append(maps)
             self.sink(maps)
-        if self.raw_mean is not None:
-            walk.rollout = rollout_step(walk.rollout, self.raw_mean)
-        self.raw_mean = None
+        self.folding, self.raw_mean = self.raw_mean, None
         self.attentions = self.head_mean = None
+
+    def _fold(self) -> None:
+        if self.folding is not None:
+            self.walk.rollout = rollout_step(self.walk.rollout, self.folding)
+            self.folding = None
+
+    def finish(self) -> None:
+        """After the last layer: its rollout step, and the sums moved to the CPU.
+
+        The sums were built where the model ran (a GPU's); the view is the CPU's.
+        """
+        self._fold()
+        walk = self.walk
+        if walk.layer_sum is not None:
+            walk.layer_sum = walk.layer_sum.cpu()
+        if walk.rollout is not None:
+            walk.rollout = walk.rollout.cpu()
 
 
 def sequence_view(

@@ -187,6 +187,10 @@ class NormRecording(AttentionRecording):
             self.norms[layer] = values.norm(dim=-1).cpu()
         return self.norms[layer]
 
+    def key_scale(self, layer: int) -> torch.Tensor:
+        """‖f^h(x_j)‖ as (B, H, 1, L_k): what each key's weight is multiplied by."""
+        return self.value_norms(layer)[:, :, None, :]
+
     def groups_weights(
         self, layer: int, first: int, count: int, *, query: int | None = None
     ) -> torch.Tensor:

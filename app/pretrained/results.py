@@ -17,6 +17,7 @@ from ..attention.cancellation import check_cancelled
 from ..attention.errors import AttentionInputError
 from .blocks import Block
 from .calls import AttentionRecording
+from .computing import AttentionObserver, replayed
 from .neuron import Neuron, neuron
 from .tokens import TokenizedBatch
 
@@ -199,6 +200,15 @@ class PretrainedAttentions:
             AttentionInputError: (field ``layer_index``) no such layer.
         """
         return self.recording.layer_weights(self._call(block, layer))
+
+    def replay(self, block: Block, layer: int, observer: AttentionObserver) -> None:
+        """One layer's maps handed to ``observer`` in row chunks (:func:`.computing.replayed`).
+
+        Raises:
+            AttentionInputError: (field ``layer_index``) no such layer.
+            ComputeCancelledError: the computation was cancelled (between chunks).
+        """
+        replayed(observer, self.recording, self._call(block, layer))
 
     def head_groups(self, block: Block, layer: int) -> Iterator[tuple[int, torch.Tensor]]:
         """One layer's weights a few heads at a time, as :meth:`layer_weights` in pieces.

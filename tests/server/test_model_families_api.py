@@ -209,21 +209,21 @@ def test_a_click_on_a_head_reuses_the_forward_pass_and_computes_one_layer(
 
     runs: list[int] = []
     layers: list[int] = []
-    run, head_groups = PretrainedModel.run, PretrainedAttentions.head_groups
+    run, replay = PretrainedModel.run, PretrainedAttentions.replay
 
     def counted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         runs.append(1)
         return run(self, *args, **kwargs)
 
-    def counted_layer(self: Any, block: Any, layer: int) -> Any:
-        layers.append(layer)  # a layer's maps are computed by one walk over its groups
-        return head_groups(self, block, layer)
+    def counted_layer(self: Any, block: Any, layer: int, observer: Any) -> Any:
+        layers.append(layer)  # a kept layer's maps are computed by one replay of its call
+        return replay(self, block, layer, observer)
 
     monkeypatch.setattr(PretrainedModel, "run", counted_run)
-    monkeypatch.setattr(PretrainedAttentions, "head_groups", counted_layer)
+    monkeypatch.setattr(PretrainedAttentions, "replay", counted_layer)
     body = {"model": "tiny-llama", "texts": ["the red bird sang today"], "sequence_index": 0}
     grid = local_models.post(URL, json={**body, "display_size": 8}).json()
-    # the grid was computed during its forward pass (observed): no walk of recorded groups
+    # the grid was computed during its forward pass (observed): no replay of a recording
     assert (runs, layers) == ([1], [])
     head = local_models.post(URL, json={**body, "layer_index": 1, "head_index": 3}).json()
     assert (runs, layers) == ([1], [1])  # no second forward pass, layer 1 alone
