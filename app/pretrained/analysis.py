@@ -22,14 +22,13 @@ from ..attention.errors import AttentionInputError, InputTooLargeError, too_many
 from .admission import InputLengths, check_memory, check_options, check_positions, device_free_bytes
 from .admission import recording_bytes as estimated_recording_bytes
 from .blocks import Block
-from .calls import AttentionRecording
 from .display import MAX_AVERAGE_SIZE, LayerWalk, pooled
 from .gradients import GradientPass
 from .methods import GRADIENT_METHODS, Method, NormRecording, attention_flow, with_method
 from .model import PretrainedModel
 from .neuron import Neuron
 from .recordings import RecordingCache
-from .results import Generation, PretrainedAttentions
+from .results import Generation, PassInputs, PretrainedAttentions
 from .tokens import TokenizedBatch
 from .zeroing import value_zeroing
 
@@ -115,11 +114,14 @@ class Limits:
 
 @dataclass(frozen=True)
 class PreparedSequence:
-    """One input run (or taken from the recording cache), its display walk not yet run.
+    """One input checked and run (or taken from the recording cache), its view not yet run.
 
     Attributes:
-        result: the recorded forward pass of the input (prompt + generated tokens).
-        walk: the display choices, to run layer by layer.
+        walk: the view run: its shown layers (``walk.layers()``), then its summary
+            (``walk.summary()``: the whole view and the pass walked).
+        result: the recorded forward pass of the input (prompt + generated tokens) when it
+            ran before the view; None when the walk runs it, observed (the summary has it).
+        device: where the pass runs, "cpu" or "cuda".
         generation: what a decoder generated first, else None.
         query_rows: (N, H, L_k) the rows of query_index, else None.
         neuron: with ``neuron``, the step through the head, else None.
@@ -131,8 +133,9 @@ class PreparedSequence:
         gradients: with a gradient method, its backward pass, else None.
     """
 
-    result: PretrainedAttentions
     walk: LayerWalk
+    result: PretrainedAttentions | None
+    device: str
     generation: Generation | None
     query_rows: torch.Tensor | None
     neuron: Neuron | None = None
@@ -247,17 +250,28 @@ def prepare_sequence(
             query_index=options.query_index,
             target_index=options.target_index,
         )
-    pending = None
+    block_of = model.block_of(model.on(run_on))
     if observing:
-        result, pending = observed_pass(
-            model, alone, alone_targets, options.device, recordings, record=recorded
+        inputs = PassInputs(alone, alone_targets, {b: model.block_layers(b) for b in model.blocks})
+        walk = LayerWalk(
+            inputs,
+            block=block,
+            layer_index=options.layer_index,
+            head_index=options.head_index,
+            display_size=options.display_size,
+            hide_special_tokens=options.hide_special_tokens,
+            merge_words=options.merge_words,
+            pending=observed_pass(
+                model, alone, alone_targets, options.device, recordings, record=recorded
+            ),
+            block_of=block_of,
         )
-    else:
-        result = (
-            generation.result
-            if generation is not None and generation.result is not None
-            else recordings.run(model, alone, alone_targets, device=options.device)
-        )
+        return PreparedSequence(walk, None, str(run_on), generation, None)
+    result = (
+        generation.result
+        if generation is not None and generation.result is not None
+        else recordings.run(model, alone, alone_targets, device=options.device)
+    )
     ablation = None
     switched = None
     if options.ablate:
@@ -274,8 +288,6 @@ def prepare_sequence(
         head_index=options.head_index,
         display_size=options.display_size,
         merge_words=options.merge_words,
-        pending=pending,
-        block_of=model.block_of(model.on(torch.device(result.device))),
     )
     query_rows = None
     if options.query_index is not None:
@@ -312,7 +324,16 @@ def prepare_sequence(
             )
         method_map = kept[block]
     return PreparedSequence(
-        result, walk, generation, query_rows, step, summed, method_map, ablation, gradients
+        walk,
+        result,
+        result.device,
+        generation,
+        query_rows,
+        step,
+        summed,
+        method_map,
+        ablation,
+        gradients,
     )
 
 
@@ -324,30 +345,17 @@ def observed_pass(
     recordings: RecordingCache,
     *,
     record: bool,
-) -> tuple[PretrainedAttentions, Callable[[Any], PretrainedAttentions]]:
-    """A placeholder result (no recording yet) and the observed pass that will replace it.
+) -> Callable[[Any], PretrainedAttentions]:
+    """The forward pass a walk runs and observes (:meth:`.display.LayerWalk.layers`).
 
     With ``record`` (the states fit the recording cache) the pass records the query,
     key and value states too, so that a later click reuses them; else nothing.
-
-    Raises:
-        AttentionInputError: (field ``device``) as :meth:`.model.PretrainedModel.device_for`.
     """
-    run_on = model.device_for(device)
-    placeholder = PretrainedAttentions(
-        batch=batch,
-        targets=targets,
-        recording=AttentionRecording(),
-        block_calls={b: list(range(model.block_layers(b))) for b in model.blocks},
-        decoder_head=None,
-        compute_ms=0.0,
-        device=str(run_on),
-    )
 
     def run(observer: Any) -> PretrainedAttentions:
         return recordings.observed(model, batch, targets, observer, device=device, record=record)
 
-    return placeholder, run
+    return run
 
 
 def check_view_options(options: ViewOptions, block: Block | None = None) -> None:

@@ -46,7 +46,7 @@ from ..attention.pooling import block_factor, block_reduce
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS
-from .results import Averages, PretrainedAttentions
+from .results import Averages, PassInputs, PretrainedAttentions
 from .tokens import TokenizedBatch
 from .words import WordMerge, shown_tokens
 
@@ -189,7 +189,7 @@ class LayerWalk:
 
     def __init__(
         self,
-        result: PretrainedAttentions,
+        source: PretrainedAttentions | PassInputs,
         *,
         block: Block | None = None,
         hide_special_tokens: bool = False,
@@ -200,16 +200,22 @@ class LayerWalk:
         pending: Callable[[WalkObserver], PretrainedAttentions] | None = None,
         block_of: Callable[[nn.Module], Block] | None = None,
     ) -> None:
-        if result.batch.input_ids.shape[0] != 1:
+        inputs = source.inputs if isinstance(source, PretrainedAttentions) else source
+        if inputs.batch.input_ids.shape[0] != 1:
             raise ValueError("sequence_view takes the result of one input")
-        self.result = result
-        self.block: Block = block or result.first_block
-        self.num_layers = result.num_layers(self.block)
+        if pending is None and not isinstance(source, PretrainedAttentions):
+            raise ValueError("a walk of a pass not run yet needs the pass (pending)")
+        self.result: PretrainedAttentions | None = (
+            source if isinstance(source, PretrainedAttentions) and pending is None else None
+        )
+        self.method = "attention" if self.result is None else self.result.method
+        self.block: Block = block or inputs.first_block
+        self.num_layers = inputs.num_layers(self.block)
         if layer_index is not None and not 0 <= layer_index < self.num_layers:
             raise AttentionInputError(
                 "layer_index", f"{layer_index} is not below {self.num_layers}"
             )
-        self.queries, self.keys = result.queries(self.block), result.keys(self.block)
+        self.queries, self.keys = inputs.queries(self.block), inputs.keys(self.block)
         self.length_q = int(self.queries.input_ids.shape[1])
         self.length_k = int(self.keys.input_ids.shape[1])
         self.keep_q: torch.Tensor | None = None
@@ -309,7 +315,7 @@ class LayerWalk:
         :data:`attnviz.attention.rollout.MAX_ROLLOUT_TOKENS` tokens.
         """
         return (
-            self.result.method == "attention"
+            self.method == "attention"
             and self.block != "cross"
             and self.length_q <= MAX_ROLLOUT_TOKENS
         )
@@ -320,6 +326,7 @@ class LayerWalk:
 
     def _keep_averages(self) -> None:
         """The averages into the result's memo, for the next walk of the same pass."""
+        assert self.result is not None
         self.result.memo.averages[self._memo_key] = Averages(
             self.layer_sum, self.rollout, self.share_sum, self.share_count
         )
@@ -342,7 +349,7 @@ class LayerWalk:
 
         So when the walk was made with ``pending`` (a pass not run yet) and a
         ``display_size`` or a ``head_index`` (:class:`WalkObserver`); :attr:`result` is
-        then a placeholder (no recording) until the pass has run.
+        None until the pass has run.
         """
         return self.pending is not None and (
             self.display_size is not None or self.head_index is not None
@@ -364,6 +371,7 @@ class LayerWalk:
         if self.pending is not None:  # not observed: run the pass, then walk it
             self.result = self.pending(None)  # type: ignore[arg-type]
             self.pending = None
+        assert self.result is not None
         averages = self.result.memo.averages.get(self._memo_key)
         every = range(self.num_layers)
         if averages is not None:
@@ -429,6 +437,15 @@ class LayerWalk:
         observer.finish()
         self._keep_averages()
 
+    def summary(self) -> ViewSummary:
+        """The whole view and the pass walked, once :meth:`layers` has run to the end.
+
+        Runs the layers first if they have not run (for a one-shot answer).
+        """
+        view = self.view()
+        assert self.result is not None  # the layers ran
+        return ViewSummary(view, self.result)
+
     def view(self) -> SequenceView:
         """The whole view, once :meth:`layers` has run to the end (it runs it if not)."""
         if self.layer_sum is None:
@@ -457,6 +474,20 @@ class LayerWalk:
             pooling=self.pooling,
             average_pooling=average_pooling,
         )
+
+
+@dataclass(frozen=True)
+class ViewSummary:
+    """What a walk gives once its last layer is computed (:meth:`LayerWalk.summary`).
+
+    Attributes:
+        view: the whole view (its averages, tokens and every shown layer).
+        result: the pass it walked: the one it was given, or the pass an observed walk
+            ran during its layers (its time, device and next tokens).
+    """
+
+    view: SequenceView
+    result: PretrainedAttentions
 
 
 class WalkObserver:

@@ -128,6 +128,46 @@ class Memo:
 
 
 @dataclass(frozen=True)
+class PassInputs:
+    """What a forward pass runs on, known before it runs: its tokens and each block's layers.
+
+    Attributes:
+        batch: the input (the source, for an encoder-decoder).
+        targets: an encoder-decoder's decoder input, else None.
+        layers: the layers of each block of the family, the first block first.
+    """
+
+    batch: TokenizedBatch
+    targets: TokenizedBatch | None
+    layers: dict[Block, int]
+
+    @property
+    def first_block(self) -> Block:
+        """The family's first block, the default of every view."""
+        return next(iter(self.layers))
+
+    def num_layers(self, block: Block) -> int:
+        """N, the layers of ``block``.
+
+        Raises:
+            AttentionInputError: (field ``block``) a block the model does not have.
+        """
+        if block not in self.layers:
+            raise AttentionInputError(
+                "block", f"{block!r}: this model's blocks are {', '.join(self.layers)}"
+            )
+        return self.layers[block]
+
+    def queries(self, block: Block) -> TokenizedBatch:
+        """The tokens whose queries ``block`` has (the targets, for decoder and cross)."""
+        return self.targets if block != "encoder" and self.targets is not None else self.batch
+
+    def keys(self, block: Block) -> TokenizedBatch:
+        """The tokens whose keys ``block`` has (the source, for cross attention)."""
+        return self.batch if block == "cross" else self.queries(block)
+
+
+@dataclass(frozen=True)
 class PretrainedAttentions:
     """One batch through a model: its attention recorded per layer, weights on demand.
 
@@ -185,13 +225,22 @@ class PretrainedAttentions:
         """N, the layers of ``block``."""
         return len(self._calls(block))
 
+    @property
+    def inputs(self) -> PassInputs:
+        """What the pass ran on: its tokens and each block's layers."""
+        return PassInputs(
+            self.batch,
+            self.targets,
+            {block: len(calls) for block, calls in self.block_calls.items()},
+        )
+
     def queries(self, block: Block) -> TokenizedBatch:
         """The tokens whose queries ``block`` has (the targets, for decoder and cross)."""
-        return self.targets if block != "encoder" and self.targets is not None else self.batch
+        return self.inputs.queries(block)
 
     def keys(self, block: Block) -> TokenizedBatch:
         """The tokens whose keys ``block`` has (the source, for cross attention)."""
-        return self.batch if block == "cross" else self.queries(block)
+        return self.inputs.keys(block)
 
     def layer_weights(self, block: Block, layer: int) -> torch.Tensor:
         """Every head of one layer: (B, H, L_q, L_k) float32 on the CPU, rows summing to 1.

@@ -17,7 +17,8 @@ import torch
 
 from ...pretrained import ModelEntry, PretrainedModel
 from ...pretrained.analysis import PreparedSequence
-from ...pretrained.display import Pooling, SequenceView, batch_maps
+from ...pretrained.blocks import Block
+from ...pretrained.display import Pooling, SequenceView, ViewSummary, batch_maps
 from ...pretrained.gradients import GradientPass
 from ...pretrained.model import LoadedModel, output_attentions_note
 from ...pretrained.neuron import Neuron
@@ -69,14 +70,14 @@ def batch_payload(
     model: PretrainedModel,
     request: PretrainedAttentionRequest,
     result: PretrainedAttentions,
-    block: str,
+    block: Block,
 ) -> dict[str, Any]:
     """The response for the whole batch: every map of the block at full resolution, padded."""
-    maps = batch_maps(result, block)  # type: ignore[arg-type]
-    queries, keys = result.queries(block), result.keys(block)  # type: ignore[arg-type]
+    maps = batch_maps(result, block)
+    queries, keys = result.queries(block), result.keys(block)
     enc = request.encoding
     return {
-        **model_fields(model, result, block),
+        **model_fields(model, block, device=result.device, compute_ms=result.compute_ms),
         "shape": list(maps.attentions.shape),
         "tokens": queries.tokens,
         "key_tokens": keys.tokens if keys is not queries else None,
@@ -99,15 +100,28 @@ def batch_payload(
 
 
 def sequence_fields(
-    model: PretrainedModel, request: PretrainedAttentionRequest, prepared: PreparedSequence
+    model: PretrainedModel,
+    request: PretrainedAttentionRequest,
+    prepared: PreparedSequence,
+    result: PretrainedAttentions | None,
 ) -> dict[str, Any]:
-    """The one-input fields known before any layer's maps: tokens, generation, rows."""
+    """The one-input fields known before any layer's maps: tokens, generation, rows.
+
+    ``result`` is the pass when it has run; None while a walk has yet to run it (the
+    streamed grid's start line before an observed pass: ``compute_ms`` 0 and no next
+    tokens, which the end line then carries).
+    """
     walk, enc = prepared.walk, request.encoding
     tokens, ids, types, special = walk.shown(walk.queries, walk.keep_q)
     key_tokens = walk.shown(walk.keys, walk.keep_k)[0]
     factor, key_factor = walk.factors(len(tokens), len(key_tokens))
     return {
-        **model_fields(model, prepared.result, walk.block),
+        **model_fields(
+            model,
+            walk.block,
+            device=prepared.device,
+            compute_ms=0.0 if result is None else result.compute_ms,
+        ),
         "tokens": [tokens],
         "key_tokens": [key_tokens] if walk.block == "cross" else None,
         "input_ids": [ids],
@@ -143,7 +157,7 @@ def sequence_fields(
         "generation": (
             None if prepared.generation is None else generation_fields(request, prepared.generation)
         ),
-        "next_tokens": next_tokens(model, prepared.result, request.top_k, walk.keep_q),
+        "next_tokens": next_tokens(model, result, request.top_k, walk.keep_q),
     }
 
 
@@ -189,14 +203,14 @@ def sequence_payload(
     model: PretrainedModel,
     request: PretrainedAttentionRequest,
     prepared: PreparedSequence,
-    view: SequenceView,
+    summary: ViewSummary,
 ) -> dict[str, Any]:
     """The response for one input (sequence_index), with its display options applied."""
-    enc = request.encoding
+    enc, view = request.encoding, summary.view
     attentions = view.attentions[:, None]  # (N', 1, H', P_q, P_k)
     length, key_length = len(view.tokens), len(view.key_tokens)
     return {
-        **sequence_fields(model, request, prepared),
+        **sequence_fields(model, request, prepared, summary.result),
         "shape": list(attentions.shape),
         "attentions": encode_large(attentions, enc),
         "head_mean": encode_large(view.head_mean[:, None], enc),
@@ -244,12 +258,15 @@ def generation_fields(
 
 def next_tokens(
     model: PretrainedModel,
-    result: PretrainedAttentions,
+    result: PretrainedAttentions | None,
     top_k: int,
     keep: torch.Tensor | None,
 ) -> list[list[dict[str, Any]]] | None:
-    """The top_k next tokens at each shown position (hidden special tokens left out)."""
-    if not top_k or result.next_tokens is None:
+    """The top_k next tokens at each shown position (hidden special tokens left out).
+
+    None without ``top_k``, for a model without next tokens, or before the pass ran.
+    """
+    if not top_k or result is None or result.next_tokens is None:
         return None
     ids = result.next_tokens.ids[0, :, :top_k]
     probabilities = result.next_tokens.probabilities[0, :, :top_k]
@@ -268,20 +285,20 @@ def next_tokens(
 
 
 def model_fields(
-    model: PretrainedModel, result: PretrainedAttentions, block: str
+    model: PretrainedModel, block: Block, *, device: str, compute_ms: float
 ) -> dict[str, Any]:
-    """The fields every response has: the model, the block, where and how long it ran."""
+    """The fields every response has: the model, the block, where and how long (ms) it ran."""
     return {
         "model": model.name,
         "family": model.family,
         "architecture": model.architecture,
         "block": block,
-        "num_layers": result.num_layers(block),  # type: ignore[arg-type]
+        "num_layers": model.block_layers(block),
         "num_heads": model.num_heads,
         "num_key_value_heads": model.num_key_value_heads,
         "d_model": model.d_model,
-        "device": result.device,
-        "compute_ms": result.compute_ms,
+        "device": device,
+        "compute_ms": compute_ms,
         "attention_path": model.attention_path,
         "attention_note": attention_note(model),
     }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -119,10 +118,8 @@ def model_response(
         return respond(batch_payload(model, request, result, block))
     prepared = prepared_sequence(model, request, batch, targets, block, settings, recordings)
     with engine_errors(request.device):
-        view = prepared.walk.view()
-    # an observed pass's own result (its next tokens, its time) replaces the placeholder
-    prepared = replace(prepared, result=prepared.walk.result)
-    return respond(sequence_payload(model, request, prepared, view))
+        summary = prepared.walk.summary()
+    return respond(sequence_payload(model, request, prepared, summary))
 
 
 @router.post(
@@ -221,8 +218,9 @@ def stream_response(
     )
 
     def lines() -> Iterator[bytes]:
-        observed = walk.observed
-        yield ndjson({"type": "start", **sequence_fields(model, request, prepared)})
+        yield ndjson(
+            {"type": "start", **sequence_fields(model, request, prepared, prepared.result)}
+        )
         try:
             for maps in walk.layers():
                 yield ndjson(
@@ -233,7 +231,7 @@ def stream_response(
                         "head_mean": encode_floats(maps.head_mean, enc),
                     }
                 )
-            view = walk.view()
+            summary = walk.summary()
         except torch.OutOfMemoryError:
             yield ndjson({"type": "error", "detail": out_of_memory(request.device)})
             return
@@ -242,12 +240,13 @@ def stream_response(
             return
         # An observed pass ran while the layers were sent: its time and next tokens
         # come last (the start line has compute_ms 0 and next_tokens null).
+        view, result = summary.view, summary.result
         late = (
             {
-                "compute_ms": walk.result.compute_ms,
-                "next_tokens": next_tokens(model, walk.result, request.top_k, walk.keep_q),
+                "compute_ms": result.compute_ms,
+                "next_tokens": next_tokens(model, result, request.top_k, walk.keep_q),
             }
-            if observed
+            if prepared.result is None
             else {}
         )
         yield ndjson(
