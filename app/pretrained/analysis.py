@@ -22,8 +22,9 @@ from ..attention.errors import AttentionInputError, InputTooLargeError, too_many
 from .admission import InputLengths, check_memory, check_options, check_positions, device_free_bytes
 from .admission import recording_bytes as estimated_recording_bytes
 from .blocks import Block
-from .display import MAX_AVERAGE_SIZE, LayerWalk, pooled
+from .display import MAX_AVERAGE_SIZE, LayerWalk
 from .gradients import GradientPass
+from .maps import pooled
 from .methods import GRADIENT_METHODS, Method, NormRecording, attention_flow, with_method
 from .model import PretrainedModel
 from .neuron import Neuron

@@ -1,9 +1,11 @@
 """One input's attention maps as the page shows them, computed one layer at a time.
 
 The page works on one input at a time. It runs alone (no padding), so every map is
-L_q x L_k over its real tokens. The maps are computed layer by layer from the
-recording (:class:`.results.PretrainedAttentions`), so memory holds one layer's
-H x L_q x L_k weights at a time, plus what is kept. The display choices, all optional:
+L_q x L_k over its real tokens. Each layer goes through one pipeline
+(:class:`WalkObserver`) in chunks of query rows, replayed from a recording
+(:class:`.results.PretrainedAttentions`) or observed while the pass runs, so memory
+holds one chunk of a layer's weights at a time, plus what is kept. The display choices,
+all optional:
 
 * hide the special tokens ([CLS], [SEP], <|im_start|>, BOS, ...): their rows and
   columns are removed and every remaining row is divided by its sum, so it sums to 1
@@ -11,14 +13,10 @@ H x L_q x L_k weights at a time, plus what is kept. The display choices, all opt
   renormalised maps; rollout is computed with every token (as Abnar & Zuidema define
   it) and then renormalised the same way. ``special_share`` says how much of each row
   the hidden tokens took.
-* merge word pieces into words (``merge_words``): the pieces of one word, as the
-  tokenizer's pre-tokenizer splits the text (:attr:`.tokens.TokenizedBatch.word_ids`),
-  become one row and one column. A word's column is the SUM over its key pieces (the
-  attention the word gets) and its row the MEAN over its query pieces (the word's
-  pieces averaged), so rows still sum to 1: M[a, b] = (1 / |A|) sum_{i in A} sum_{j in
-  B} W[i, j]. Special tokens stay words of their own. The merge follows the hiding
-  above; means and rollout are merged the same way. Pieces are joined into the word's
-  label (WordPiece's "##" dropped).
+* merge word pieces into words (``merge_words``, :class:`.words.WordMerge`): a word's
+  column sums its key pieces, its row averages its query pieces, so rows still sum to 1.
+  Special tokens stay words of their own. The merge follows the hiding above; means and
+  rollout are merged the same way.
 * one layer only (``layer_index``), and one head of it (``head_index``).
 * block-max pooling of the layers x heads maps to at most ``display_size`` per side,
   for thumbnails of long inputs (:func:`attnviz.attention.summary.block_pool`). The
@@ -33,7 +31,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
@@ -42,132 +39,47 @@ from torch.nn import functional
 
 from ..attention.cancellation import ComputeCancelledError, check_cancelled
 from ..attention.errors import AttentionInputError
-from ..attention.pooling import block_factor, block_reduce
+from ..attention.pooling import block_factor
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS
+from .maps import (
+    BatchMaps,
+    LayerMaps,
+    Pooling,
+    SequenceView,
+    ViewSummary,
+    batch_maps,
+    block_pooled,
+    pooled,
+    renormalised,
+)
 from .results import Averages, PassInputs, PretrainedAttentions
 from .tokens import TokenizedBatch
 from .words import WordMerge, shown_tokens
+
+__all__ = [
+    "MAX_AVERAGE_SIZE",
+    "MIN_CHUNK_ROWS",
+    "BatchMaps",
+    "LayerMaps",
+    "LayerWalk",
+    "Pooling",
+    "SequenceView",
+    "ViewSummary",
+    "WalkObserver",
+    "batch_maps",
+    "block_pooled",
+    "pooled",
+    "renormalised",
+    "sequence_view",
+]
 
 MIN_CHUNK_ROWS: Final = 64
 """The fewest query rows an observed chunk is given when it could have more (a chunk's
 fixed costs: the eager function's key/value repeat, the Python around it)."""
 MAX_AVERAGE_SIZE: Final = 512
 """Layer means and rollouts longer than this per side are block-max pooled to it."""
-
-
-@dataclass(frozen=True)
-class Pooling:
-    """How a map was pooled for display: tokens per row and per column of a block.
-
-    Attributes:
-        factor: query tokens per displayed row.
-        key_factor: key tokens per displayed column.
-    """
-
-    factor: int
-    key_factor: int
-
-    @property
-    def pooled(self) -> bool:
-        """Whether any side was pooled."""
-        return self.factor > 1 or self.key_factor > 1
-
-
-@dataclass(frozen=True)
-class SequenceView:
-    """One input's maps of one block, ready to draw; L_q' x L_k' tokens after hiding.
-
-    Attributes:
-        tokens: the L_q' query tokens shown.
-        key_tokens: the L_k' key tokens shown (the same as ``tokens`` but for cross attention).
-        input_ids: the query tokens' ids.
-        token_type_ids: their segments (0 = A, 1 = B).
-        special_tokens_mask: True for the query tokens that are special (none when hidden).
-        attentions: (N', H', P_q, P_k) float32; N' is 1 with a layer_index, H' 1 with a
-            head_index; P <= L' after pooling.
-        head_mean: (N', P_q, P_k) the mean over heads.
-        layer_mean: (A_q, A_k) the mean over every layer and head (A <= MAX_AVERAGE_SIZE).
-        rollout: (A_q, A_k) attention rollout, or None for cross attention (not square) and
-            inputs over MAX_ROLLOUT_TOKENS tokens.
-        hidden_special_tokens: whether the special tokens were removed.
-        special_share: with hidden tokens, the mean share of a shown row that went to
-            them (over layers, heads and shown rows), else None.
-        pooling: how ``attentions`` and ``head_mean`` were pooled.
-        average_pooling: how ``layer_mean`` and ``rollout`` were pooled.
-    """
-
-    tokens: list[str]
-    key_tokens: list[str]
-    input_ids: list[int]
-    token_type_ids: list[int]
-    special_tokens_mask: list[bool]
-    attentions: torch.Tensor
-    head_mean: torch.Tensor
-    layer_mean: torch.Tensor
-    rollout: torch.Tensor | None
-    hidden_special_tokens: bool
-    special_share: float | None
-    pooling: Pooling
-    average_pooling: Pooling
-
-
-def renormalised(
-    maps: torch.Tensor, keep: torch.Tensor, keep_keys: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rows ``keep`` and columns ``keep_keys`` of (..., L_q, L_k) maps, rows divided by their sum.
-
-    ``keep_keys`` defaults to ``keep`` (square maps). A row whose kept entries are all
-    0 stays 0.
-    """
-    kept = maps[..., keep, :][..., keep if keep_keys is None else keep_keys]
-    total = kept.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, kept / total.clamp_min(1e-30), kept)
-
-
-def pooled(
-    maps: torch.Tensor, size: int | None = None, *, factors: tuple[int, int] | None = None
-) -> tuple[torch.Tensor, Pooling]:
-    """(..., L_q, L_k) maps block-max pooled to at most ``size`` per side, or by ``factors``.
-
-    The blocks of :func:`attnviz.attention.summary.block_pool` ("max"), without its mask.
-    ``factors`` (rows, columns per block) pools a chunk of a larger map whose first row
-    starts a block; neither: the maps as they are.
-    """
-    if factors is None:
-        if size is None:
-            return maps, Pooling(1, 1)
-        len_q, len_k = maps.shape[-2:]
-        factors = block_factor(len_q, size), block_factor(len_k, size)
-    if factors == (1, 1):
-        return maps, Pooling(1, 1)
-    return block_pooled(maps, *factors), Pooling(*factors)
-
-
-def block_pooled(maps: torch.Tensor, factor_q: int, factor_k: int) -> torch.Tensor:
-    """(..., R, C) maps block-max pooled by ``factor_q`` rows and ``factor_k`` columns, float32.
-
-    As :func:`pooled` with given factors (a last block may be partial): the rows of a
-    chunk that starts at a multiple of ``factor_q`` pool into the chunk's own rows
-    (:func:`attnviz.attention.pooling.block_reduce`).
-    """
-    return block_reduce(maps.float(), factor_q, factor_k, "max")
-
-
-@dataclass(frozen=True)
-class LayerMaps:
-    """One layer's maps as shown: what :meth:`LayerWalk.layers` yields.
-
-    Attributes:
-        layer: its index.
-        attentions: (H', P_q, P_k) float32 (H' = 1 with a head_index).
-        head_mean: (P_q, P_k) the mean over its heads.
-    """
-
-    layer: int
-    attentions: torch.Tensor
-    head_mean: torch.Tensor
 
 
 class LayerWalk:
@@ -476,20 +388,6 @@ class LayerWalk:
         )
 
 
-@dataclass(frozen=True)
-class ViewSummary:
-    """What a walk gives once its last layer is computed (:meth:`LayerWalk.summary`).
-
-    Attributes:
-        view: the whole view (its averages, tokens and every shown layer).
-        result: the pass it walked: the one it was given, or the pass an observed walk
-            ran during its layers (its time, device and next tokens).
-    """
-
-    view: SequenceView
-    result: PretrainedAttentions
-
-
 class WalkObserver:
     """The one pipeline of a :class:`LayerWalk`, an :class:`.computing.AttentionObserver`.
 
@@ -699,43 +597,3 @@ def sequence_view(
         display_size=display_size,
         merge_words=merge_words,
     ).view()
-
-
-@dataclass(frozen=True)
-class BatchMaps:
-    """Every map of one block for a whole (padded) batch, at full resolution.
-
-    Attributes:
-        attentions: (N, B, H, L_q, L_k) float32, as transformers' ``output_attentions``;
-            padding keys get 0.
-        head_mean: (N, B, L_q, L_k) the mean over heads.
-        layer_mean: (B, L_q, L_k) the mean over every layer and head.
-        rollout: (B, L, L) attention rollout
-            (:func:`attnviz.attention.rollout.attention_rollout`), or None for cross
-            attention and for a method other than the weights.
-    """
-
-    attentions: torch.Tensor
-    head_mean: torch.Tensor
-    layer_mean: torch.Tensor
-    rollout: torch.Tensor | None
-
-
-def batch_maps(result: PretrainedAttentions, block: Block | None = None) -> BatchMaps:
-    """Every layer's and head's weights of ``block`` (default the family's first) for the batch.
-
-    Raises:
-        AttentionInputError: (field ``block``) a block the model does not have.
-    """
-    block = block or result.first_block
-    layers = torch.stack(
-        [result.layer_weights(block, layer) for layer in range(result.num_layers(block))]
-    )
-    head_mean = layers.mean(dim=2)
-    rollout = None
-    if block != "cross" and result.method == "attention":
-        folded = None
-        for mean in head_mean:
-            folded = rollout_step(folded, mean)
-        rollout = None if folded is None else folded.float()
-    return BatchMaps(layers, head_mean, head_mean.mean(dim=0), rollout)

@@ -18,8 +18,8 @@ import torch
 from ...pretrained import ModelEntry, PretrainedModel
 from ...pretrained.analysis import PreparedSequence
 from ...pretrained.blocks import Block
-from ...pretrained.display import Pooling, SequenceView, ViewSummary, batch_maps
 from ...pretrained.gradients import GradientPass
+from ...pretrained.maps import Pooling, SequenceView, ViewSummary, batch_maps
 from ...pretrained.model import LoadedModel, output_attentions_note
 from ...pretrained.neuron import Neuron
 from ...pretrained.results import Generation, PretrainedAttentions
