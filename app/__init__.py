@@ -24,9 +24,9 @@ from .views.notebook import (
     head_view,
     init_notebook,
     model_view,
-    show,
     token_view,
 )
+from .views.show import show
 
 __all__ = [
     "AttentionResult",

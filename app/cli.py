@@ -221,7 +221,8 @@ def cmd_export(args: argparse.Namespace) -> None:
     """Write the heatmaps as a standalone HTML file (Plotly.js inlined) or a PNG, SVG, PDF."""
     from .attention import AttentionInputError, compute_attention
     from .views.figure import attention_figure
-    from .views.notebook import AttentionView, show
+    from .views.notebook import AttentionView
+    from .views.show import show
 
     if args.output is None or args.output.suffix.lower() not in EXPORT_SUFFIXES:
         raise SystemExit("attnviz: export needs --output FILE.html (or .png, .svg, .pdf)")

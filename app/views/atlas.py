@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .notebook import text_model
+from .show import text_model
 
 
 def head_scores(

@@ -38,12 +38,13 @@ import uuid
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .arrays import attention_array, axes
 from .figure import MASKED_COLOR, WEIGHT_COLORSCALE
 from .interactive import (
     PLOTLY_BUNDLE,
@@ -67,99 +68,10 @@ __all__ = [
     "head_view",
     "init_notebook",
     "model_view",
-    "show",
     "token_view",
 ]
 
-SHAPES: Final = (
-    "(H, L_q, L_k), (B, H, L_q, L_k), (N, B, H, L_q, L_k), or a tuple of N per-layer "
-    "(B, H, L_q, L_k) tensors as transformers' output_attentions"
-)
-"""What the views take, for the messages of :func:`attention_array`."""
-
 _embedded = False  # whether a view of this process has embedded Plotly.js
-
-
-def attention_array(attention: Any) -> np.ndarray:
-    """Any attention input of the views as one (N, B, H, L_q, L_k) float32 array.
-
-    Args:
-        attention: a torch tensor or numpy array (or nested lists) of shape (H, L_q, L_k),
-            (B, H, L_q, L_k) or (N, B, H, L_q, L_k); or a tuple or list of N per-layer
-            tensors of shape (B, H, L_q, L_k) or (H, L_q, L_k).
-
-    Returns:
-        (N, B, H, L_q, L_k) float32 (N = B = 1 where the input had no such axis).
-
-    Raises:
-        ValueError: another shape (the message names the shapes taken), layers of
-            different shapes, or a NaN or infinite weight.
-    """
-    if isinstance(attention, (tuple, list)) and attention and _is_array(attention[0]):
-        layers = [_as_numpy(layer) for layer in attention]
-        shapes = {layer.shape for layer in layers}
-        if len(shapes) != 1:
-            raise ValueError(f"the layers' attention shapes differ: {sorted(shapes)}")
-        array = np.stack(layers)
-        if array.ndim == 4:  # N x (H, L_q, L_k)
-            array = array[:, None]
-        if array.ndim != 5:
-            raise ValueError(f"attention must be {SHAPES}; got layers of shape {layers[0].shape}")
-    else:
-        array = _as_numpy(attention)
-        if array.ndim == 3:
-            array = array[None, None]
-        elif array.ndim == 4:
-            array = array[None]
-        elif array.ndim != 5:
-            raise ValueError(f"attention must be {SHAPES}; got shape {tuple(array.shape)}")
-    if not np.isfinite(array).all():
-        raise ValueError("attention holds a NaN or infinite weight")
-    return array.astype(np.float32, copy=False)
-
-
-def _is_array(value: Any) -> bool:
-    """A tensor or array (nested lists of numbers are one array, not layers)."""
-    return hasattr(value, "shape")
-
-
-def _as_numpy(value: Any) -> np.ndarray:
-    """A torch tensor (any dtype or device, autograd or not), an array or nested lists."""
-    if hasattr(value, "detach"):  # torch.Tensor, without importing torch here
-        value = value.detach().float().cpu().numpy()
-    try:
-        return np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"attention must be numbers of shape {SHAPES}: {error}") from None
-
-
-def _labels(tokens: Sequence[Any] | None, length: int, name: str) -> list[str]:
-    """Token strings for one axis of ``length`` positions (their numbers when None)."""
-    if tokens is None:
-        return [str(i) for i in range(length)]
-    labels = [str(token) for token in tokens]
-    if len(labels) != length:
-        raise ValueError(f"{name} has {len(labels)} tokens for an axis of {length} positions")
-    return labels
-
-
-def _axes(
-    tokens: Sequence[Any] | None, target_tokens: Sequence[Any] | None, len_q: int, len_k: int
-) -> tuple[list[str], list[str]]:
-    """(query labels, key labels): the keys' tokens, and the targets' for cross attention.
-
-    Raises:
-        ValueError: a token count that is not the axis's, or non-square maps without
-            ``target_tokens``.
-    """
-    key = _labels(tokens, len_k, "tokens")
-    if target_tokens:
-        return _labels(target_tokens, len_q, "target_tokens"), key
-    if len_q != len_k:
-        raise ValueError(
-            f"the maps are {len_q} x {len_k} (cross attention): give target_tokens for the queries"
-        )
-    return key, key
 
 
 class AttentionView:
@@ -492,7 +404,7 @@ def _layer_view(
         raise IndexError(f"layer {layer} is outside the {len(layers)} layer(s)")
     maps = layers[layer]  # (H, L_q, L_k)
     heads, len_q, len_k = maps.shape
-    query, key = _axes(tokens, target_tokens, len_q, len_k)
+    query, key = axes(tokens, target_tokens, len_q, len_k)
     cols = max(1, min(columns, heads))
     figure = _maps_figure(
         maps,
@@ -617,7 +529,7 @@ def model_view(
     """
     maps = _selected(attention_array(attentions), sequence_index)  # (N, H, L_q, L_k)
     layers, heads, len_q, len_k = maps.shape
-    query, key = _axes(tokens, target_tokens, len_q, len_k)
+    query, key = axes(tokens, target_tokens, len_q, len_k)
     title = title or f"AttnViz model view: {layers} layers x {heads} heads, input {sequence_index}"
     figure = _maps_figure(
         maps.reshape(layers * heads, len_q, len_k),
@@ -632,123 +544,3 @@ def model_view(
     return AttentionView(
         figure, maps, query_tokens=query, key_tokens=key, view="model", title=title
     )
-
-
-_registry: Any = None  # the models show() has loaded, kept for the next call
-_wrapped: dict[int, Any] = {}  # the models show() was handed, wrapped once each
-
-
-def show(
-    text: str,
-    model: Any = None,
-    *,
-    tokenizer: Any = None,
-    layer: int | None = None,
-    method: str = "attention",
-    target: str | None = None,
-    device: str = "auto",
-) -> AttentionView:
-    """Run a pretrained model on ``text`` and view its attention (needs the pretrained extra).
-
-    Args:
-        text: one input, tokenised by the model's own tokenizer.
-        model: a packaged model's name (``all-MiniLM-L6-v2``, ``SmolLM2-135M-Instruct``),
-            a local Hugging Face directory or ``.gguf`` file of a text model, a Hugging
-            Face id (``gpt2``, ``org/name@revision``), a transformers model already
-            loaded (any dtype, device or device map; with ``tokenizer``; recorded where
-            it lies, not copied), or a
-            :class:`attnviz.pretrained.PretrainedModel`; None for all-MiniLM-L6-v2 (the
-            first packaged one).
-        tokenizer: the tokenizer of a transformers model passed as ``model``.
-        layer: one layer's heads (:func:`head_view`); None for every layer
-            (:func:`model_view`).
-        method: "attention" (the softmax weights) or "norm" (Kobayashi et al.'s
-            ‖α f(x)‖, :mod:`attnviz.pretrained.methods`).
-        target: an encoder-decoder's decoder text (required there, refused elsewhere).
-        device: "auto", "cpu" or "cuda".
-
-    Returns:
-        An :class:`AttentionView` of the model's first block (an encoder-decoder's encoder).
-
-    Raises:
-        AttentionInputError: no such model, method or layer; a text the model cannot take.
-    """
-    import torch
-
-    from ..attention.errors import AttentionInputError
-    from ..pretrained.methods import PER_HEAD_METHODS, with_method
-
-    if method != "attention" and method not in PER_HEAD_METHODS:
-        raise AttentionInputError("method", f"{method!r}: show draws 'attention' or 'norm'")
-    pretrained = text_model(model, tokenizer)
-    targets = None if target is None else [target]
-    result = pretrained.attention([text], targets=targets, device=device)
-    network = pretrained.on(torch.device(result.device))
-    result = with_method(result, network, method)  # type: ignore[arg-type]
-    block = result.first_block
-    maps = np.stack(
-        [result.layer_weights(block, n).numpy() for n in range(result.num_layers(block))]
-    )  # (N, 1, H, L, L)
-    tokens = result.queries(block).tokens[0]
-    what = "‖α f(x)‖" if method == "norm" else "attention"
-    title = f"{pretrained.name}: {what}"
-    if layer is None:
-        return model_view(maps, tokens, title=f"{title}, {len(maps)} layers")
-    if not 0 <= layer < len(maps):
-        raise AttentionInputError("layer", f"{layer} is not below {len(maps)}")
-    return head_view(maps, tokens, layer=layer, title=f"{title}, layer {layer}")
-
-
-def text_model(model: Any = None, tokenizer: Any = None) -> Any:
-    """The text model ``model`` names, loaded once per process (needs the pretrained extra).
-
-    Args:
-        model: a packaged model's name, a local Hugging Face directory or ``.gguf`` file,
-            a Hugging Face id (``gpt2``, ``org/name@revision``: from the local cache
-            with ``HF_HUB_OFFLINE=1``, else downloaded; :mod:`attnviz.pretrained.hub`),
-            a transformers model already loaded (with ``tokenizer``; recorded where it
-            lies, not copied), or a :class:`attnviz.pretrained.PretrainedModel`; None for
-            all-MiniLM-L6-v2 (the first packaged one).
-        tokenizer: the tokenizer of a transformers model passed as ``model``.
-
-    Returns:
-        The :class:`attnviz.pretrained.PretrainedModel`.
-
-    Raises:
-        AttentionInputError: no such model (field ``model``), no tokenizer for a loaded
-            transformers model (``tokenizer``), a speech or image model (``model``).
-    """
-    global _registry
-    from ..attention.errors import AttentionInputError
-    from ..pretrained import PACKAGED_MODELS, ModelRegistry, PretrainedModel, wrap_model
-    from ..pretrained.model import LoadedModel, ModelFormatError
-
-    loaded: LoadedModel
-    if isinstance(model, LoadedModel):  # a model AttnViz loaded (an image model is refused)
-        loaded = model
-    elif model is not None and not isinstance(model, str | Path):  # loaded by the caller
-        if tokenizer is None:
-            raise AttentionInputError("tokenizer", "pass the loaded model's tokenizer too")
-        loaded = _wrapped.get(id(model)) or wrap_model(model, tokenizer)
-        _wrapped[id(model)] = loaded
-    else:
-        if model is None:  # the default text model, not whichever model a registry holds
-            model = PACKAGED_MODELS[0].name
-        text = str(model)
-        local = text not in {m.name for m in PACKAGED_MODELS} and Path(text).exists()
-        name = Path(text).resolve().name.removesuffix(".gguf") if local else text
-        if _registry is None or name not in _registry.names():
-            registry = ModelRegistry()
-            try:  # a packaged name, a path or a Hugging Face id, as ATTNVIZ_MODELS
-                registry.configure([], models=[text], packaged=[])
-            except ModelFormatError as error:
-                raise AttentionInputError(
-                    "model", str(error).removeprefix("ATTNVIZ_MODELS: ")
-                ) from error
-            registry.load()
-            _registry = registry
-            name = registry.names()[0]
-        loaded = _registry.get(name)
-    loaded.require("text", "use /models, or POST the file to /api/v1/speech or /vision")
-    assert isinstance(loaded, PretrainedModel)  # a text model: require said so
-    return loaded
