@@ -29,7 +29,7 @@ from ..dependencies import RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
 from ..executor import held_while_sent, run_within
 from ..payloads.pretrained import ndjson
-from ..schemas.pretrained import HeadAtlasRequest, HeadAtlasResponse
+from ..schemas.atlas import HeadAtlasRequest, HeadAtlasResponse
 from ..settings import Settings
 from ..transport import respond
 
