@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from .attention.engine import DEVICE_NAMES
 from .attention.masks import MASK_NAMES
+from .pretrained.methods import DRAWN_METHODS
 
 EXPORT_SUFFIXES = (".html", ".htm", ".png", ".svg", ".pdf")
 """What ``export --output`` writes, by the file's suffix."""
@@ -236,14 +237,14 @@ def cmd_export(args: argparse.Namespace) -> None:
                 args.text,
                 args.model,
                 layer=args.layer,
-                method=args.method,
+                method=args.method or DRAWN_METHODS[0],
                 target=args.target[0] if args.target else None,
                 device=getattr(args, "device", "auto"),
             )
             if args.head is not None:
                 view = _one_head(view, args.head)
         else:
-            if args.layer is not None or args.method != "attention":
+            if args.layer is not None or args.method is not None:
                 raise SystemExit("attnviz: --layer, --head and --method are for --model")
             request = build_request(args)
             result = compute_attention(
@@ -389,9 +390,10 @@ def parser() -> argparse.ArgumentParser:
     )
     export.add_argument(
         "--method",
-        choices=("attention", "norm"),
-        default="attention",
-        help="the weights, or norm-based attention ||alpha f(x)|| (Kobayashi et al. 2020)",
+        choices=DRAWN_METHODS,
+        default=None,
+        help="with --model: the weights (attention, the default), or norm-based attention "
+        "||alpha f(x)|| (norm, Kobayashi et al. 2020)",
     )
     export.set_defaults(run=cmd_export)
 

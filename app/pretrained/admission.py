@@ -23,14 +23,12 @@ from typing import Final
 import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError
-from ..attention.rollout import MAX_ROLLOUT_TOKENS
 from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
 from .display import MAX_AVERAGE_SIZE
-from .gradients import check_gradient_cells, gradient_cells
-from .methods import GRADIENT_METHODS, MAX_SUMMED_NORM_TOKENS, flow_token_limit
+from .gradients import gradient_cells
+from .methods import STATE_METHODS, check_method_bounds, method_spec
 from .model import PretrainedModel, output_attentions_note
-from .zeroing import check_value_zeroing_work
 
 FLOAT_BYTES: Final = 4
 """Bytes of one float32 number: the maps, whatever the model's dtype, are float32."""
@@ -114,12 +112,11 @@ def check_options(
 
     Raises:
         AttentionInputError: naming the field: a layer, head, position or token id out of
-            range; (``texts``) an input over a method's bound (rollout
-            :data:`attnviz.attention.rollout.MAX_ROLLOUT_TOKENS`, flow, value zeroing, ``norm``'s
-            summed_norm, the gradient methods); (``max_new_tokens``) generation asked of
+            range; (``texts``) an input over a method's bound
+            (:func:`.methods.check_method_bounds`); (``max_new_tokens``) generation asked of
             a model that does not generate; (``method``, ``neuron``, ``ablate``) what
             needs query, key or value states, of a model drawn from its
-            ``output_attentions`` (:data:`STATE_METHODS`).
+            ``output_attentions`` (:data:`.methods.STATE_METHODS`).
     """
     if model.attention_path == "output_attentions":
         asked = [
@@ -137,7 +134,7 @@ def check_options(
                 field, f"{what} is not available: {output_attentions_note(model.name, model.model)}"
             )
     layers, heads = model.block_layers(block), model.block_heads(block)
-    len_q, len_k = lengths.queries(block), lengths.keys(block)
+    len_q = lengths.queries(block)
     if lengths.new_tokens and model.family != "decoder":
         raise AttentionInputError(
             "max_new_tokens", f"{model.name} is {model.described}; generation is for decoders"
@@ -162,34 +159,7 @@ def check_options(
             f"{model.name} is {model.described}: its target is an embedding score, not a logit",
         )
     _index("target_token_id", target_token_id, model.vocab_size, "the vocabulary")
-    if method == "rollout" and len_q > MAX_ROLLOUT_TOKENS:
-        raise AttentionInputError(
-            "texts",
-            f"rollout is computed up to {MAX_ROLLOUT_TOKENS} tokens and this input has "
-            f"{len_q}{generated}",
-        )
-    if method == "flow" and block != "cross" and len_q > flow_token_limit(layers):
-        raise AttentionInputError(
-            "texts",
-            f"attention flow solves L^2 max-flow problems over {layers} layers: up to "
-            f"{flow_token_limit(layers)} tokens for this model, and this input has "
-            f"{len_q}{generated} (rollout has no such limit)",
-        )
-    if method == "value_zeroing":
-        check_value_zeroing_work(layers, len_q, len_k, generated)
-    if method == "norm" and layer_index is not None and len_q > MAX_SUMMED_NORM_TOKENS:
-        raise AttentionInputError(
-            "texts",
-            f"summed_norm is computed up to {MAX_SUMMED_NORM_TOKENS} tokens and this input has "
-            f"{len_q}{generated}: send method 'norm' without layer_index, or a shorter text",
-        )
-    if method in GRADIENT_METHODS:
-        check_gradient_cells(model, lengths.total, lengths.target)
-
-
-STATE_METHODS: Final = frozenset({"norm", "value_zeroing"}) | GRADIENT_METHODS
-"""Methods that need more than the weights (value states, hooks inside the attention, a
-backward pass through it): refused for a model drawn from its ``output_attentions``."""
+    check_method_bounds(model, method, block, lengths, layers=layers, layer_index=layer_index)
 
 
 def check_positions(
@@ -344,7 +314,7 @@ def estimate_peak_bytes(
         forward = max(forward, OBSERVED_CHUNK_FLOATS * EAGER_COPIES) + kept
         view = logits
     gradients = 0
-    if method in GRADIENT_METHODS:
+    if method_spec(method).gradient:
         gradients = 3 * gradient_cells(model, lengths.total, lengths.target)
     phases = max(forward, view, gradients)
     whole = recorded or model.attention_path == "output_attentions"  # its pass holds them all

@@ -25,13 +25,20 @@ from .blocks import Block
 from .display import MAX_AVERAGE_SIZE, LayerWalk
 from .gradients import GradientPass
 from .maps import pooled
-from .methods import GRADIENT_METHODS, Method, NormRecording, attention_flow, with_method
+from .methods import (
+    GRADIENT_METHODS,
+    ONE_INPUT_METHODS,
+    Method,
+    MethodMaps,
+    MethodRun,
+    method_spec,
+    with_method,
+)
 from .model import PretrainedModel
 from .neuron import Neuron
 from .recordings import RecordingCache
 from .results import Generation, PassInputs, PretrainedAttentions
 from .tokens import TokenizedBatch
-from .zeroing import value_zeroing
 
 ONE_INPUT_OPTIONS: Final = (
     "hide_special_tokens",
@@ -46,8 +53,6 @@ ONE_INPUT_OPTIONS: Final = (
     "ablate",
 )
 """Request options that apply to one input, so need sequence_index."""
-ONE_INPUT_METHODS: Final = frozenset({"flow", "value_zeroing", *GRADIENT_METHODS})
-"""Methods computed for one input, so needing sequence_index."""
 TARGET_OPTIONS: Final = ("target_index", "target_token_id")
 """Request options that choose a gradient method's target."""
 ABLATION_TOP: Final = 5
@@ -226,7 +231,7 @@ def prepare_sequence(
     observing = (
         observe
         and not options.ablate
-        and options.method == "attention"
+        and method_spec(options.method).observable
         and (options.display_size is not None or options.head_index is not None)
         and options.query_index is None
         and not options.neuron
@@ -298,32 +303,27 @@ def prepare_sequence(
         assert options.layer_index is not None and options.head_index is not None
         assert options.query_index is not None
         step = result.neuron(block, options.layer_index, options.head_index, options.query_index)
-    summed = None
-    if isinstance(result.recording, NormRecording) and options.layer_index is not None:
-        summed = layer_summed_norm(result, block, options)
-    method_map = None
-    if options.method == "flow":
-        method_map = flow_map(result, block)
-    gradients = None
-    if options.method in GRADIENT_METHODS:
-        gradients = recordings.gradients(
-            model,
-            alone,
-            alone_targets,
-            position=options.target_index,
-            token_id=options.target_token_id,
-            device=options.device,
-            ablate=switched,
-        )
-        if options.method == "grad_rollout":
-            method_map = pooled(gradients.rollout(block), MAX_AVERAGE_SIZE)[0]
-    if options.method == "value_zeroing":
-        kept = result.memo.value_zeroing
-        if block not in kept:
-            kept[block] = value_zeroing(
-                model, result, block, device=options.device, ablate=switched
+    added = MethodMaps()
+    compute = method_spec(options.method).compute
+    if compute is not None:
+        added = compute(
+            MethodRun(
+                model=model,
+                result=result,
+                block=block,
+                batch=alone,
+                targets=alone_targets,
+                recordings=recordings,
+                device=options.device,
+                ablate=switched,
+                layer_index=options.layer_index,
+                display_size=options.display_size,
+                target_index=options.target_index,
+                target_token_id=options.target_token_id,
+                pooled=lambda maps, size: pooled(maps, size)[0],
+                average_size=MAX_AVERAGE_SIZE,
             )
-        method_map = kept[block]
+        )
     return PreparedSequence(
         walk,
         result,
@@ -331,10 +331,10 @@ def prepare_sequence(
         generation,
         query_rows,
         step,
-        summed,
-        method_map,
+        added.summed_norm,
+        added.method_map,
         ablation,
-        gradients,
+        added.gradients,
     )
 
 
@@ -400,7 +400,7 @@ def check_view_options(options: ViewOptions, block: Block | None = None) -> None
                     field,
                     "not with neuron (its positions count every token)",
                 )
-    if options.method != "attention":
+    if method_spec(options.method).assumes_weights:
         for field in ("neuron", "hide_special_tokens", "merge_words"):
             if getattr(options, field):
                 raise AttentionInputError(
@@ -419,14 +419,15 @@ def check_view_options(options: ViewOptions, block: Block | None = None) -> None
 
 def check_method_options(options: ViewOptions, block: Block | None) -> None:
     """Refuse what a method cannot do for this model, block and input (422 naming the field)."""
+    spec = method_spec(options.method)
     for field in TARGET_OPTIONS:
-        if getattr(options, field) is not None and options.method not in GRADIENT_METHODS:
+        if getattr(options, field) is not None and not spec.gradient:
             raise AttentionInputError(
                 field,
-                "chooses the target of method 'grad_rollout' or 'head_importance', not "
-                f"of {options.method!r}",
+                f"chooses the target of method {' or '.join(map(repr, sorted(GRADIENT_METHODS)))}"
+                f", not of {options.method!r}",
             )
-    if options.method in ("rollout", "grad_rollout") and block == "cross":
+    if spec.square_only and block == "cross":
         raise AttentionInputError(
             "block",
             f"{options.method} runs through square self-attention: not 'cross'",
@@ -485,39 +486,6 @@ def ablation_fields(
         change = (after - before).norm(dim=-1) / before.norm(dim=-1).clamp_min(1e-12)
         fields["hidden_change"] = change.tolist()
     return fields
-
-
-def flow_map(result: PretrainedAttentions, block: Block) -> torch.Tensor:
-    """Attention flow (:func:`.methods.attention_flow`) of ``block`` for the one input.
-
-    The input's length was checked against :data:`.methods.MAX_FLOW_WORK` before it ran
-    (:func:`attnviz.pretrained.admission.check_options`).
-
-    Raises:
-        AttentionInputError: (field ``block``) cross attention (not square).
-    """
-    if block == "cross":
-        raise AttentionInputError(
-            "block", "attention flow runs through square self-attention: not 'cross'"
-        )
-    layers = result.num_layers(block)
-    means = torch.stack(
-        [result.layer_weights(block, layer)[0].mean(dim=0) for layer in range(layers)]
-    )
-    return attention_flow(means)[None]
-
-
-def layer_summed_norm(
-    result: PretrainedAttentions, block: Block, options: ViewOptions
-) -> torch.Tensor:
-    """Layer layer_index's ‖Σ_h α_ij^h f^h(x_j)‖ (method "norm"), pooled as the head means.
-
-    The layer and the input's length (MAX_SUMMED_NORM_TOKENS) were checked before it ran
-    (:func:`attnviz.pretrained.admission.check_options`).
-    """
-    assert isinstance(result.recording, NormRecording) and options.layer_index is not None
-    call = result.block_calls[block][options.layer_index]
-    return pooled(result.recording.summed_norm(call), options.display_size)[0]
 
 
 def check_one_input_options(options: ViewOptions) -> None:

@@ -54,6 +54,7 @@ from .maps import (
     pooled,
     renormalised,
 )
+from .methods import method_spec
 from .results import Averages, PassInputs, PretrainedAttentions
 from .tokens import TokenizedBatch
 from .words import WordMerge, shown_tokens
@@ -227,7 +228,7 @@ class LayerWalk:
         :data:`attnviz.attention.rollout.MAX_ROLLOUT_TOKENS` tokens.
         """
         return (
-            self.method == "attention"
+            not method_spec(self.method).per_head
             and self.block != "cross"
             and self.length_q <= MAX_ROLLOUT_TOKENS
         )

@@ -17,6 +17,7 @@ import torch
 from ..attention.pooling import block_factor, block_reduce
 from ..attention.rollout import rollout_step
 from .blocks import Block
+from .methods import method_spec
 from .results import PretrainedAttentions
 
 
@@ -179,7 +180,7 @@ def batch_maps(result: PretrainedAttentions, block: Block | None = None) -> Batc
     )
     head_mean = layers.mean(dim=2)
     rollout = None
-    if block != "cross" and result.method == "attention":
+    if block != "cross" and not method_spec(result.method).per_head:
         folded = None
         for mean in head_mean:
             folded = rollout_step(folded, mean)

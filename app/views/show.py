@@ -37,8 +37,8 @@ def show(
         tokenizer: the tokenizer of a transformers model passed as ``model``.
         layer: one layer's heads (:func:`head_view`); None for every layer
             (:func:`model_view`).
-        method: "attention" (the softmax weights) or "norm" (Kobayashi et al.'s
-            ‖α f(x)‖, :mod:`attnviz.pretrained.methods`).
+        method: one of :data:`attnviz.pretrained.methods.DRAWN_METHODS`: "attention"
+            (the softmax weights) or "norm" (Kobayashi et al.'s ‖α f(x)‖).
         target: an encoder-decoder's decoder text (required there, refused elsewhere).
         device: "auto", "cpu" or "cuda".
 
@@ -51,21 +51,23 @@ def show(
     import torch
 
     from ..attention.errors import AttentionInputError
-    from ..pretrained.methods import PER_HEAD_METHODS, with_method
+    from ..pretrained.methods import DRAWN_METHODS, method_spec, with_method
 
-    if method != "attention" and method not in PER_HEAD_METHODS:
-        raise AttentionInputError("method", f"{method!r}: show draws 'attention' or 'norm'")
+    if method not in DRAWN_METHODS:
+        drawn = " or ".join(map(repr, DRAWN_METHODS))
+        raise AttentionInputError("method", f"{method!r}: show draws {drawn}")
     pretrained = text_model(model, tokenizer)
     targets = None if target is None else [target]
     result = pretrained.attention([text], targets=targets, device=device)
     network = pretrained.on(torch.device(result.device))
-    result = with_method(result, network, method)  # type: ignore[arg-type]
+    result = with_method(result, network, method)
     block = result.first_block
     maps = np.stack(
         [result.layer_weights(block, n).numpy() for n in range(result.num_layers(block))]
     )  # (N, 1, H, L, L)
     tokens = result.queries(block).tokens[0]
-    what = "‖α f(x)‖" if method == "norm" else "attention"
+    spec = method_spec(method)
+    what = spec.value_name if spec.per_head else "attention"
     title = f"{pretrained.name}: {what}"
     if layer is None:
         return model_view(maps, tokens, title=f"{title}, {len(maps)} layers")

@@ -20,6 +20,7 @@ from ...pretrained.analysis import PreparedSequence
 from ...pretrained.blocks import Block
 from ...pretrained.gradients import GradientPass
 from ...pretrained.maps import Pooling, SequenceView, ViewSummary, batch_maps
+from ...pretrained.methods import method_spec
 from ...pretrained.model import LoadedModel, output_attentions_note
 from ...pretrained.neuron import Neuron
 from ...pretrained.results import Generation, PretrainedAttentions
@@ -93,7 +94,7 @@ def batch_payload(
         "rollout": None if maps.rollout is None else encode_large(maps.rollout, enc),
         "method_map": (
             None
-            if maps.rollout is None or request.method != "rollout"
+            if maps.rollout is None or not method_spec(request.method).map_is_rollout
             else encode_large(maps.rollout, enc)
         ),
     }
@@ -144,7 +145,7 @@ def sequence_fields(
         "ablation": prepared.ablation,
         "head_importance": (
             None
-            if prepared.gradients is None or request.method != "head_importance"
+            if prepared.gradients is None or not method_spec(request.method).sends_head_importance
             else encode_large(prepared.gradients.head_importance(walk.block), enc)
         ),
         "target": target_fields(model, prepared.gradients),
@@ -224,7 +225,7 @@ def sequence_payload(
 
 def rollout_method_map(request: PretrainedAttentionRequest, view: SequenceView) -> dict[str, Any]:
     """With method "rollout", ``method_map``: the view's rollout (1, A, A); else nothing."""
-    if request.method != "rollout" or view.rollout is None:
+    if not method_spec(request.method).map_is_rollout or view.rollout is None:
         return {}
     return {"method_map": encode_large(view.rollout[None], request.encoding)}
 

@@ -25,7 +25,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from plotly.offline import get_plotlyjs_version
 
-from ...pretrained.methods import GRADIENT_METHODS, METHOD_LABELS
+from ...pretrained.methods import GRADIENT_METHODS, METHOD_LABELS, page_methods
 from ...pretrained.results import TOP_K
 from ...resources import STATIC_DIR, TEMPLATES_DIR
 from ..limits import MAX_LAYERS, MAX_MODEL_DISPLAY_SIZE, MAX_NEW_TOKENS, MAX_TEMPERATURE
@@ -124,8 +124,10 @@ def read_models_page(request: Request) -> HTMLResponse:
 def models_page() -> dict[str, Any]:
     """What /models takes from the server, not repeated in its script.
 
-    The methods on offer with their labels (:data:`attnviz.pretrained.methods.METHOD_LABELS`),
-    the gradient methods, and the request schema's bounds of its inputs.
+    The methods on offer, as the method registry describes them
+    (:func:`attnviz.pretrained.methods.page_methods`: label, note, citation, what one
+    number is, per head or gradient, the views that draw it), and the request schema's
+    bounds of its inputs.
     """
     return {
         "methods": METHOD_LABELS,
@@ -133,6 +135,7 @@ def models_page() -> dict[str, Any]:
         "config": {
             "methods": list(METHOD_LABELS),
             "gradient_methods": sorted(GRADIENT_METHODS),
+            "method_specs": page_methods(),
             "max_new_tokens": MAX_NEW_TOKENS,
             "max_display_size": MAX_MODEL_DISPLAY_SIZE,
             "max_top_k": TOP_K,

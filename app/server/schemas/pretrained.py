@@ -15,7 +15,7 @@ from pydantic import (
 from ...attention.engine import DeviceName
 from ...pretrained.analysis import ViewOptions, check_view_options
 from ...pretrained.blocks import Block
-from ...pretrained.methods import Method
+from ...pretrained.methods import Method, method_description
 from ...pretrained.results import TOP_K
 from ..limits import (
     MAX_ABLATED_HEADS,
@@ -272,43 +272,7 @@ class PretrainedAttentionRequest(StrictRequest):
         "from softmax(logits / temperature).",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Generation: the sampling's RNG seed.")
-    method: Method = Field(
-        "attention",
-        description="What the maps hold. 'attention': the softmax weights (rows sum to 1). "
-        "'norm': norm-based attention (Kobayashi et al., EMNLP 2020, 'Attention is Not Only "
-        "a Weight'): ||alpha_ij^h f^h(x_j)|| with f^h(x) = (x W_V^h + b_V^h) W_O^h, the "
-        "value vector carried through head h's slice of the output projection; same shapes "
-        "and options, rows no longer summing to 1, no rollout. With layer_index it adds "
-        "`summed_norm`, the layer's ||sum_h alpha_ij^h f^h(x_j)|| (inputs up to 1024 "
-        "tokens). 'flow': attention flow (Abnar & Zuidema, ACL 2020): the maps stay the "
-        "weights and `method_map` holds the (1, L, L) maximum flow from each input token to "
-        "each token after the last layer, through the residual-adjusted head means (0.5 A + "
-        "0.5 I, as rollout), each row divided by its sum; with sequence_index, not for cross "
-        "attention, and only while N * L^4 <= 1e7 (L^2 max-flow problems: 35 tokens "
-        "through 6 layers, 24 through 30; a longer input is a 422 naming texts). 'rollout': "
-        "the maps stay the weights and `method_map` is attention rollout (Abnar & Zuidema "
-        "2020, the `rollout` field). 'grad_rollout': gradient-weighted attention rollout "
-        "(Chefer, Gur and Wolf, ICCV 2021, eq. 5-6): per layer A_bar = mean over heads of "
-        "(dT/dA * A)^+, then R = I and R <- R + A_bar R, first layer first, in `method_map` "
-        "(1, L, L), not normalised (R[i, j] >= 0 is token j's relevance to token i for the "
-        "target T; the diagonal holds the identity); not for cross attention. "
-        "'head_importance': Michel et al. (NeurIPS 2019) |dT/d xi_h| for a gate xi_h on each "
-        "head's output (1 on, 0 for heads in ablate), in `head_importance` (N, H) for the "
-        "block. The target T of both (see `target`): a decoder's or encoder-decoder's "
-        "next-token logit of target_token_id at target_index (default the last token and "
-        "its most likely next token); an encoder's <h_p, e> / ||e|| at p = target_index "
-        "(default 0), token p's last hidden state along the input's mean last hidden state e "
-        "(held fixed). Both take one more forward and backward pass with eager attention, "
-        "up to N x H x L_q x L_k = 2^27 weights (704 tokens of SmolLM2, 965 of MiniLM; "
-        "more is a 422 naming texts). 'value_zeroing': value zeroing (Mohebbi et al., EACL "
-        "2023): in each layer of the block, key token j's value vector is zeroed in every "
-        "head and the layer rerun; C_ij = 1 - cos(x_i without j, x_i) of the layer's "
-        "outputs, each row divided by its sum, in `method_map` (N, L_q, L_k); up to "
-        "N x L_q x L_k = 2^17 (147 tokens of MiniLM, 66 of SmolLM2; more is a 422 naming "
-        "texts). 'flow', 'grad_rollout', 'head_importance' and 'value_zeroing' need "
-        "sequence_index. Methods other than 'attention' are not with neuron, "
-        "hide_special_tokens or merge_words (they assume weights).",
-    )
+    method: Method = Field("attention", description=method_description())
     target_index: int | None = Field(
         None,
         ge=0,

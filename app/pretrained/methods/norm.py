@@ -24,53 +24,14 @@ MiniLM, ELECTRA). An attention module with none of these is refused with that me
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Final, Literal
+from dataclasses import dataclass, field
+from typing import Final
 
 import torch
 from torch import nn
 
-from ..attention.errors import AttentionInputError
-from .calls import AttentionCall, AttentionRecording, WeightsRecording
-from .results import Memo
-
-if TYPE_CHECKING:
-    from .results import PretrainedAttentions
-
-Method = Literal[
-    "attention", "norm", "rollout", "flow", "grad_rollout", "head_importance", "value_zeroing"
-]
-"""What the maps hold: the softmax weights, Kobayashi et al.'s ‖α f(x)‖ in their place
-("norm"), or the weights with another quantity beside them: attention rollout and flow
-(Abnar & Zuidema), gradient-weighted rollout (Chefer et al.) and head importance (Michel et
-al.; :mod:`.gradients`), value zeroing (Mohebbi et al.; :mod:`.zeroing`)."""
-
-METHOD_LABELS: Final[dict[str, str]] = {
-    "attention": "attention weights",
-    "norm": "norm ‖α f(x)‖ (Kobayashi 2020)",
-    "flow": "attention flow (Abnar & Zuidema 2020)",
-    "grad_rollout": "gradient-weighted rollout (Chefer 2021)",
-    "head_importance": "head importance (Michel 2019)",
-    "value_zeroing": "value zeroing (Mohebbi 2023)",
-}
-"""The methods the /models page offers, in its order, as its picker names them (rollout is
-drawn in every view already, so it is not offered as a method of its own)."""
-
-GRADIENT_METHODS: Final = frozenset({"grad_rollout", "head_importance"})
-"""Methods that need a backward pass from a target (:func:`.gradients.gradient_pass`)."""
-
-PER_HEAD_METHODS: Final = frozenset({"norm"})
-"""Methods whose quantity replaces the weights in every layer's and head's maps."""
-
-FLOW_SCALE: Final = 2**24
-"""Attention flow's capacities are integers (SciPy's max-flow): weight x 2**24, rounded.
-Each capacity is then off by at most 3e-8, and a flow by at most that times the edges of a
-minimum cut (L of them): about 1e-6 at 32 tokens."""
-
-MAX_FLOW_WORK: Final = 10_000_000
-"""Attention flow solves L**2 max-flow problems on N * L**2 edges; the API computes it while
-N * L**4 stays within this (about 1 s on this 2-core machine): up to 35 tokens through
-MiniLM's 6 layers, 24 through SmolLM2's 30."""
+from ...attention.errors import AttentionInputError
+from ..calls import AttentionCall, AttentionRecording
 
 MAX_SUMMED_NORM_TOKENS: Final = 1024
 """The longest input whose layer-level ``summed_norm`` the API computes (one layer's weights
@@ -209,88 +170,3 @@ class NormRecording(AttentionRecording):
         call = self.calls[layer]
         weights = AttentionRecording.groups_weights(self, layer, 0, call.num_key_value_heads)
         return summed_norm(weights, transformed_values(call, self.projections[layer]))
-
-
-def flow_token_limit(num_layers: int) -> int:
-    """The longest input whose attention flow the API computes through ``num_layers`` layers."""
-    return int((MAX_FLOW_WORK / max(1, num_layers)) ** 0.25)
-
-
-def attention_flow(head_means: torch.Tensor) -> torch.Tensor:
-    """Attention flow (Abnar & Zuidema, "Quantifying Attention Flow in Transformers", ACL 2020).
-
-    The layers form a graph: node (l, t) is token t after layer l (l = 0: the input), and
-    (l, j) -> (l + 1, i) has capacity Â_l[i, j], the residual-adjusted head mean
-    Â = (A + I) / its row sums (0.5 A + 0.5 I where rows of A sum to 1), as rollout uses.
-    Flow[i, j] is the maximum flow from input token j to token i after the last layer;
-    each row i is then divided by its sum, as the authors' ``compute_flows`` does. Solved
-    with SciPy's Dinic max-flow on integer capacities (:data:`FLOW_SCALE`): L**2 problems.
-
-    Args:
-        head_means: (N, L, L) head-averaged weights of every layer, first layer first.
-
-    Returns:
-        (L, L) float32; rows sum to 1 (a row with no flow at all stays 0).
-    """
-    import numpy as np
-    from scipy.sparse import csr_array
-    from scipy.sparse.csgraph import maximum_flow
-
-    layers, length, _ = head_means.shape
-    adjusted = head_means.double() + torch.eye(length, dtype=torch.float64)
-    adjusted = adjusted / adjusted.sum(dim=-1, keepdim=True).clamp_min(1e-12)
-    capacity = (adjusted * FLOW_SCALE).round().to(torch.int64).numpy()  # (N, i, j)
-    layer, i, j = np.nonzero(capacity)
-    graph = csr_array(
-        (
-            capacity[layer, i, j].astype(np.int32),
-            (layer * length + j, (layer + 1) * length + i),
-        ),
-        shape=((layers + 1) * length,) * 2,
-    )
-    flows = np.zeros((length, length))
-    for out in range(length):
-        sink = layers * length + out
-        for source in range(length):
-            flows[out, source] = maximum_flow(graph, source, sink, method="dinic").flow_value
-    totals = flows.sum(axis=1, keepdims=True)
-    flows = np.divide(flows, totals, out=np.zeros_like(flows), where=totals > 0)
-    return torch.from_numpy(flows).float()
-
-
-def with_method(
-    result: PretrainedAttentions, root: nn.Module, method: Method
-) -> PretrainedAttentions:
-    """``result`` whose maps hold ``method``'s quantity (itself for "attention").
-
-    The recorded pass is shared, not copied; the derived maps kept for later views
-    (``memo``) are kept per method.
-
-    Args:
-        result: a recorded forward pass.
-        root: the model that ran it (where the output projections are).
-        method: any :data:`Method` (only "norm" replaces the weights).
-
-    Raises:
-        AttentionInputError: (field ``method``) a layer without a known output projection,
-            or a pass drawn from ``output_attentions`` (no value states).
-    """
-    if method not in PER_HEAD_METHODS:  # the maps stay the weights (and rollout with them)
-        return result
-    if isinstance(result.recording, WeightsRecording):
-        raise AttentionInputError(
-            "method",
-            f"method {method!r} needs the value states, and this model's attention modules "
-            "compute attention themselves (its maps are its output_attentions): the fused "
-            "path is not available for this family",
-        )
-    if method not in result.memo.methods:
-        calls = result.recording.calls
-        projections = {
-            i: output_projection(root, call.module, call.num_heads * call.value.shape[-1])
-            for i, call in enumerate(calls)
-        }
-        norm = NormRecording(calls=calls, projections=projections)
-        result.memo.methods[method] = (norm, Memo())
-    recording, memo = result.memo.methods[method]
-    return replace(result, recording=recording, memo=memo, method=method)

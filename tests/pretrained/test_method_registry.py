@@ -1,0 +1,115 @@
+"""The method registry is the one place a method is described and branched on.
+
+Every name of :data:`attnviz.pretrained.methods.Method` has one :class:`MethodSpec`; the
+request schema, the /models page's config and the CLI read it; and no module outside the
+registry's package compares a method's name with a literal (a source scan of app/).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import typing
+from pathlib import Path
+
+import pytest
+from attnviz.attention.errors import AttentionInputError
+from attnviz.pretrained.methods import (
+    DRAWN_METHODS,
+    GRADIENT_METHODS,
+    METHOD_LABELS,
+    METHODS,
+    ONE_INPUT_METHODS,
+    Method,
+    method_description,
+    method_spec,
+)
+
+APP = Path(__file__).resolve().parents[2] / "app"
+REGISTRY_PACKAGE = APP / "pretrained" / "methods"
+
+
+def test_every_method_name_has_one_spec_named_after_it() -> None:
+    assert tuple(METHODS) == typing.get_args(Method)
+    assert all(spec.name == name for name, spec in METHODS.items())
+    with pytest.raises(AttentionInputError) as raised:
+        method_spec("attention_flow")
+    assert raised.value.field == "method"
+
+
+def test_the_sets_the_checks_use_follow_the_specs() -> None:
+    assert {"grad_rollout", "head_importance"} == GRADIENT_METHODS
+    assert {"flow", "value_zeroing", *GRADIENT_METHODS} == ONE_INPUT_METHODS
+    assert DRAWN_METHODS == ("attention", "norm")
+    # what the page offers: every method with a label, rollout (drawn in every view) not
+    assert "rollout" not in METHOD_LABELS and set(METHOD_LABELS) == set(METHODS) - {"rollout"}
+    for name in GRADIENT_METHODS:  # the gradient note is said once, in the registry
+        assert "target T" in METHODS[name].note
+
+
+def _literal_names(node: ast.AST) -> set[str]:
+    """The method names a constant or a tuple, list or set of constants holds."""
+    values = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return {v.value for v in values if isinstance(v, ast.Constant) and v.value in METHODS}
+
+
+def _mentions_method(node: ast.AST) -> bool:
+    return any(
+        "method" in (n.id if isinstance(n, ast.Name) else n.attr).lower()
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name | ast.Attribute)
+    )
+
+
+def method_name_branches(source: str) -> list[tuple[int, str]]:
+    """(line, names) of each comparison of a method with a method's name in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        names = set().union(*(_literal_names(side) for side in sides))
+        if names and any(_mentions_method(side) for side in sides):
+            found.append((node.lineno, ", ".join(sorted(names))))
+    return found
+
+
+def test_the_scan_finds_a_branch_on_a_method_name() -> None:
+    branches = method_name_branches(
+        'if options.method == "flow":\n    pass\nif method in ("norm", "rollout"):\n    pass\n'
+        'if mode == "flow":\n    pass\n'
+    )
+    assert branches == [(1, "flow"), (3, "norm, rollout")]
+
+
+def test_no_module_outside_the_registry_branches_on_a_method_name() -> None:
+    outside = [
+        (path.relative_to(APP), line, names)
+        for path in sorted(APP.rglob("*.py"))
+        if REGISTRY_PACKAGE not in path.parents
+        for line, names in method_name_branches(path.read_text(encoding="utf-8"))
+    ]
+    assert outside == []
+
+
+def test_the_request_schema_and_the_page_read_the_registry(client: typing.Any) -> None:
+    schema = client.get("/openapi.json").json()["components"]["schemas"]
+    assert schema["PretrainedAttentionRequest"]["properties"]["method"]["description"] == (
+        method_description()
+    )
+    for spec in METHODS.values():
+        assert spec.description in method_description()
+    page = client.get("/models").text
+    config = re.search(r'<script id="models-config" type="application/json">(.*?)</script>', page)
+    assert config is not None
+    offered = json.loads(config.group(1))["method_specs"]
+    assert [m["name"] for m in offered] == list(METHOD_LABELS)
+    for entry in offered:
+        spec = METHODS[entry["name"]]
+        assert (entry["label"], entry["note"], entry["gradient"]) == (
+            spec.label,
+            spec.note,
+            spec.gradient,
+        )
+        assert entry["views"] == (None if spec.views is None else list(spec.views))
