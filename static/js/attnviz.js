@@ -5,19 +5,20 @@ import {
   visibleWeights,
 } from "./heatmap.js";
 import {
-  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, bindDownloads,
-  bindLinkSettings, busy, errorBox, fillIndexSelect, jsonFetcher, linkedTokens, nonEmptyLines,
-  onTabClick, openTab, option, parseNumber, readUrlRequest, selectLinked, selectedIndex,
-  settingsFromUrl, viewFromUrl, whileBusy, writeLinkSettings, writeUrlState,
+  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, PAD_LABEL, bindDownloads, bindLinkSettings, busy,
+  fillIndexSelect, linkedTokens, onTabClick, openTab, option, readUrlRequest, selectLinked,
+  selectedIndex, settingsFromUrl, viewFromUrl, whileBusy, writeLinkSettings, writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
 import {
-  additive, fillHeadChoice, focusToken, nextSelection, outline, selectionShapes,
-  shadedWeights, tokenStrip,
+  additive, fillHeadChoice, focusToken, nextSelection, outline, selectionShapes, shadedWeights,
+  tokenStrip,
 } from "./tokens.js";
+import { clearError, errorElement, fetchJson, unmarkField } from "./attnviz/errors.js";
+import { fillForm, readRequest } from "./attnviz/form.js";
+import { describe, renderBadge } from "./attnviz/summary.js";
 
 const SCRIPT_START = performance.now();
-const INT_TOKEN = /^-?\d+$/;
 // The heads grid draws at most this many rows and columns per head; larger
 // matrices are block-pooled on the server (block max) and a click on a head
 // fetches it at up to ZOOM_SIZE.
@@ -40,7 +41,6 @@ const computeButton = document.getElementById("compute");
 const results = document.querySelector(".results");
 const staleNote = document.getElementById("stale-note");
 const maskNote = document.getElementById("mask-note");
-const errorElement = document.getElementById("error");
 
 const presets = JSON.parse(document.getElementById("presets-data").textContent);
 const defaultPreset = JSON.parse(document.getElementById("default-preset").textContent);
@@ -54,160 +54,6 @@ const state = {
   linked: {}, // the link's sequence and head, applied to the first response (api.js)
 };
 
-function sequenceToLine(seq) {
-  return Array.isArray(seq) ? seq.join(" ") : seq;
-}
-
-function fillForm(request) {
-  form.sequences.value = request.sequences.map(sequenceToLine).join("\n");
-  form.targets.value = (request.targets || []).map(sequenceToLine).join("\n");
-  for (const name of LAYER_FIELDS) {
-    form[name].value = request[name];
-  }
-  form.mask_padding.checked = request.mask === "padding" || request.mask === "padding_causal";
-  form.mask_causal.checked = request.mask === "causal" || request.mask === "padding_causal";
-  form.scale.checked = request.scale !== false;
-  setMaskFill(request.mask_fill);
-}
-
-// The select offers -inf and the tutorials' fills; another value from a preset is added.
-function setMaskFill(value) {
-  const text = typeof value === "number" ? value.toExponential().replace("e+", "e") : String(value);
-  const known = [...form.mask_fill.options].find(
-    (o) => o.value === text || Number(o.value) === Number(text),
-  );
-  if (!known) form.mask_fill.append(option(text, text));
-  form.mask_fill.value = known ? known.value : text;
-}
-
-// All lines are token ids when every token of every line is an integer;
-// otherwise every line is sent as words.
-function readRequest() {
-  const sources = nonEmptyLines(form.sequences.value);
-  const targets = nonEmptyLines(form.targets.value);
-  const allTokens = sources.concat(targets).flatMap((line) => line.split(/\s+/));
-  const asIds = allTokens.length > 0 && allTokens.every((token) => INT_TOKEN.test(token));
-  const encode = (line) => (asIds ? line.split(/\s+/).map(Number) : line);
-  const padding = form.mask_padding.checked;
-  const causal = form.mask_causal.checked;
-  const mask = padding && causal ? "padding_causal" : padding ? "padding" : causal ? "causal" : "none";
-  const request = {
-    sequences: sources.map(encode),
-    mask: mask,
-    mask_fill: parseNumber(form.mask_fill.value), // a number, or "-inf"
-    scale: form.scale.checked,
-    device: form.device.value,
-  };
-  for (const name of LAYER_FIELDS.filter((field) => field !== "device")) {
-    request[name] = parseNumber(form[name].value);
-  }
-  if (targets.length > 0) {
-    request.targets = targets.map(encode);
-  }
-  return request;
-}
-
-const errors = errorBox(errorElement);
-
-// The control of each API field (JSON name) the page sends: the form's fields and the
-// lesson views' own controls. An error whose location names one of them is shown
-// beside it.
-const FIELD_IDS = {
-  sequences: "sequences", sequence: "sequences", targets: "targets", d_model: "d_model",
-  num_heads: "num_heads", seed: "seed", pad_id: "pad_id", vocab_size: "vocab_size",
-  device: "device", mask: "mask-causal", mask_fill: "mask_fill", scale: "scale",
-  num_layers: "num-layers", d_ff: "d-ff", positional_encoding: "positional-encoding",
-  dropout: "dropout-p", dropout_seed: "dropout-seed",
-};
-
-// Pydantic's wording, said plainly.
-const PLAIN = [
-  [/^Input should be greater than or equal to (.+)$/, "must be at least $1"],
-  [/^Input should be less than or equal to (.+)$/, "must be at most $1"],
-  [/^Input should be greater than (.+)$/, "must be more than $1"],
-  [/^Input should be less than (.+)$/, "must be less than $1"],
-  [/^Input should be a valid integer.*$/, "must be a whole number"],
-  [/^Input should be a valid number.*$/, "must be a number"],
-  [/^List should have at least 1 item.*$/, "is empty: enter at least one line"],
-  [/^Field required$/, "is required"],
-];
-
-function plain(message) {
-  for (const [pattern, replacement] of PLAIN) {
-    if (pattern.test(message)) return message.replace(pattern, replacement);
-  }
-  return message;
-}
-
-// One line of fetchJson's message, "<field>[i]: <message>" (api.js formatLoc), as
-// {name, index, message}; name is null when the line names no field.
-function parseErrorLine(line) {
-  const match = /^([A-Za-z_]\w*)((?:\[\d+\]|\.\w+)*): (.*)$/.exec(line);
-  if (!match) return { name: null, index: null, message: line };
-  const index = /^\[(\d+)\]/.exec(match[2]);
-  return { name: match[1], index: index ? Number(index[1]) : null, message: plain(match[3]) };
-}
-
-// Shows the API's message: each error that names a field beside that field (outlined,
-// aria-invalid, described by the message), and all of them in the box under Compute.
-function showError(message) {
-  clearFieldErrors();
-  const lines = String(message).split("\n").map(parseErrorLine);
-  const summaryLines = [];
-  for (const { name, index, message: text } of lines) {
-    const field = name && document.getElementById(FIELD_IDS[name] || "");
-    if (!field) {
-      summaryLines.push(name ? `${name}: ${text}` : text);
-      continue;
-    }
-    const where = index !== null && (name === "sequences" || name === "targets")
-      ? `line ${index + 1}: ` : "";
-    markField(field, `${where}${text}`);
-    // "num_heads: num_heads must divide ..." names the field once.
-    summaryLines.push(text.startsWith(`${name} `) && !where
-      ? text : `${name}${where ? ` ${where.slice(0, -2)}` : ""}: ${text}`);
-  }
-  errors.show(`Not computed:\n${summaryLines.join("\n")}`);
-}
-
-function markField(field, text) {
-  let note = document.getElementById(`${field.id}-error`);
-  if (!note) {
-    note = document.createElement("p");
-    note.id = `${field.id}-error`;
-    note.className = "field-error";
-    // Below the field: inside its cell of the grid, after its label when the label
-    // holds it (checkboxes), at the end of a row of view controls.
-    const box = field.closest(".view-controls, .grid-2 > div");
-    if (box) box.append(note);
-    else (field.closest("label.inline, label") || field).after(note);
-  }
-  note.textContent = note.textContent ? `${note.textContent}; ${text}` : text;
-  field.setAttribute("aria-invalid", "true");
-  field.setAttribute("aria-describedby", note.id);
-}
-
-function unmarkField(field) {
-  if (field.getAttribute("aria-invalid") !== "true") return;
-  field.removeAttribute("aria-invalid");
-  field.removeAttribute("aria-describedby");
-  const note = document.getElementById(`${field.id}-error`);
-  if (note) note.remove();
-}
-
-function clearFieldErrors() {
-  for (const field of document.querySelectorAll("[aria-invalid=true]")) unmarkField(field);
-}
-
-function clearError() {
-  clearFieldErrors();
-  errors.clear();
-}
-
-// POST or GET JSON; on an HTTP error, shows the API's message by the form (and by the
-// field it names) and returns null.
-const fetchJson = jsonFetcher(showError);
-
 // The link: state.link and the open tab. state.link is the request being computed, from
 // Compute on; state.request, the shown one, is set only once its response is in (a tab
 // clicked meanwhile would write the previous request).
@@ -217,13 +63,13 @@ function writeUrl() {
 
 // The input the form holds, as a string to compare with a preset's.
 function inputKey() {
-  return JSON.stringify(readRequest());
+  return JSON.stringify(readRequest(form));
 }
 
 // What the form asks for, as a string to compare with the shown results': the input
 // and the verify box.
 function formKey() {
-  return JSON.stringify({ ...readRequest(), verify: form.verify.checked });
+  return JSON.stringify({ ...readRequest(form), verify: form.verify.checked });
 }
 
 // The shown results are stale while the form differs from the request that made
@@ -268,7 +114,7 @@ function clearResults() {
 async function compute() {
   clearError();
   await whileBusy(computeButton, async () => {
-    const request = readRequest();
+    const request = readRequest(form);
     state.link = { ...request, verify: form.verify.checked };
     writeUrl();
     const started = performance.now();
@@ -389,58 +235,6 @@ function populateSelectors(data) {
   fillHeadChoice(shadeHead, data.shape[1]);
   // A selection outlives a new input when its rows are still there.
   if ([...state.selected].some((q) => q >= data.shape[2])) state.selected = new Set();
-}
-
-function describe(data) {
-  const [B, H, Lq, Lk] = data.full_shape;
-  const [, , shownQ, shownK] = data.shape;
-  const fullyMasked = data.fully_masked.flat().filter(Boolean).length;
-  const parts = [
-    `${data.attention === "cross" ? "Cross" : "Self"}-attention`,
-    `weights (B, H, L_q, L_k) = (${B}, ${H}, ${Lq}, ${Lk})`,
-    `d_model ${data.d_model}, d_k ${data.d_k}`,
-    `mask ${data.mask} (fill ${data.mask_fill})`,
-    data.scale ? "scaled by 1/√d_k" : "NOT scaled by 1/√d_k",
-    `${data.num_parameters.toLocaleString()} attention parameters`,
-    `${data.device} ${data.dtype}, ${data.compute_ms.toFixed(2)} ms`,
-  ];
-  if (fullyMasked > 0) {
-    const rule = data.mask_fill === "-inf" ? "weights set to 0" : "uniform weights (finite fill)";
-    parts.push(`${fullyMasked} fully-masked query row(s): ${rule}`);
-  }
-  if (data.downsample) {
-    const d = data.downsample;
-    parts.push(`drawn as ${shownQ} × ${shownK} blocks of ${d.factor_q} × ${d.factor_k} (block ` +
-      `${d.method}) of the full ${d.full_shape[2]} × ${d.full_shape[3]}: click a head for full resolution`);
-  }
-  return parts.join(" · ");
-}
-
-function formatDiff(x) {
-  return x === 0 ? "0" : x.toExponential(1);
-}
-
-function renderBadge(data) {
-  const badge = document.getElementById("verify-badge");
-  const v = data.verification;
-  if (!v) {
-    badge.hidden = true;
-    return;
-  }
-  const largest = Math.max(v.mha_weights_max_abs_diff, v.mha_output_max_abs_diff,
-    v.sdpa_output_max_abs_diff);
-  badge.textContent = v.matches
-    ? `✓ matches PyTorch (max |Δ| = ${formatDiff(largest)})`
-    : `✗ differs from PyTorch (max |Δ| = ${formatDiff(largest)} > ${formatDiff(v.tolerance)})`;
-  badge.className = v.matches ? "badge ok" : "badge bad";
-  badge.title = [
-    `torch ${v.torch_version}, tolerance ${v.tolerance}`,
-    `nn.MultiheadAttention weights: ${formatDiff(v.mha_weights_max_abs_diff)}`,
-    `nn.MultiheadAttention output: ${formatDiff(v.mha_output_max_abs_diff)}`,
-    `scaled_dot_product_attention output: ${formatDiff(v.sdpa_output_max_abs_diff)}`,
-    `fully-masked rows compared under AttnViz's rule: ${v.fully_masked_rows}`,
-  ].join("\n");
-  badge.hidden = false;
 }
 
 async function renderHeads(data, b) {
@@ -570,7 +364,7 @@ function selectPreset(name) {
   const preset = presets.find((p) => p.name === name) || presets[0];
   presetSelect.value = preset.name;
   presetDescription.textContent = preset.description;
-  fillForm(preset.request);
+  fillForm(form, preset.request);
   state.preset = preset;
   state.presetKey = inputKey();
 }
@@ -640,12 +434,12 @@ state.linked = settings;
 const shared = await readUrlRequest(ATTENTION_LINK_FIELDS);
 if (shared && Array.isArray(shared.sequences)) {
   selectPreset(defaultPreset);
-  fillForm({ ...presets[0].request, ...shared });
+  fillForm(form, { ...presets[0].request, ...shared });
   if (shared.verify === false) form.verify.checked = false;
   // The link's input may be a preset's: each preset's input, read back through the form.
   const key = inputKey();
-  const same = presets.find((p) => (fillForm(p.request), inputKey() === key));
-  fillForm({ ...presets[0].request, ...shared });
+  const same = presets.find((p) => (fillForm(form, p.request), inputKey() === key));
+  fillForm(form, { ...presets[0].request, ...shared });
   if (same) {
     selectPreset(same.name);
   } else {

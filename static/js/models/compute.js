@@ -1,0 +1,116 @@
+// Computing the form's request (Compute, Enter, another model): the view drawn anew and
+// its timings, a refused request's results cleared; a speech or image model computes
+// through media.js instead.
+import { busy, writeUrlState } from "../api.js";
+import { clearPlots } from "../heatmap.js";
+import { computeMedia, mediaModality } from "../media.js";
+import { modelInfo } from "./catalog.js";
+import {
+  clearError, computeButton, deviceSelect, displayNote, resultsPane, showError, summary,
+  targetSelect, tokenBox,
+} from "./elements.js";
+import { populateSelectors, readRequest, updateStale } from "./form.js";
+import { waitForModel } from "./listing.js";
+import { showAblation } from "./notes.js";
+import { renderView } from "./render.js";
+import { state } from "./state.js";
+
+// After a refused Compute nothing of an earlier run stays on screen: the views, the token
+// strip and the summary are emptied (the error box says why).
+function clearResults() {
+  state.shown = null;
+  state.overview = null;
+  state.overviewKey = null;
+  state.overviewRequest = null;
+  for (const container of document.querySelectorAll(
+    ".results .view .view-body, .results .importance, .results .enlarged")) {
+    clearPlots(container);
+  }
+  document.querySelectorAll(".results .view").forEach((section) => {
+    section.dataset.drawn = "false";
+  });
+  tokenBox.hidden = true;
+  summary.textContent = "";
+  displayNote.textContent = "";
+  showAblation(null);
+  updateStale();
+}
+
+export async function compute() {
+  const started = performance.now(); // the timings count from the click (or Enter)
+  clearError();
+  const request = readRequest();
+  const model = modelInfo(request.model) || state.models[0];
+  // While the model loads, the form cannot know its family's fields: the link stays.
+  if (model.state === "loading") {
+    waitForModel(model.name);
+    return;
+  }
+  if (mediaModality(model) && model.state === "ready") { // a file is no link's field
+    state.pending = null;
+    delete summary.dataset.waiting;
+    await computeSpeechOrImage(model);
+    return;
+  }
+  // The link carries this request from now on, also while it is being computed (a tab
+  // clicked before the response writes it, not the previous one).
+  writeUrlState(request, state.view);
+  if (model.state === "failed") {
+    clearResults(); // not the results of another model under its error
+    showError(`${model.name} failed to load: ${model.error || "no reason given"}`);
+    return;
+  }
+  state.pending = null;
+  delete summary.dataset.waiting;
+  const run = (state.computes += 1);
+  resultsPane.classList.add("running"); // the results on screen are the previous run's
+  await busy(async () => {
+    state.request = request;
+    state.overviewKey = null;
+    state.queries = new Map();
+    state.queryIndex = null;
+    targetSelect.replaceChildren(); // new inputs: the default target (or the link's)
+    delete targetSelect.dataset.key;
+    populateSelectors(request, model.num_layers);
+    state.responseAt = null;
+    state.firstLayerAt = null;
+    state.gridAt = null;
+    let drawnView = false;
+    try {
+      drawnView = await renderView();
+    } finally {
+      if (run === state.computes) resultsPane.classList.remove("running");
+    }
+    if (run !== state.computes) return; // overtaken by a newer Compute
+    if (drawnView === false && state.pending === null) {
+      clearResults(); // refused (the error says why): nothing of an earlier run stays
+    }
+    // Refused (the error is shown), waiting for the model, or a view with no overview.
+    if (state.overviewKey === null || state.responseAt === null) return;
+    const drawn = performance.now();
+    const since = (t) => (t === null ? null : t - started);
+    // Milliseconds from the click: to the whole response, to the model view's first row
+    // of thumbnails and its whole grid (null in the other views); and from the response's
+    // end to the drawn view (the grid and the enlarged map).
+    window.attnvizModels.timings = {
+      responseMs: since(state.responseAt),
+      drawMs: drawn - state.responseAt,
+      firstLayerMs: since(state.firstLayerAt),
+      wholeGridMs: since(state.gridAt),
+    };
+  }, "Computing…", computeButton);
+}
+
+// A speech or image model: its own inputs and view (media.js); no text request is kept.
+async function computeSpeechOrImage(model) {
+  state.request = null;
+  const label = model.modality === "speech" ? "Transcribing…" : "Computing…";
+  await busy(async () => {
+    try {
+      summary.textContent = await computeMedia(model, deviceSelect.value);
+    } catch (error) {
+      summary.textContent = ""; // not the summary of what was drawn before
+      showError(error.message);
+    }
+  }, label, computeButton);
+}

@@ -1,0 +1,93 @@
+// The elements of /models (templates/models.html) that its modules use, looked up once
+// here, the page's configuration and its error box.
+import { errorBox } from "../api.js";
+
+// What the server says, not repeated here (templates/models.html, from the request
+// schema's bounds and attnviz.pretrained.methods): the methods, the gradient methods, the
+// most next-token candidates a response carries.
+export const CONFIG = JSON.parse(document.getElementById("models-config").textContent);
+
+export const form = document.getElementById("model-form");
+export const modelSelect = document.getElementById("model");
+export const colourScale = document.getElementById("colour-scale");
+export const tokenBox = document.getElementById("token-box");
+export const mergeWords = document.getElementById("merge-words");
+export const neuronHead = document.getElementById("neuron-head");
+export const compareSentence = document.getElementById("compare-sentence");
+export const compareHead = document.getElementById("compare-head");
+export const compareModel = document.getElementById("compare-model");
+export const shadeHead = document.getElementById("shade-head");
+export const shadeLayer = document.getElementById("shade-layer");
+export const queryStrip = document.getElementById("query-strip");
+export const keyStrip = document.getElementById("key-strip");
+export const modelDescription = document.getElementById("model-description");
+export const pathNote = document.getElementById("path-note");
+export const textsBox = document.getElementById("texts");
+export const textsLabel = document.getElementById("texts-label");
+export const textsHint = document.getElementById("texts-hint");
+export const chatControl = document.getElementById("chat-control");
+export const chatBox = document.getElementById("chat");
+export const chatHint = document.getElementById("chat-hint");
+export const pairsControl = document.getElementById("pairs-control");
+export const pairsBox = document.getElementById("text-pairs");
+export const targetsControl = document.getElementById("targets-control");
+export const targetsBox = document.getElementById("targets");
+export const blockSelect = document.getElementById("block");
+export const generationControl = document.getElementById("generation-control");
+export const newTokensInput = document.getElementById("max-new-tokens");
+export const temperatureInput = document.getElementById("temperature");
+export const seedInput = document.getElementById("seed");
+export const deviceSelect = document.getElementById("device");
+export const summary = document.getElementById("summary");
+export const displayNote = document.getElementById("display-note");
+export const sequenceLabel = document.getElementById("sequence-label");
+export const sequenceSelect = document.getElementById("sequence-index");
+export const layerSelect = document.getElementById("layer-index");
+export const layerControl = document.getElementById("layer-control");
+export const hideSpecial = document.getElementById("hide-special");
+export const methodSelect = document.getElementById("method");
+export const ablateInput = document.getElementById("ablate");
+export const restoreHeads = document.getElementById("restore-heads");
+export const ablationNote = document.getElementById("ablation-note");
+export const methodNote = document.getElementById("method-note");
+export const targetSelect = document.getElementById("target-index");
+export const targetControl = document.getElementById("target-control");
+export const importanceBox = document.querySelector("#view-model .importance");
+export const hideSpecialControl = document.getElementById("hide-special-control");
+export const specialExamples = document.getElementById("special-examples");
+export const computeButton = document.getElementById("compute");
+export const controls = document.querySelector(".results .controls");
+export const layerProgressBox = document.getElementById("layer-progress");
+export const layerProgressLabel = document.getElementById("layer-progress-label");
+export const layerProgressBar = document.getElementById("layer-progress-bar");
+export const layerProgressFill = layerProgressBar.querySelector(".layer-progress-fill");
+export const generationTab = document.querySelector(".tabs button[data-view=generation]");
+export const resultsPane = document.querySelector(".results");
+export const staleNote = document.getElementById("stale-note");
+export const refreshButton = document.getElementById("refresh");
+export const atlasOwn = document.getElementById("atlas-own");
+
+const errors = errorBox(document.getElementById("error"));
+export const showError = errors.show;
+export const clearError = errors.clear;
+
+// The speech and image views' elements (media.js bindMedia).
+const mediaSection = document.getElementById("media-view");
+export const mediaElements = {
+  modelForm: form,
+  results: document.querySelector("section.results"),
+  speechControl: document.getElementById("speech-control"),
+  imageControl: document.getElementById("image-control"),
+  audioFile: document.getElementById("audio-file"),
+  imageFile: document.getElementById("image-file"),
+  recordButton: document.getElementById("record"),
+  sampleButton: document.getElementById("sample-audio"),
+  audioStatus: document.getElementById("audio-status"),
+  imageStatus: document.getElementById("image-status"),
+  view: mediaSection,
+  head: mediaSection.querySelector(".media-head"),
+  controls: mediaSection.querySelector(".media-controls"),
+  note: mediaSection.querySelector(".media-note"),
+  body: mediaSection.querySelector(".media-body"),
+  grid: mediaSection.querySelector(".media-grid"),
+};

@@ -1,0 +1,244 @@
+// The text beside the views: the summary line and the note under it, the methods' notes,
+// the target a gradient method explained, the heads switched off and what that changed,
+// what the colour scales mean, and the hints above figures.
+import { paragraph } from "../api.js";
+import { displayToken, displayTokens } from "../lib/display.js";
+import { groupedQueryText } from "./catalog.js";
+import {
+  ablationNote, hideSpecial, mergeWords, methodNote, methodSelect, restoreHeads, sequenceLabel,
+  targetControl,
+} from "./elements.js";
+import { ablatedHeads, gradientMethod, otherMethod } from "./form.js";
+import { keyTokens, kvGroups, queryTokens } from "./response.js";
+
+const BLOCK_WORDS = {
+  encoder: "encoder self-attention",
+  decoder: "decoder self-attention (causal)",
+  cross: "cross-attention (decoder queries, encoder keys)",
+};
+
+export function describe(res) {
+  const [, , H] = res.shape;
+  const grouped = groupedQueryText(res.num_heads, res.num_key_value_heads);
+  const lq = queryTokens(res).length;
+  const lk = keyTokens(res).length;
+  const parts = [
+    `${res.model} (${res.family}, ${res.architecture}): ${res.num_layers} layers × ` +
+      `${res.num_heads} heads${grouped ? `, ${grouped}` : ""}, d_model ${res.d_model}`,
+  ];
+  if (res.family === "encoder-decoder") parts.push(BLOCK_WORDS[res.block]);
+  parts.push(`attentions (N, B, H, L_q, L_k) = (${res.shape[0]}, 1, ${H}, ${lq}, ${lk}) for ` +
+    `${sequenceLabel.textContent.toLowerCase()} ${res.sequence_index}`);
+  if (res.generation) parts.push(generated(res.generation));
+  if (res.attention_path === "output_attentions") parts.push("the model's own output_attentions");
+  parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
+  return parts.join(" · ");
+}
+
+// "8 tokens generated (greedy) in 0.7 s", for the summaries.
+function generated(g) {
+  const how = g.temperature > 0 ? `sampled at temperature ${g.temperature}, seed ${g.seed}` : "greedy";
+  return `${g.tokens.length} tokens generated (${how}) in ${(g.compute_ms / 1000).toFixed(1)} s`;
+}
+
+export function noteFor(res) {
+  const what = sequenceLabel.textContent;
+  const length = queryTokens(res).length;
+  const parts = [];
+  if (res.generation) {
+    const g = res.generation;
+    parts.push(`${what} ${res.sequence_index}: ${g.prompt_length} prompt tokens + ` +
+      `${g.tokens.length} generated, run alone in one causal pass`);
+  } else if (res.block === "cross") {
+    parts.push(`${what} ${res.sequence_index}: ${length} target tokens over ` +
+      `${keyTokens(res).length} text tokens, run alone (no padding)`);
+  } else if (res.family === "encoder-decoder") {
+    const side = res.block === "decoder" ? "target" : "text";
+    parts.push(`${what} ${res.sequence_index}: ${length} ${side} tokens, run alone (no padding)`);
+  } else {
+    parts.push(`${what} ${res.sequence_index}: ${length} tokens, run alone (no padding)`);
+  }
+  if (res.family === "decoder" || res.block === "decoder") {
+    parts.push("causal: each token attends to itself and earlier tokens only (the upper " +
+      "triangle is empty)");
+  }
+  if (res.block === "cross") parts.push("rows are target tokens, columns the encoder's tokens");
+  if (res.hidden_special_tokens && res.special_share === undefined) {
+    parts.push("special tokens hidden: each row is renormalised over the remaining tokens " +
+      "so it sums to 1 again");
+  } else if (res.hidden_special_tokens) {
+    parts.push("special tokens hidden: each row is renormalised over the remaining tokens " +
+      `so it sums to 1 again (they took ${(100 * res.special_share).toFixed(1)}% of each row ` +
+      "on average, over all layers and heads)");
+  }
+  if (res.downsample) {
+    const d = res.downsample;
+    parts.push(`thumbnails pooled to blocks of ${d.factor} × ${d.key_factor ?? d.factor} ` +
+      "tokens (block max); enlarged maps and the layer view are full resolution");
+  }
+  if (res.average_downsample) {
+    const d = res.average_downsample;
+    parts.push(`the averages and rollout are pooled to blocks of ${d.factor} × ${d.key_factor} tokens`);
+  }
+  const groups = kvGroups(res);
+  if (groups) {
+    parts.push(`grouped-query attention: each ${groups.per} consecutive query heads read one ` +
+      "key/value head");
+  }
+  return `${parts.join(" · ")}. Rows are queries, columns keys.`;
+}
+
+// The summary line of the token explorer: the model, what was generated, the rows' shape.
+export function describeQuery(res, q) {
+  const grouped = groupedQueryText(res.num_heads, res.num_key_value_heads);
+  const parts = [
+    `${res.model} (${res.family}, ${res.architecture}): ${res.num_layers} layers × ` +
+      `${res.num_heads} heads${grouped ? `, ${grouped}` : ""}, d_model ${res.d_model}`,
+  ];
+  if (res.family === "encoder-decoder") parts.push(BLOCK_WORDS[res.block]);
+  const [N, H, Lk] = [res.query_attentions.length, res.num_heads, res.query_attentions[0][0].length];
+  parts.push(`query_attentions (N, H, L_k) = (${N}, ${H}, ${Lk}): token ${q}'s row in every ` +
+    "layer and head");
+  if (res.generation) parts.push(generated(res.generation));
+  if (res.attention_path === "output_attentions") parts.push("the model's own output_attentions");
+  parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
+  return parts.join(" · ");
+}
+
+export function noteForQuery(res) {
+  const what = sequenceLabel.textContent;
+  const length = queryTokens(res).length;
+  const parts = [];
+  if (res.generation) {
+    const g = res.generation;
+    parts.push(`${what} ${res.sequence_index}: ${g.prompt_length} prompt tokens + ` +
+      `${g.tokens.length} generated, run alone in one causal pass`);
+  } else if (res.family === "encoder-decoder") {
+    const side = res.block === "encoder" ? "text" : "target";
+    parts.push(`${what} ${res.sequence_index}: ${length} ${side} tokens, run alone (no padding)`);
+  } else {
+    parts.push(`${what} ${res.sequence_index}: ${length} tokens, run alone (no padding)`);
+  }
+  parts.push("every token is shown here, special ones included (greyed)");
+  if (res.family === "decoder" || res.block === "decoder") {
+    parts.push("causal: a token's row covers itself and the tokens before it");
+  }
+  return `${parts.join(" · ")}.`;
+}
+
+// A hint above a figure, as HTML: it wraps on a phone, where a long figure title would
+// be cut off at the figure's edge.
+export function addHint(container, text) {
+  return paragraph(container, "hint figure-hint", text);
+}
+
+// ---------------------------------------------------------------------------
+// The method (#method): what every map holds (the API's `method`).
+
+const METHOD_NOTES = {
+  norm: "Norm-based attention (Kobayashi et al., EMNLP 2020, “Attention is Not Only a " +
+    "Weight”): every map holds ‖α_ij f(x_j)‖, f(x) = (x W_V + b_V) W_O^h, the weight " +
+    "times the length of what key token j's value vector carries through this head into " +
+    "the output. Rows no longer sum to 1; there is no rollout, and hiding special tokens " +
+    "and merging words are off (they renormalise weights).",
+  flow: "Attention flow (Abnar & Zuidema, ACL 2020, “Quantifying Attention Flow in " +
+    "Transformers”): the layers as a network whose capacities are the head averages plus " +
+    "the residual connection, 0.5 · A + 0.5 · I as in rollout; row i of the map is the " +
+    "maximum flow from each input token to token i after the last layer, divided by the " +
+    "row's sum. It is in the Averages view beside rollout; the other views show the " +
+    "weights. It solves L² max-flow problems, so it is computed for short inputs only.",
+};
+
+const GRADIENT_NOTE = " The target T is a decoder's next-token logit at the Target token " +
+  "(its most likely next token; by default the last token), or an encoder's output at the " +
+  "Target token along the input's mean output (the sentence embedding; by default the " +
+  "first token). It takes one more forward and backward pass with eager attention, for " +
+  "inputs up to 2^27 attention weights over all layers and heads.";
+METHOD_NOTES.grad_rollout = "Gradient-weighted attention rollout (Chefer, Gur & Wolf, ICCV " +
+  "2021): per layer Ā = mean over heads of (∂T/∂A ⊙ A)⁺, the weights that push the target " +
+  "up, then R = I and R ← R + Ā · R through the layers. The Averages view draws R − I " +
+  "(the identity is each token's own residual): row i is how much each input token " +
+  "matters to the target through token i. The other views show the weights." + GRADIENT_NOTE;
+METHOD_NOTES.head_importance = "Head importance (Michel, Levy & Neubig, NeurIPS 2019, “Are " +
+  "Sixteen Heads Really Better than One?”): each head's output is multiplied by a gate ξ = 1, " +
+  "and |∂T/∂ξ| is how much the target T would change, to first order, if that head were " +
+  "switched off (for a head already off, on). The model view draws it as a layers × heads " +
+  "grid under the thumbnails; a click on a cell enlarges that head." + GRADIENT_NOTE;
+
+METHOD_NOTES.value_zeroing = "Value zeroing (Mohebbi, Zuidema, Chrupała & Alishahi, EACL " +
+  "2023, “Quantifying Context Mixing in Transformers”): in the chosen layer, token j's value " +
+  "vector is set to zero in every head and the layer run again; cell (i, j) is how far token " +
+  "i's output of the layer moves (1 − cosine similarity), each row divided by its sum. Unlike " +
+  "the weights it counts the whole layer: the value vectors, the output projection, the " +
+  "residual connection, the normalisation and the feed-forward network. The Averages view " +
+  "draws it beside the layer's head average; the other views show the weights. The layer is " +
+  "run once per token, so it is computed for short inputs only.";
+
+// What a gradient method explained (the response's `target`), for the figures' hints.
+export function targetText(res) {
+  const t = res.target;
+  if (!t) return "";
+  const at = queryTokens(res)[t.index];
+  const where = at === undefined ? `position ${t.index}` : `“${displayToken(at)}” (${t.index})`;
+  const value = t.value.toPrecision(4);
+  return t.kind === "logit"
+    ? `Target: the logit of “${displayToken(t.token)}” as the next token after ${where}, ${value}.`
+    : `Target: the output at ${where} along the sentence embedding, ${value}.`;
+}
+
+// The note under the controls, and the options that assume weights disabled.
+export function showMethod() {
+  methodNote.hidden = !otherMethod();
+  methodNote.textContent = METHOD_NOTES[methodSelect.value] || "";
+  targetControl.hidden = !gradientMethod();
+  const off = ablatedHeads().length > 0;
+  for (const box of [hideSpecial, mergeWords]) {
+    box.disabled = otherMethod() || off;
+    box.title = otherMethod() ? "For the attention weights only (see Method)"
+      : (off ? "Not with heads off (its positions count every token)" : "");
+  }
+  restoreHeads.hidden = !off;
+}
+
+// ---------------------------------------------------------------------------
+// Heads off (#ablate).
+
+// The ablation's effect, from the response's `ablation`, in #ablation-note.
+export function showAblation(res) {
+  const a = res && res.ablation;
+  if (!a) {
+    ablationNote.hidden = true;
+    ablationNote.textContent = "";
+    return;
+  }
+  const heads = a.heads.map(([l, h]) => `L${l}.H${h}`).join(", ");
+  const tokens = displayTokens(a.tokens || queryTokens(res)); // an encoder-decoder's targets
+  const worst = (values) => values.reduce((best, v, i) => (v > values[best] ? i : best), 0);
+  let text = `Heads off: ${heads}. `;
+  if (a.kl) {
+    const changed = a.top_before.filter((row, i) => row[0].id !== a.top_after[i][0].id).length;
+    const mean = a.kl.reduce((x, y) => x + y, 0) / a.kl.length;
+    const i = worst(a.kl);
+    text += `The most likely next token changes at ${changed} of ${a.kl.length} positions; ` +
+      `the next-token distribution moves by ${mean.toFixed(4)} nats on average (KL), most ` +
+      `after “${tokens[i]}” (${a.kl[i].toFixed(4)}: “${displayToken(a.top_before[i][0].token)}” ` +
+      `${(100 * a.top_before[i][0].probability).toFixed(1)}% before, ` +
+      `“${displayToken(a.top_after[i][0].token)}” ` +
+      `${(100 * a.top_after[i][0].probability).toFixed(1)}% after).`;
+    ablationNote.dataset.changed = String(changed);
+  } else if (a.hidden_change) {
+    const mean = a.hidden_change.reduce((x, y) => x + y, 0) / a.hidden_change.length;
+    const i = worst(a.hidden_change);
+    text += `The last hidden state moves by ${(100 * mean).toFixed(2)}% on average ` +
+      `(‖h′ − h‖ / ‖h‖), most at “${tokens[i]}” (${(100 * a.hidden_change[i]).toFixed(2)}%).`;
+  }
+  ablationNote.textContent = text;
+  ablationNote.hidden = false;
+}
+
+export const SCALE_NOTES = {
+  shared: "coloured on one scale, the largest weight of all heads",
+  head: "each scaled to its own maximum",
+  row: "each query row scaled to its own maximum",
+  log: "coloured on a log scale of the weight",
+};

@@ -1,0 +1,105 @@
+// The head atlas (atlas.js): the chosen model's heads scored over the shipped corpus, or
+// over the form's texts; a click on a head opens it in the layer view on the input.
+import { writeUrlState } from "../../api.js";
+import { clearPlots } from "../../heatmap.js";
+import { drawAtlas, fetchAtlas, saveAtlas } from "../../atlas.js";
+import {
+  atlasOwn, blockSelect, clearError, displayNote, layerSelect, showError, summary,
+} from "../elements.js";
+import { reveal } from "../figures.js";
+import { page, state } from "../state.js";
+import { drawProgress } from "../stream.js";
+
+export async function renderAtlas(section, ticket) {
+  const body = section.querySelector(".view-body");
+  const request = {
+    model: state.request.model,
+    device: state.request.device,
+    ...(atlasOwn.checked ? { texts: state.request.texts } : {}),
+  };
+  const key = JSON.stringify(request);
+  const where = atlasOwn.checked ? "the form's texts" : "the shipped corpus";
+  summary.textContent = `Head atlas of ${request.model}, scored on ${where}.`;
+  displayNote.textContent = "";
+  // One computation per atlas: a second view of it (the tab again) waits for the first;
+  // another atlas asked for meanwhile (another model, the own-texts box) stops the first.
+  if (state.atlasFetch && state.atlasFetch.key !== key) {
+    state.atlasFetch.controller.abort();
+    state.atlasFetch = null;
+  }
+  let atlas = state.atlases.get(key);
+  if (!atlas) {
+    const box = section.querySelector(".atlas-progress");
+    const parts = {
+      label: box.querySelector(".atlas-progress-label"),
+      bar: box.querySelector(".layer-progress-bar"),
+      fill: box.querySelector(".layer-progress-fill"),
+    };
+    const current = () => ticket === state.ticket;
+    drawProgress(parts, "Scoring the heads… (the first atlas of a model takes up to a minute)",
+      null, null);
+    box.hidden = false;
+    if (!state.atlasFetch) {
+      const controller = new AbortController();
+      const job = { key, controller, progress: null, promise: null };
+      job.promise = fetchAtlas(request, (done, total) => {
+        if (job.progress) job.progress(done, total);
+      }, controller.signal).finally(() => {
+        if (state.atlasFetch === job) state.atlasFetch = null;
+      });
+      state.atlasFetch = job;
+    }
+    // Only the drawing that waits now moves the bar (an older one's ticket is past).
+    state.atlasFetch.progress = (done, total) => {
+      if (current()) drawProgress(parts, `Scoring the heads: pass ${done} of ${total}…`, done, total);
+    };
+    try {
+      atlas = await state.atlasFetch.promise;
+    } catch (error) {
+      if (current() && error.name !== "AbortError") {
+        clearPlots(body);
+        showError(error.message);
+      }
+      return false;
+    } finally {
+      if (current()) box.hidden = true;
+    }
+    state.atlases.set(key, atlas);
+  }
+  if (ticket !== state.ticket) return false;
+  clearError();
+  state.atlas = atlas;
+  state.atlasRequest = request;
+  window.attnvizModels.lastAtlas = atlas;
+  section.dataset.cached = String(atlas.cached);
+  await drawAtlas(body, atlas, openHead);
+  return true;
+}
+
+// Head h of layer l in the layer view, on the form's input, enlarged and in sight. An
+// encoder-decoder's atlas scores its encoder: that block is opened first.
+async function openHead(l, h) {
+  state.layerHead = h;
+  state.view = "layer";
+  const block = state.atlas && state.atlas.block;
+  if (state.request.block && block && state.request.block !== block) {
+    blockSelect.value = block;
+    await page.compute();
+  }
+  layerSelect.value = String(l);
+  writeUrlState(state.request, state.view);
+  if (await page.renderView()) reveal(document.querySelector("#view-layer .enlarged"));
+}
+
+// The atlas's own controls: the own-texts box, the downloads.
+export function bindAtlas() {
+  atlasOwn.addEventListener("change", () => {
+    if (state.view === "atlas") page.renderView();
+  });
+  document.getElementById("atlas-csv").addEventListener("click", () => {
+    if (state.atlas) saveAtlas(state.atlas, "csv");
+  });
+  document.getElementById("atlas-json").addEventListener("click", () => {
+    if (state.atlas) saveAtlas(state.atlas, "json");
+  });
+}

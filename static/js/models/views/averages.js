@@ -1,0 +1,187 @@
+// The averages view: each layer's head average, the mean of all layers and heads,
+// attention rollout and the whole-model methods' maps (flow, value zeroing, gradient-
+// weighted rollout), with a note when the first token is an attention sink.
+import { paragraph } from "../../api.js";
+import { addPlot, clearPlots, thumbnailGrid } from "../../heatmap.js";
+import { displayToken } from "../../lib/display.js";
+import { layerSelect } from "../elements.js";
+import { GRADIENT_FORMAT, weightFigure } from "../figures.js";
+import { colourMode, valueName } from "../form.js";
+import { addHint, targetText } from "../notes.js";
+import { blockLabels, keyTokens, queryTokens, thumbnailHover } from "../response.js";
+import { bindSelection } from "../selection.js";
+import { page, state } from "../state.js";
+import { layerMaps } from "../stream.js";
+
+const STRIP_COLUMNS = 10; // the most layers a row of the averages' strip
+
+// The head average of each layer, one layer's head average, the mean over all layers
+// and heads, and attention rollout (Abnar & Zuidema 2020).
+export async function renderAverages(section, res, l) {
+  const body = section.querySelector(".view-body");
+  const maps = await layerMaps(res, l);
+  if (maps === null) return;
+  clearPlots(body);
+  addHint(body, "The head average of each layer, each scaled to its own maximum. Click " +
+    "one to show it below.");
+  // Up to STRIP_COLUMNS layers a row: 30 layers in one row would be slivers.
+  const N = res.num_layers;
+  const stripRows = Math.ceil(N / STRIP_COLUMNS);
+  const stripCols = Math.ceil(N / stripRows);
+  const layerAt = (r, c) => r * stripCols + c;
+  const strip = thumbnailGrid(body, {
+    rows: stripRows,
+    cols: stripCols,
+    count: N,
+    cell: (r, c) => res.head_mean[layerAt(r, c)][0],
+    rowName: "",
+    colName: "L",
+    cellTitle: (r, c) => `L${layerAt(r, c)}`,
+    title: "Head average of each layer",
+    valueName: valueName(),
+    zmax: "each",
+    scale: colourMode(queryTokens(res).length),
+    hover: (r, c) => `layer ${layerAt(r, c)}, mean of ${res.num_heads} heads`,
+    queryHover: thumbnailHover(res, "query"),
+    keyHover: thumbnailHover(res, "key"),
+    onClick: (r, c) => {
+      layerSelect.value = String(layerAt(r, c));
+      page.renderView();
+    },
+  });
+  strip.id = "layer-strip";
+  const grid = document.createElement("div");
+  grid.className = "heads";
+  body.append(grid);
+  const ad = res.average_downsample;
+  const averageRows = blockLabels(queryTokens(res), ad ? ad.factor : 1);
+  const averageCols = blockLabels(keyTokens(res), ad ? ad.key_factor : 1);
+  const figures = [
+    ["head-mean", maps.headMean, queryTokens(res), keyTokens(res), `Head average, layer ${l}`],
+    ["layer-mean", res.layer_mean[0], averageRows, averageCols,
+      `Average of all ${res.num_layers} layers and heads`],
+  ];
+  if (res.rollout) {
+    figures.push(["rollout", res.rollout[0], averageRows, averageCols,
+      "Attention rollout (Abnar & Zuidema 2020)"]);
+  }
+  const sink = attentionSink(res);
+  if (sink) {
+    showSinkNote(body, grid, sink);
+    if (state.excludeSink) {
+      for (const figure of figures) {
+        if (!["head-mean", "layer-mean", "rollout"].includes(figure[0])) continue;
+        figure[1] = withoutFirstToken(figure[1]);
+        figure[4] += ", first token left out";
+      }
+    }
+  }
+  if (res.method_map && res.method === "flow") {
+    figures.push(["flow", res.method_map[0], queryTokens(res), keyTokens(res),
+      "Attention flow (Abnar & Zuidema 2020)"]);
+  }
+  if (res.method_map && res.method === "value_zeroing" && res.method_map[l]) {
+    figures.splice(1, 0, ["value-zeroing", res.method_map[l], queryTokens(res), keyTokens(res),
+      `Value zeroing, layer ${l} (Mohebbi et al. 2023)`]);
+  }
+  if (res.method_map && res.method === "grad_rollout") {
+    // R − I: the identity (each token's own residual) would outshine what attention adds.
+    const relevance = res.method_map[0].map((row, i) => row.map((v, j) => (i === j ? v - 1 : v)));
+    figures.push(["grad-rollout", relevance, averageRows, averageCols,
+      "Gradient-weighted rollout R − I (Chefer et al. 2021)"]);
+  }
+  // The chosen method's map first: next to the picker, not under the others.
+  const own = figures.findIndex(([name]) => ["flow", "value-zeroing", "grad-rollout"].includes(name));
+  if (own > 0) figures.unshift(...figures.splice(own, 1));
+  const plots = [strip.drawn];
+  for (const [name, z, rows, cols, title] of figures) {
+    const extra = name === "grad-rollout" ? GRADIENT_FORMAT
+      : (name === "value-zeroing" ? { valueName: "context mixing" } : {});
+    const div = addPlot(grid, weightFigure(z, rows, cols, title, true, extra), "head-plot");
+    div.dataset.map = name;
+    if (name === "head-mean") div.drawn.then(() => bindSelection(div));
+    plots.push(div.drawn);
+  }
+  if (res.target) paragraph(body, "hint target-note", targetText(res));
+  if (res.rollout) {
+    paragraph(body, "hint", "Rollout: per layer, Â = 0.5 · (head average) + 0.5 · I for " +
+      "the residual connection, then Â_N ⋯ Â_1, computed with every token: row i is how " +
+      "much of token i's last-layer representation flows from each input token; its rows " +
+      "sum to 1.");
+  } else if (res.method === "norm") {
+    paragraph(body, "hint", "Attention rollout multiplies attention weights through the " +
+      "layers: switch Method back to the attention weights to see it.");
+  } else {
+    paragraph(body, "hint", "Attention rollout needs square maps through the layers: " +
+      "cross-attention has none (open the encoder or decoder block for it).");
+  }
+  await Promise.all(plots);
+}
+
+// An attention sink (Xiao et al. 2023, "Efficient Streaming Language Models with Attention
+// Sinks"): the share of the weight on the first token, the mean over queries 1.. of
+// A[i, 0] / sum_j A[i, j] (row 0 has only itself in a causal map), in the average of all
+// layers and heads and in rollout. {mean, rollout, token} when either is at least
+// SINK_SHARE; null without one, with another method, or with pooled averages (their
+// first column is a block of tokens).
+const SINK_SHARE = 0.5;
+
+function firstTokenShare(z) {
+  let total = 0;
+  for (let i = 1; i < z.length; i += 1) {
+    const sum = z[i].reduce((acc, v) => acc + (v ?? 0), 0);
+    total += sum > 0 ? (z[i][0] ?? 0) / sum : 0;
+  }
+  return z.length > 1 ? total / (z.length - 1) : 0;
+}
+
+function attentionSink(res) {
+  const ad = res.average_downsample;
+  if ((res.method && res.method !== "attention") || (ad && (ad.factor > 1 || ad.key_factor > 1))
+    || !res.layer_mean || queryTokens(res).length < 3) return null;
+  const mean = firstTokenShare(res.layer_mean[0]);
+  const rollout = res.rollout ? firstTokenShare(res.rollout[0]) : null;
+  if (mean < SINK_SHARE && (rollout ?? 0) < SINK_SHARE) return null;
+  return { mean, rollout, token: keyTokens(res)[0] };
+}
+
+// `z` with its first row and column left out (null: drawn gray, as masked cells), each
+// other row divided by its new sum (weights). The shape stays: a click on row i and the
+// selection's outlines still mean token i.
+function withoutFirstToken(z) {
+  return z.map((row, i) => {
+    if (i === 0) return row.map(() => null);
+    const sum = row.reduce((acc, v, j) => acc + (j === 0 ? 0 : (v ?? 0)), 0);
+    return row.map((v, j) => (j === 0 || v === null ? null : (sum > 0 ? v / sum : 0)));
+  });
+}
+
+// The sink's note above the averages, with the choice to leave the first token out.
+function showSinkNote(body, before, sink) {
+  const note = document.createElement("div");
+  note.className = "sink-note";
+  note.setAttribute("role", "note");
+  const pct = (v) => `${(100 * v).toFixed(0)}%`;
+  const where = sink.rollout === null ? "" : `, and ${pct(sink.rollout)} of rollout's`;
+  paragraph(note, "", `Attention sink: on average ${pct(sink.mean)} of each row's weight ` +
+    `(all layers and heads)${where} lands on the first token, “${displayToken(sink.token)}”. ` +
+    "Models park attention there when a head has nothing to attend to (Xiao et al. 2023), " +
+    "so rollout mostly says that everything flows from it. Norm-based attention (Method) " +
+    "weighs each token by what its value vector carries, and the gradient methods by what " +
+    "the prediction depends on; or leave the first token out here.");
+  const label = document.createElement("label");
+  label.className = "inline";
+  const box = document.createElement("input");
+  box.type = "checkbox";
+  box.id = "exclude-sink";
+  box.checked = Boolean(state.excludeSink);
+  box.addEventListener("change", () => {
+    state.excludeSink = box.checked;
+    page.renderView();
+  });
+  label.append(box, " leave the first token out of the averages and rollout (rows renormalised)");
+  note.append(label);
+  note.dataset.share = sink.mean.toFixed(4);
+  if (sink.rollout !== null) note.dataset.rolloutShare = sink.rollout.toFixed(4);
+  body.insertBefore(note, before);
+}

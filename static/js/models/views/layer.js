@@ -1,0 +1,67 @@
+// The layer view: every head of the selected layer at once, compact; a click enlarges one.
+import { clearPlots, thumbnailGrid, tokenHover } from "../../heatmap.js";
+import { displayTokens } from "../../lib/display.js";
+import { NARROW_GRID, reveal, showEnlarged } from "../figures.js";
+import { colourMode, valueName } from "../form.js";
+import { SCALE_NOTES, addHint } from "../notes.js";
+import { headName, keyTokens, kvGroups, queryTokens } from "../response.js";
+import { shadeBy } from "../selection.js";
+import { state } from "../state.js";
+import { layerMaps } from "../stream.js";
+
+// Every head of one layer at once, compact (CircuitsVis's attention_patterns): one figure of
+// small maps on one colour scale, a row per key/value head with grouped-query attention
+// (its query heads side by side), else rows of up to 6 heads (3 on a phone); a click
+// enlarges a head below with its tokens (the selection is outlined there).
+const LAYER_COLUMNS = 6;
+const LAYER_CELL_PX = { min: 70, max: 170 }; // a map's side in the compact grid
+
+export async function renderLayerView(section, res, l) {
+  const ticket = state.ticket;
+  const body = section.querySelector(".view-body");
+  const enlarged = section.querySelector(".enlarged");
+  const maps = await layerMaps(res, l);
+  if (maps === null || ticket !== state.ticket) return;
+  clearPlots(body);
+  const H = res.num_heads;
+  const narrow = body.clientWidth < NARROW_GRID;
+  const groups = kvGroups(res);
+  const byGroup = Boolean(groups) && groups.per <= (narrow ? 4 : 9);
+  const cols = byGroup ? groups.per
+    : Math.ceil(H / Math.ceil(H / (narrow ? LAYER_COLUMNS / 2 : LAYER_COLUMNS)));
+  const rows = Math.ceil(H / cols);
+  const head = (r, c) => r * cols + c;
+  const scale = colourMode(queryTokens(res).length);
+  // Square maps: the width left beside the titles and the colour bar, shared by the columns.
+  const side = Math.max(LAYER_CELL_PX.min,
+    Math.min(LAYER_CELL_PX.max, (body.clientWidth - 150) / (cols * 1.06)));
+  addHint(body, `All ${H} heads of layer ${l}, ${SCALE_NOTES[scale]} (one colour bar). ` +
+    "Hover a map for its weights; click one to enlarge it below with its tokens." +
+    (byGroup ? ` Grouped-query attention: a row per key/value head, its ${groups.per} ` +
+      "query heads side by side." : ""));
+  const grid = thumbnailGrid(body, {
+    rows, cols, count: H,
+    cell: (r, c) => maps.attentions[head(r, c)],
+    rowName: byGroup ? "kv " : "",
+    colName: "",
+    cellTitle: (r, c) => `H${head(r, c)}`,
+    title: `Layer ${l}: ${H} heads`,
+    scale,
+    valueName: valueName(),
+    height: Math.round(70 + rows * side * 1.3),
+    hover: (r, c) => headName(res, l, head(r, c)),
+    queryHover: tokenHover(displayTokens(queryTokens(res))),
+    keyHover: tokenHover(displayTokens(keyTokens(res))),
+    onClick: async (r, c) => {
+      state.layerHead = head(r, c);
+      shadeBy(res, l, state.layerHead);
+      await showEnlarged(enlarged, res, l, state.layerHead);
+      reveal(enlarged);
+    },
+  });
+  grid.id = "layer-grid";
+  await grid.drawn;
+  if (ticket !== state.ticket) return; // another layer or view was asked for meanwhile
+  state.shownAt = performance.now();
+  await showEnlarged(enlarged, res, l, state.layerHead < H ? state.layerHead : 0);
+}
