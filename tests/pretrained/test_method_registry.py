@@ -107,9 +107,10 @@ def test_the_request_schema_and_the_page_read_the_registry(client: typing.Any) -
     assert [m["name"] for m in offered] == list(METHOD_LABELS)
     for entry in offered:
         spec = METHODS[entry["name"]]
-        assert (entry["label"], entry["note"], entry["gradient"]) == (
+        assert (entry["label"], entry["note"], entry["gradient"], entry["assumes_weights"]) == (
             spec.label,
             spec.note,
             spec.gradient,
+            spec.assumes_weights,
         )
         assert entry["views"] == (None if spec.views is None else list(spec.views))

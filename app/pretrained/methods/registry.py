@@ -362,7 +362,6 @@ METHODS: Final[dict[str, MethodSpec]] = {
             "and R <- R + A_bar R, first layer first, in `method_map` (1, L, L), not "
             "normalised (R[i, j] >= 0 is token j's relevance to token i for the target T; the "
             "diagonal holds the identity); not for cross attention.",
-            value_name="relevance",
             one_input=True,
             square_only=True,
             gradient=True,
@@ -384,7 +383,6 @@ METHODS: Final[dict[str, MethodSpec]] = {
             "'head_importance': Michel et al. (NeurIPS 2019) |dT/d xi_h| for a gate xi_h on "
             "each head's output (1 on, 0 for heads in ablate), in `head_importance` (N, H) "
             "for the block. " + GRADIENT_TARGET,
-            value_name="relevance",
             one_input=True,
             gradient=True,
             needs_states=True,
@@ -483,6 +481,7 @@ def page_methods() -> list[dict[str, object]]:
             "value_name": spec.value_name,
             "per_head": spec.per_head,
             "gradient": spec.gradient,
+            "assumes_weights": spec.assumes_weights,
             "views": None if spec.views is None else list(spec.views),
         }
         for spec in METHODS.values()

@@ -182,19 +182,22 @@ export function populateSelectors(request, numLayers) {
 // ---------------------------------------------------------------------------
 // The method (#method): what every map holds (the API's `method`).
 
-// What each per-head method's maps hold (methods absent here leave the weights).
-const METHOD_VALUES = { norm: "‖α f(x)‖" };
+// Each method as the server's method registry describes it (attnviz.pretrained.methods,
+// through models-config): its label, note, what one number of its maps is, whether it
+// needs a gradient target, the views that draw it (null: every view).
+const METHOD_SPECS = Object.fromEntries(CONFIG.method_specs.map((m) => [m.name, m]));
+// The softmax weights: the method that assumes nothing else (the picker's first).
+const WEIGHTS = CONFIG.method_specs.find((m) => !m.assumes_weights).name;
 // The views that draw each whole-model method; the others ask for the weights.
-export const METHOD_VIEWS = {
-  flow: ["averages"], grad_rollout: ["averages", "generation"], head_importance: ["model"],
-  value_zeroing: ["averages"],
-};
+export const METHOD_VIEWS = Object.fromEntries(
+  CONFIG.method_specs.filter((m) => m.views).map((m) => [m.name, m.views]));
 
 export function otherMethod() {
-  return methodSelect.value !== "attention";
+  return methodSelect.value !== WEIGHTS;
 }
 
-const GRADIENT_METHODS = new Set(CONFIG.gradient_methods);
+const GRADIENT_METHODS = new Set(
+  CONFIG.method_specs.filter((m) => m.gradient).map((m) => m.name));
 
 export function gradientMethod() {
   return GRADIENT_METHODS.has(methodSelect.value);
@@ -203,7 +206,7 @@ export function gradientMethod() {
 // The method the open view asks the API for.
 function requestedMethod() {
   const views = METHOD_VIEWS[methodSelect.value];
-  return views && !views.includes(state.view) ? "attention" : methodSelect.value;
+  return views && !views.includes(state.view) ? WEIGHTS : methodSelect.value;
 }
 
 // The target position chosen (#target-index), "" for the default; before the select is
@@ -231,7 +234,7 @@ export function fillTargets(res) {
 
 // What the maps hold, for hovers and colour bars.
 export function valueName() {
-  return METHOD_VALUES[methodSelect.value] || "weight";
+  return METHOD_SPECS[methodSelect.value]?.value_name ?? "weight";
 }
 
 // ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import { paragraph } from "../api.js";
 import { displayToken, displayTokens } from "../lib/display.js";
 import { groupedQueryText } from "./catalog.js";
 import {
-  ablationNote, hideSpecial, mergeWords, methodNote, methodSelect, restoreHeads, sequenceLabel,
+  CONFIG, ablationNote, hideSpecial, mergeWords, methodNote, methodSelect, restoreHeads, sequenceLabel,
   targetControl,
 } from "./elements.js";
 import { ablatedHeads, gradientMethod, otherMethod } from "./form.js";
@@ -135,44 +135,9 @@ export function addHint(container, text) {
 // ---------------------------------------------------------------------------
 // The method (#method): what every map holds (the API's `method`).
 
-const METHOD_NOTES = {
-  norm: "Norm-based attention (Kobayashi et al., EMNLP 2020, “Attention is Not Only a " +
-    "Weight”): every map holds ‖α_ij f(x_j)‖, f(x) = (x W_V + b_V) W_O^h, the weight " +
-    "times the length of what key token j's value vector carries through this head into " +
-    "the output. Rows no longer sum to 1; there is no rollout, and hiding special tokens " +
-    "and merging words are off (they renormalise weights).",
-  flow: "Attention flow (Abnar & Zuidema, ACL 2020, “Quantifying Attention Flow in " +
-    "Transformers”): the layers as a network whose capacities are the head averages plus " +
-    "the residual connection, 0.5 · A + 0.5 · I as in rollout; row i of the map is the " +
-    "maximum flow from each input token to token i after the last layer, divided by the " +
-    "row's sum. It is in the Averages view beside rollout; the other views show the " +
-    "weights. It solves L² max-flow problems, so it is computed for short inputs only.",
-};
-
-const GRADIENT_NOTE = " The target T is a decoder's next-token logit at the Target token " +
-  "(its most likely next token; by default the last token), or an encoder's output at the " +
-  "Target token along the input's mean output (the sentence embedding; by default the " +
-  "first token). It takes one more forward and backward pass with eager attention, for " +
-  "inputs up to 2^27 attention weights over all layers and heads.";
-METHOD_NOTES.grad_rollout = "Gradient-weighted attention rollout (Chefer, Gur & Wolf, ICCV " +
-  "2021): per layer Ā = mean over heads of (∂T/∂A ⊙ A)⁺, the weights that push the target " +
-  "up, then R = I and R ← R + Ā · R through the layers. The Averages view draws R − I " +
-  "(the identity is each token's own residual): row i is how much each input token " +
-  "matters to the target through token i. The other views show the weights." + GRADIENT_NOTE;
-METHOD_NOTES.head_importance = "Head importance (Michel, Levy & Neubig, NeurIPS 2019, “Are " +
-  "Sixteen Heads Really Better than One?”): each head's output is multiplied by a gate ξ = 1, " +
-  "and |∂T/∂ξ| is how much the target T would change, to first order, if that head were " +
-  "switched off (for a head already off, on). The model view draws it as a layers × heads " +
-  "grid under the thumbnails; a click on a cell enlarges that head." + GRADIENT_NOTE;
-
-METHOD_NOTES.value_zeroing = "Value zeroing (Mohebbi, Zuidema, Chrupała & Alishahi, EACL " +
-  "2023, “Quantifying Context Mixing in Transformers”): in the chosen layer, token j's value " +
-  "vector is set to zero in every head and the layer run again; cell (i, j) is how far token " +
-  "i's output of the layer moves (1 − cosine similarity), each row divided by its sum. Unlike " +
-  "the weights it counts the whole layer: the value vectors, the output projection, the " +
-  "residual connection, the normalisation and the feed-forward network. The Averages view " +
-  "draws it beside the layer's head average; the other views show the weights. The layer is " +
-  "run once per token, so it is computed for short inputs only.";
+// What the page says of each method: the server's method registry
+// (attnviz.pretrained.methods, through models-config), not repeated here.
+const METHOD_NOTES = Object.fromEntries(CONFIG.method_specs.map((m) => [m.name, m.note]));
 
 // What a gradient method explained (the response's `target`), for the figures' hints.
 export function targetText(res) {
