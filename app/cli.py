@@ -244,7 +244,7 @@ def cmd_export(args: argparse.Namespace) -> None:
             if args.head is not None:
                 view = _one_head(view, args.head)
         else:
-            if args.layer is not None or args.method is not None:
+            if args.layer is not None or args.method not in (None, DRAWN_METHODS[0]):
                 raise SystemExit("attnviz: --layer, --head and --method are for --model")
             request = build_request(args)
             result = compute_attention(

@@ -17,15 +17,17 @@ the exact length is checked again before the recorded pass (:func:`check_positio
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Final
 
 import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError
+from ..attention.pooling import block_factor
 from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
-from .display import MAX_AVERAGE_SIZE
+from .display import MAX_AVERAGE_SIZE, MIN_CHUNK_ROWS
 from .gradients import gradient_cells
 from .methods import STATE_METHODS, check_method_bounds, method_spec
 from .model import PretrainedModel, output_attentions_note
@@ -33,8 +35,9 @@ from .model import PretrainedModel, output_attentions_note
 FLOAT_BYTES: Final = 4
 """Bytes of one float32 number: the maps, whatever the model's dtype, are float32."""
 EAGER_COPIES: Final = 4
-"""How many (G, L_q, L_k) tensors the model's eager attention holds at once for one group
-of heads (scores, the masked scores, their softmax, the float32 copy returned)."""
+"""How many copies of one chunk of weights (rows of every head of a layer) the model's
+eager attention holds at once (scores, the masked scores, their softmax, the float32 copy
+returned)."""
 WORKING_BYTES: Final = 256 * 2**20
 """What a request needs beyond the terms of :func:`estimate_peak_bytes`: the allocator's
 slack, the framework's buffers, the response being encoded (measured: about 110 MiB)."""
@@ -295,8 +298,7 @@ def estimate_peak_bytes(
         kv = model.num_key_value_heads
         forward += model.num_layers * 2 * kv * lengths.total * head_dim(model)
     # the view replays each layer in chunks of rows, every head at once (WalkObserver)
-    chunk = min(heads * len_q * len_k, max(OBSERVED_CHUNK_FLOATS, heads * len_k))
-    eager = chunk * EAGER_COPIES
+    eager = chunk_floats(heads, len_q, len_k, display_size, head_index) * EAGER_COPIES
     side_q = len_q if display_size is None else min(len_q, display_size)
     side_k = len_k if display_size is None else min(len_k, display_size)
     # the shown maps: every layer or layer_index's, every head or head_index's, and each
@@ -311,7 +313,7 @@ def estimate_peak_bytes(
     logits = 256 * model.vocab_size if model.family != "encoder" else 0
     view = eager + kept + logits
     if observed:  # the view is built during the pass, a chunk at a time
-        forward = max(forward, OBSERVED_CHUNK_FLOATS * EAGER_COPIES) + kept
+        forward = max(forward, eager) + kept
         view = logits
     gradients = 0
     if method_spec(method).gradient:
@@ -320,6 +322,25 @@ def estimate_peak_bytes(
     whole = recorded or model.attention_path == "output_attentions"  # its pass holds them all
     held = runs * recording_bytes(model, lengths) if whole else _mask_bytes(model, lengths)
     return held + phases * FLOAT_BYTES + WORKING_BYTES
+
+
+def chunk_floats(
+    heads: int, len_q: int, len_k: int, display_size: int | None, head_index: int | None
+) -> int:
+    """The most weights one chunk of a layer's rows holds (:class:`.display.WalkObserver`).
+
+    A chunk takes about :data:`.computing.OBSERVED_CHUNK_FLOATS` weights' rows, then runs on
+    to the next pooled block's first row (a block is not split between chunks): up to
+    L_q / display_size more rows (L_q / MAX_AVERAGE_SIZE for one head's layer mean at full
+    size). A word of many pieces, merged, can stretch it further (not counted).
+    """
+    rows = max(1, OBSERVED_CHUNK_FLOATS // max(1, heads * len_k))
+    rows = min(rows, max(MIN_CHUNK_ROWS, -(-len_q // 8)))
+    factor = 1 if display_size is None else block_factor(len_q, display_size)
+    mean = factor
+    if display_size is None and head_index is not None:
+        mean = block_factor(len_q, MAX_AVERAGE_SIZE)
+    return heads * min(len_q, rows + math.lcm(factor, mean)) * len_k
 
 
 def _mask_bytes(model: PretrainedModel, lengths: InputLengths) -> int:

@@ -127,7 +127,7 @@ class PreparedSequence:
             (``walk.summary()``: the whole view and the pass walked).
         result: the recorded forward pass of the input (prompt + generated tokens) when it
             ran before the view; None when the walk runs it, observed (the summary has it).
-        device: where the pass runs, "cpu" or "cuda".
+        device: where the pass runs ("cpu", "cuda", "cuda:1", ...).
         generation: what a decoder generated first, else None.
         query_rows: (N, H, L_k) the rows of query_index, else None.
         neuron: with ``neuron``, the step through the head, else None.

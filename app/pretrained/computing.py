@@ -199,7 +199,7 @@ class _KeyScaled:
     """An observer's view of scaled weights: each chunk times a per-key factor (B, H, 1, L_k)."""
 
     def __init__(self, observer: AttentionObserver, scale: torch.Tensor) -> None:
-        self.observer, self.scale = observer, scale
+        self.observer, self.scale = observer, scale.float()
 
     def wants(self, module: nn.Module) -> bool:
         return self.observer.wants(module)
@@ -208,8 +208,9 @@ class _KeyScaled:
         return self.observer.row_chunks(length_q, length_k, num_heads)
 
     def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
-        scale = self.scale[..., : weights.shape[-1]].to(weights.device, weights.dtype)
-        self.observer.take(start, stop, weights * scale)
+        if self.scale.device != weights.device:
+            self.scale = self.scale.to(weights.device)
+        self.observer.take(start, stop, weights.float() * self.scale[..., : weights.shape[-1]])
 
     def layer_done(self) -> None:
         self.observer.layer_done()

@@ -431,6 +431,7 @@ class WalkObserver:
         for index, position in enumerate(walk.shown_positions):
             first_token.setdefault(walk.unit_of_shown[index], position)
         self.starts = [0, *sorted(first_token[u] for u in range(step, units, step))]
+        self.device: torch.device | None = None  # where the sums are built: the first chunk's
         self.raw_mean: torch.Tensor | None = None
         self.folding: torch.Tensor | None = None  # the last layer's raw mean, to fold
         self.attentions: torch.Tensor | None = None
@@ -482,6 +483,9 @@ class WalkObserver:
         walk = self.walk
         walk.check_deadline()
         raw = weights[0].float()
+        if self.device is None:
+            self.device = raw.device
+        raw = raw.to(self.device)  # a model spread over devices: the sums stay on one
         if raw.shape[-1] < walk.length_k and (walk.keep_k is not None or walk.merge_k is not None):
             raw = functional.pad(raw, (0, walk.length_k - raw.shape[-1]))
         # Without hiding or merging, the keys no row of the chunk sees (weight 0) are left

@@ -22,10 +22,12 @@ from .neuron import Neuron, neuron
 from .tokens import TokenizedBatch
 
 HEAD_CHUNK_FLOATS: Final = 4 * 2**20
-"""The most weights (16 MB of float32) one eager call of a layer walk computes, past one
-group of heads. With the whole layer at once (38 MB for SmolLM2 at 1024 tokens) the
-streamed grid took 4.9 s to its end, a group at a time 3.5 s (benchmarks/decoder.py);
-the likely cause: glibc maps blocks over 32 MB afresh from the system for every layer."""
+"""The most weights (16 MB of float32) one eager call of
+:meth:`PretrainedAttentions.head_groups` computes, past one group of heads (a layer walk
+computes chunks of rows instead, :class:`.display.WalkObserver`). With a whole layer at once
+(38 MB for SmolLM2 at 1024 tokens) the streamed grid took 4.9 s to its end, a group at a
+time 3.5 s (benchmarks/decoder.py); the likely cause: glibc maps blocks over 32 MB afresh
+from the system for every layer."""
 TOP_K: Final = 10
 """How many next-token candidates a decoder's result keeps per position."""
 _LOGIT_CHUNK: Final = 256  # positions per chunk when turning hidden states into top-k

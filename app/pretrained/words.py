@@ -79,6 +79,8 @@ class WordMerge:
         """
         word = self.word_of[first:last]
         u0, u1 = int(word[0]), int(word[-1]) + 1
+        if first > 0 and int(self.word_of[first - 1]) == u0:
+            raise ValueError(f"shown row {first} is inside a word, not at its first piece")
         merged = maps.new_zeros((*maps.shape[:-2], u1 - u0, maps.shape[-1]))
         merged.index_add_(-2, (word - u0).to(maps.device), maps)
         return u0, merged / self.sizes[u0:u1, None].to(maps.device, maps.dtype)

@@ -174,3 +174,88 @@ def test_a_walk_past_its_deadline_stops_with_the_deadline_s_message(
     walk.deadline = (time.monotonic() - 1, "the time budget of 60 s ran out")
     with pytest.raises(ComputeCancelledError, match="time budget of 60 s"):
         list(walk.layers())
+
+
+def dense_view(
+    result: object, block: str, hide: bool, merge: bool
+) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+    """Every layer's shown maps, their mean and the hidden share, computed whole (no chunk,
+    no walk): the recorded weights of each layer, the hidden rows and columns removed and
+    rows divided by their sums, then pieces merged into words by explicit matrices (mean
+    over a word's query pieces, sum over its key pieces)."""
+    queries, keys = result.queries(block), result.keys(block)  # type: ignore[attr-defined]
+    keep_q = (
+        ~queries.special_tokens_mask[0]
+        if hide
+        else torch.ones(queries.input_ids.shape[1], dtype=torch.bool)
+    )
+    keep_k = (
+        ~keys.special_tokens_mask[0]
+        if hide
+        else torch.ones(keys.input_ids.shape[1], dtype=torch.bool)
+    )
+
+    def merger(batch: object, keep: torch.Tensor) -> torch.Tensor:
+        words = [batch.words(0)[i] for i in keep.nonzero().flatten().tolist()]  # type: ignore[attr-defined]
+        if not merge:
+            return torch.eye(len(words))
+        labels = [i for i, w in enumerate(words) if i == 0 or words[i - 1] != w]
+        matrix = torch.zeros(len(labels), len(words))
+        for row, start in enumerate(labels):
+            stop = labels[row + 1] if row + 1 < len(labels) else len(words)
+            matrix[row, start:stop] = 1.0
+        return matrix
+
+    mean_q = merger(queries, keep_q)
+    mean_q = mean_q / mean_q.sum(dim=1, keepdim=True)
+    sum_k = merger(keys, keep_k).t()
+    shown, shares = [], []
+    for layer in range(result.num_layers(block)):  # type: ignore[attr-defined]
+        weights = result.layer_weights(block, layer)[0].double()  # type: ignore[attr-defined]
+        rows = weights[:, keep_q][:, :, keep_k]
+        shares.append(weights[:, keep_q][:, :, ~keep_k].sum(dim=-1).flatten())
+        rows = rows / rows.sum(dim=-1, keepdim=True)
+        shown.append(mean_q.double() @ rows @ sum_k.double())
+    maps = torch.stack(shown)
+    share = torch.cat(shares).mean().item() if hide else None
+    return maps, maps.mean(dim=(0, 1)), share
+
+
+@pytest.mark.parametrize("name", ["bert", "t5", "bart"])
+def test_a_walk_in_chunks_of_a_few_rows_equals_the_dense_maps(
+    models: dict[str, PretrainedModel], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An independent reference for the one pipeline: hiding, renormalising and merging in
+    chunks of a few rows (each layer replayed in many chunks) equal the whole maps."""
+    monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", 150)
+    monkeypatch.setattr(display_module, "MIN_CHUNK_ROWS", 1)
+    model = models[name]
+    batch = model.tokenize(["the unbelievably tired cat sat on the mat, because it was tired"])
+    targets = (
+        model.decoder_inputs(["a big red house and a small tree today"])
+        if model.family == "encoder-decoder"
+        else None
+    )
+    recorded = model.run(batch, targets)
+    chunks: list[int] = []
+    original = display_module.WalkObserver.row_chunks
+
+    def counted(self: object, *args: int) -> list[tuple[int, int]]:
+        found = original(self, *args)  # type: ignore[arg-type]
+        chunks.append(len(found))
+        return found
+
+    monkeypatch.setattr(display_module.WalkObserver, "row_chunks", counted)
+    for block, hide, merge in itertools.product(model.blocks, [False, True], [False, True]):
+        chunks.clear()
+        recorded.memo.averages.clear()
+        walk = LayerWalk(recorded, block=block, hide_special_tokens=hide, merge_words=merge)
+        view = walk.view()
+        maps, mean, share = dense_view(recorded, block, hide, merge)
+        assert min(chunks) > 2  # every layer in several chunks
+        torch.testing.assert_close(view.attentions.double(), maps, atol=1e-5, rtol=0)
+        torch.testing.assert_close(view.layer_mean.double(), mean, atol=1e-5, rtol=0)
+        if share is None:
+            assert view.special_share is None
+        else:
+            assert view.special_share == pytest.approx(share, abs=1e-6)

@@ -78,7 +78,13 @@ def batch_payload(
     queries, keys = result.queries(block), result.keys(block)
     enc = request.encoding
     return {
-        **model_fields(model, block, device=result.device, compute_ms=result.compute_ms),
+        **model_fields(
+            model,
+            block,
+            num_layers=result.num_layers(block),
+            device=result.device,
+            compute_ms=result.compute_ms,
+        ),
         "shape": list(maps.attentions.shape),
         "tokens": queries.tokens,
         "key_tokens": keys.tokens if keys is not queries else None,
@@ -120,6 +126,7 @@ def sequence_fields(
         **model_fields(
             model,
             walk.block,
+            num_layers=walk.num_layers,
             device=prepared.device,
             compute_ms=0.0 if result is None else result.compute_ms,
         ),
@@ -286,7 +293,7 @@ def next_tokens(
 
 
 def model_fields(
-    model: PretrainedModel, block: Block, *, device: str, compute_ms: float
+    model: PretrainedModel, block: Block, *, num_layers: int, device: str, compute_ms: float
 ) -> dict[str, Any]:
     """The fields every response has: the model, the block, where and how long (ms) it ran."""
     return {
@@ -294,7 +301,7 @@ def model_fields(
         "family": model.family,
         "architecture": model.architecture,
         "block": block,
-        "num_layers": model.block_layers(block),
+        "num_layers": num_layers,
         "num_heads": model.num_heads,
         "num_key_value_heads": model.num_key_value_heads,
         "d_model": model.d_model,
