@@ -210,15 +210,9 @@ class LayerWalk:
 
     def factors(self, length: int, key_length: int) -> tuple[int, int]:
         """Tokens per pooled row and column for maps of ``length`` x ``key_length``."""
-        size = self.display_size
-        if size is None:
+        if (size := self.display_size) is None:
             return 1, 1
         return block_factor(length, size), block_factor(key_length, size)
-
-    @property
-    def shown_layers(self) -> int:
-        """N', the layers :meth:`layers` yields."""
-        return self.num_layers if self.layer_index is None else 1
 
     @property
     def with_rollout(self) -> bool:
