@@ -23,7 +23,7 @@ import {
 } from "./models/elements.js";
 import { revealMethod } from "./models/figures.js";
 import {
-  METHOD_VIEWS, ablatedHeads, adaptInputs, fillForm, gradientMethod, updateStale,
+  METHOD_VIEWS, ablatedHeads, adaptInputs, fillForm, gradientMethod, otherMethod, updateStale,
 } from "./models/form.js";
 import { MODELS_URL, applyListing, describeModel, pollModels } from "./models/listing.js";
 import { showMethod } from "./models/notes.js";
@@ -161,7 +161,7 @@ bindLinkSettings(() => ({
   tokens: [...state.selected].sort((x, y) => x - y).join(","),
   sequence: sequenceSelect.value === "0" ? null : sequenceSelect.value,
   layer: layerSelect.value === "0" ? null : layerSelect.value,
-  method: methodSelect.value === "attention" ? null : methodSelect.value,
+  method: otherMethod() ? methodSelect.value : null,
   target: gradientMethod() ? targetSelect.value || null : null,
   ablate: ablatedHeads().map(([l, h]) => `${l}.${h}`).join(","),
   query: state.view === "generation" && state.queryIndex !== null ? String(state.queryIndex) : null,

@@ -112,3 +112,31 @@ def test_the_request_schema_and_the_page_read_the_registry(client: typing.Any) -
             spec.assumes_weights,
         )
         assert entry["views"] == (None if spec.views is None else list(spec.views))
+
+
+JS = APP.parent / "static" / "js"
+JS_REGISTRY = JS / "models" / "methods.js"  # how the page draws each method's own map
+
+
+def js_method_branches(source: str) -> list[str]:
+    """Comparisons of a method (a name with "method" in it) with a method's name in ``source``."""
+    names = "|".join(METHODS)
+    method = r"[\w.]*[mM]ethod[\w.]*"
+    pattern = (
+        rf"""{method}\s*[=!]==\s*["'](?:{names})["']|["'](?:{names})["']\s*[=!]==\s*{method}"""
+    )
+    return re.findall(pattern, source)
+
+
+def test_no_page_module_but_the_pages_method_registry_branches_on_a_method_name() -> None:
+    found = js_method_branches(
+        'if (res.method === "flow") x(); y = "norm" !== methodSelect.value; z = map === "rollout";'
+    )
+    assert found == ['res.method === "flow"', '"norm" !== methodSelect.value']
+    outside = {
+        str(path.relative_to(JS)): found
+        for path in sorted(JS.rglob("*.js"))
+        if path != JS_REGISTRY and "vendor" not in path.parts
+        if (found := js_method_branches(path.read_text(encoding="utf-8")))
+    }
+    assert outside == {}

@@ -9,15 +9,13 @@ import { colourMode, valueName } from "./form.js";
 import { headTitle, isSelfAttention, keyTokens, queryTokens } from "./response.js";
 import { bindSelection } from "./selection.js";
 import { state } from "./state.js";
+import { methodFigureName } from "./methods.js";
 import { headMap } from "./stream.js";
 
 // Narrower than this (px), the model view's columns are numbered 0, 1, ... instead of
 // H0, H1, ...: twelve "H10"-wide labels do not fit side by side on a phone.
 export const NARROW_GRID = 560;
 
-// Gradients' scale follows the target's (1e-7 in a tiny random model, 1 in SmolLM2):
-// three significant digits, not two decimals.
-export const GRADIENT_FORMAT = { valueName: "relevance", textFormat: "%{z:.3g}", hoverFormat: ".4g" };
 
 export function weightFigure(z, rowLabels, colLabels, title, showscale = true, extra = {}) {
   return heatmapFigure({
@@ -46,8 +44,7 @@ export async function showEnlarged(container, res, l, h) {
 // The chosen method's own map (head importance, gradient rollout, flow, value zeroing; for
 // a per-head method, the open view) scrolled into sight when it is not wholly in it.
 export function revealMethod() {
-  const name = { grad_rollout: "grad-rollout", value_zeroing: "value-zeroing" }[methodSelect.value]
-    ?? methodSelect.value.replace("_", "-");
+  const name = methodFigureName(methodSelect.value);
   const section = document.getElementById(`view-${state.view}`);
   const target = section.querySelector(`[data-map="${name}"]`) ||
     section.querySelector(".view-body");

@@ -196,6 +196,15 @@ export function otherMethod() {
   return methodSelect.value !== WEIGHTS;
 }
 
+// Whether a response's method is the softmax weights, or one whose quantity replaces them
+// in every map (norm-based attention: no rollout).
+export function weightsMethod(method) {
+  return method === WEIGHTS;
+}
+export function perHeadMethod(method) {
+  return Boolean(METHOD_SPECS[method]?.per_head);
+}
+
 const GRADIENT_METHODS = new Set(
   CONFIG.method_specs.filter((m) => m.gradient).map((m) => m.name));
 

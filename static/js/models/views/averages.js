@@ -5,8 +5,9 @@ import { paragraph } from "../../api.js";
 import { addPlot, clearPlots, thumbnailGrid } from "../../heatmap.js";
 import { displayToken } from "../../lib/display.js";
 import { layerSelect } from "../elements.js";
-import { GRADIENT_FORMAT, weightFigure } from "../figures.js";
-import { colourMode, valueName } from "../form.js";
+import { weightFigure } from "../figures.js";
+import { colourMode, perHeadMethod, valueName, weightsMethod } from "../form.js";
+import { methodFigure } from "../methods.js";
 import { addHint, targetText } from "../notes.js";
 import { blockLabels, keyTokens, queryTokens, thumbnailHover } from "../response.js";
 import { bindSelection } from "../selection.js";
@@ -76,27 +77,17 @@ export async function renderAverages(section, res, l) {
       }
     }
   }
-  if (res.method_map && res.method === "flow") {
-    figures.push(["flow", res.method_map[0], queryTokens(res), keyTokens(res),
-      "Attention flow (Abnar & Zuidema 2020)"]);
-  }
-  if (res.method_map && res.method === "value_zeroing" && res.method_map[l]) {
-    figures.splice(1, 0, ["value-zeroing", res.method_map[l], queryTokens(res), keyTokens(res),
-      `Value zeroing, layer ${l} (Mohebbi et al. 2023)`]);
-  }
-  if (res.method_map && res.method === "grad_rollout") {
-    // R − I: the identity (each token's own residual) would outshine what attention adds.
-    const relevance = res.method_map[0].map((row, i) => row.map((v, j) => (i === j ? v - 1 : v)));
-    figures.push(["grad-rollout", relevance, averageRows, averageCols,
-      "Gradient-weighted rollout R − I (Chefer et al. 2021)"]);
-  }
   // The chosen method's map first: next to the picker, not under the others.
-  const own = figures.findIndex(([name]) => ["flow", "value-zeroing", "grad-rollout"].includes(name));
-  if (own > 0) figures.unshift(...figures.splice(own, 1));
+  const own = methodFigure(res, l);
+  const formats = {};
+  if (own) {
+    const [rows, cols] = own.averaged ? [averageRows, averageCols] : [queryTokens(res), keyTokens(res)];
+    figures.unshift([own.name, own.z, rows, cols, own.title]);
+    formats[own.name] = own.format;
+  }
   const plots = [strip.drawn];
   for (const [name, z, rows, cols, title] of figures) {
-    const extra = name === "grad-rollout" ? GRADIENT_FORMAT
-      : (name === "value-zeroing" ? { valueName: "context mixing" } : {});
+    const extra = formats[name] ?? {};
     const div = addPlot(grid, weightFigure(z, rows, cols, title, true, extra), "head-plot");
     div.dataset.map = name;
     if (name === "head-mean") div.drawn.then(() => bindSelection(div));
@@ -108,7 +99,7 @@ export async function renderAverages(section, res, l) {
       "the residual connection, then Â_N ⋯ Â_1, computed with every token: row i is how " +
       "much of token i's last-layer representation flows from each input token; its rows " +
       "sum to 1.");
-  } else if (res.method === "norm") {
+  } else if (perHeadMethod(res.method)) {
     paragraph(body, "hint", "Attention rollout multiplies attention weights through the " +
       "layers: switch Method back to the attention weights to see it.");
   } else {
@@ -137,7 +128,7 @@ function firstTokenShare(z) {
 
 function attentionSink(res) {
   const ad = res.average_downsample;
-  if ((res.method && res.method !== "attention") || (ad && (ad.factor > 1 || ad.key_factor > 1))
+  if ((res.method && !weightsMethod(res.method)) || (ad && (ad.factor > 1 || ad.key_factor > 1))
     || !res.layer_mean || queryTokens(res).length < 3) return null;
   const mean = firstTokenShare(res.layer_mean[0]);
   const rollout = res.rollout ? firstTokenShare(res.rollout[0]) : null;

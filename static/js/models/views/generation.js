@@ -6,10 +6,10 @@ import { addPlot, clearPlots, heatmapFigure, tokenHover } from "../../heatmap.js
 import { displayToken, displayTokens } from "../../lib/display.js";
 import { family, modelInfo } from "../catalog.js";
 import { CONFIG, displayNote, summary } from "../elements.js";
-import { GRADIENT_FORMAT } from "../figures.js";
 import { fillTargets, rememberSpecials, valueName, viewRequest } from "../form.js";
 import { requestAttention } from "../listing.js";
 import { addHint, describeQuery, noteForQuery, targetText } from "../notes.js";
+import { methodRow } from "../methods.js";
 import { headName, keyTokens, queryTokens } from "../response.js";
 import { state } from "../state.js";
 import { overview } from "../stream.js";
@@ -196,21 +196,19 @@ async function drawQuery(section, res, q) {
   div.dataset.cols = String(cols);
   nextTokensTable(section.querySelector(".next-tokens"), res, q);
   const drawn = [div.drawn];
-  if (res.method === "grad_rollout" && res.method_map) {
-    // The token's row of gradient-weighted rollout, its own residual (the identity) left out.
-    const row = res.method_map[0][q].slice(0, cols).map((v, j) => (j === q ? v - 1 : v));
-    addHint(rowsBox, `${targetText(res)} Below: token ${q}'s row of gradient-weighted ` +
-      "rollout (Chefer et al. 2021), R − I: how much each key token matters to the target " +
-      "through this token.");
+  const methodRowOf = methodRow(res);
+  if (methodRowOf) {
+    // The token's row of the method's map (gradient rollout: its own residual left out).
+    addHint(rowsBox, `${targetText(res)} ${methodRowOf.hint(q)}`);
     const strip = heatmapFigure({
-      z: [row], rowLabels: [displayToken(queryTokens(res)[q])],
+      z: [methodRowOf.values(res, q, cols)], rowLabels: [displayToken(queryTokens(res)[q])],
       colLabels: displayTokens(keyTokens(res).slice(0, cols)),
-      title: `Gradient-weighted rollout, row of token ${q} (R − I)`, zmin: 0,
-      xTitle: "Key", yTitle: "Query", ...GRADIENT_FORMAT,
+      title: methodRowOf.title(q), zmin: 0,
+      xTitle: "Key", yTitle: "Query", ...methodRowOf.format,
     });
     strip.layout.height = 240;
     const plot = addPlot(rowsBox, strip, "plot rollout-row");
-    plot.dataset.map = "grad-rollout-row";
+    plot.dataset.map = methodRowOf.figure;
     drawn.push(plot.drawn);
   }
   await Promise.all(drawn);

@@ -3,7 +3,8 @@
 // with the method head_importance, the layers × heads grid of its importance.
 import { addPlot, clearPlots, heatmapFigure, thumbnailPreview, tiledGrid } from "../../heatmap.js";
 import { displayNote, importanceBox, resultsPane, summary, tokenBox } from "../elements.js";
-import { GRADIENT_FORMAT, NARROW_GRID, reveal, showEnlarged } from "../figures.js";
+import { NARROW_GRID, reveal, showEnlarged } from "../figures.js";
+import { GRADIENT_FORMAT } from "../methods.js";
 import { colourMode, valueName } from "../form.js";
 import { SCALE_NOTES, addHint, describe, noteFor, targetText } from "../notes.js";
 import { headName, keyTokens, kvGroups, queryTokens, thumbnailHover } from "../response.js";
