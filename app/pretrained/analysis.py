@@ -161,6 +161,7 @@ def prepare_sequence(
     recordings: RecordingCache,
     *,
     observe: bool = False,
+    deadline: tuple[float, str] | None = None,
 ) -> PreparedSequence:
     """Check the one-input options, generate when asked, run (or reuse) the forward pass.
 
@@ -168,6 +169,9 @@ def prepare_sequence(
     no ablation, query or neuron) whose pass is not kept runs no pass here: its walk runs
     it, observed (:class:`attnviz.pretrained.display.WalkObserver`), the maps built during
     the pass, so that a stream sends each layer as soon as the pass has computed it.
+
+    With ``deadline`` (``time.monotonic()``, message), the walk stops past it (a stream's
+    time budget), raising ComputeCancelledError with the message.
 
     Every option is checked before anything runs, against the model's config and the
     tokenised length (plus ``max_new_tokens`` with generation): indices, method bounds,
@@ -271,6 +275,7 @@ def prepare_sequence(
                 model, alone, alone_targets, options.device, recordings, record=recorded
             ),
             block_of=block_of,
+            deadline=deadline,
         )
         return PreparedSequence(walk, None, str(run_on), generation, None)
     result = (
@@ -294,6 +299,7 @@ def prepare_sequence(
         head_index=options.head_index,
         display_size=options.display_size,
         merge_words=options.merge_words,
+        deadline=deadline,
     )
     query_rows = None
     if options.query_index is not None:

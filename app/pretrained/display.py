@@ -112,6 +112,7 @@ class LayerWalk:
         merge_words: bool = False,
         pending: Callable[[WalkObserver], PretrainedAttentions] | None = None,
         block_of: Callable[[nn.Module], Block] | None = None,
+        deadline: tuple[float, str] | None = None,
     ) -> None:
         inputs = source.inputs if isinstance(source, PretrainedAttentions) else source
         if inputs.batch.input_ids.shape[0] != 1:
@@ -173,7 +174,7 @@ class LayerWalk:
         self.pending = pending
         self.block_of = block_of
         self.context = contextvars.copy_context()
-        self.deadline: tuple[float, str] | None = None
+        self.deadline = deadline
 
     def shown(
         self, batch: TokenizedBatch, keep: torch.Tensor | None
@@ -241,8 +242,8 @@ class LayerWalk:
     def check_deadline(self) -> None:
         """Raise when the walk's :attr:`deadline` (``time.monotonic()``, message) has passed.
 
-        A streamed walk runs after its request's time budget started: the server sets
-        the deadline so that the budget covers the whole stream.
+        A streamed walk runs after its request's time budget started: the server gives
+        it the deadline, so that the budget covers the whole stream.
 
         Raises:
             ComputeCancelledError: past the deadline, with its message.

@@ -203,19 +203,20 @@ def stream_response(
 ) -> StreamingResponse:
     """The blocking part of :func:`stream_model_attention`: run, then stream each layer."""
     started = time.perf_counter()
-    batch, targets, block = tokenized(model, request, settings)
-    prepared = prepared_sequence(model, request, batch, targets, block, settings, recordings)
-    enc = request.encoding
-
-    walk = prepared.walk
     # The time budget covers the stream too: a walk (and an observed pass) running past
     # it stops, and the stream ends with an error line saying so.
     budget = settings.compute_timeout_s
-    walk.deadline = (
-        time.monotonic() + budget - (time.perf_counter() - started),
+    deadline = (
+        time.monotonic() + budget,
         f"the computation took longer than {budget:g} s (ATTNVIZ_COMPUTE_TIMEOUT_S) and was "
         "stopped; try fewer or shorter texts",
     )
+    batch, targets, block = tokenized(model, request, settings)
+    prepared = prepared_sequence(
+        model, request, batch, targets, block, settings, recordings, deadline=deadline
+    )
+    enc = request.encoding
+    walk = prepared.walk
 
     def lines() -> Iterator[bytes]:
         yield ndjson(
@@ -314,8 +315,12 @@ def prepared_sequence(
     block: Block,
     settings: Settings,
     recordings: RecordingCache,
+    *,
+    deadline: tuple[float, str] | None = None,
 ) -> PreparedSequence:
     """:func:`attnviz.pretrained.analysis.prepare_sequence` of the request, observed.
+
+    ``deadline`` (``time.monotonic()``, message): when its walk must stop (a stream's).
 
     Raises:
         HTTPException: 422 naming a bad option, 413 over a limit, 503 out of device memory.
@@ -327,5 +332,13 @@ def prepared_sequence(
     )
     with engine_errors(request.device):
         return prepare_sequence(
-            model, request.view_options(), batch, targets, block, limits, recordings, observe=True
+            model,
+            request.view_options(),
+            batch,
+            targets,
+            block,
+            limits,
+            recordings,
+            observe=True,
+            deadline=deadline,
         )
