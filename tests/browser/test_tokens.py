@@ -427,7 +427,13 @@ def test_models_page_merges_pieces_into_words_as_documented_and_steps_through_a_
             assert row == pytest.approx(ref, abs=1e-5)
 
     # The neuron view of layer 0, head 3, query 2: the score is q . k times 1/sqrt(32).
+    # The pieces drawn again first: a click on the words' strip would pick word 2.
+    page.evaluate("document.getElementById('view-layer').dataset.drawn = 'stale'")
     page.uncheck("#merge-words")
+    page.wait_for_function("document.getElementById('view-layer').dataset.drawn === 'true'")
+    assert page.evaluate("() => window.attnvizModels.lastResponse.tokens[0].length") == len(
+        minilm.tokenizer(text).word_ids()
+    )
     page.click("#query-strip .token[data-position='2']")
     page.evaluate("document.getElementById('view-neuron').dataset.drawn = 'stale'")
     page.click("[role=tab][data-view=neuron]")
