@@ -17,14 +17,12 @@ the exact length is checked again before the recorded pass (:func:`check_positio
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Final
 
 import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError
-from ..attention.pooling import block_factor
 from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
 from .display import MAX_AVERAGE_SIZE, MIN_CHUNK_ROWS
@@ -298,7 +296,7 @@ def estimate_peak_bytes(
         kv = model.num_key_value_heads
         forward += model.num_layers * 2 * kv * lengths.total * head_dim(model)
     # the view replays each layer in chunks of rows, every head at once (WalkObserver)
-    eager = chunk_floats(heads, len_q, len_k, display_size, head_index) * EAGER_COPIES
+    eager = chunk_floats(heads, len_q, len_k) * EAGER_COPIES
     side_q = len_q if display_size is None else min(len_q, display_size)
     side_k = len_k if display_size is None else min(len_k, display_size)
     # the shown maps: every layer or layer_index's, every head or head_index's, and each
@@ -324,23 +322,17 @@ def estimate_peak_bytes(
     return held + phases * FLOAT_BYTES + WORKING_BYTES
 
 
-def chunk_floats(
-    heads: int, len_q: int, len_k: int, display_size: int | None, head_index: int | None
-) -> int:
+def chunk_floats(heads: int, len_q: int, len_k: int) -> int:
     """The most weights one chunk of a layer's rows holds (:class:`.display.WalkObserver`).
 
-    A chunk takes about :data:`.computing.OBSERVED_CHUNK_FLOATS` weights' rows, then runs on
-    to the next pooled block's first row (a block is not split between chunks): up to
-    L_q / display_size more rows (L_q / MAX_AVERAGE_SIZE for one head's layer mean at full
-    size). A word of many pieces, merged, can stretch it further (not counted).
+    About :data:`.computing.OBSERVED_CHUNK_FLOATS` weights' rows, at least
+    :data:`.display.MIN_CHUNK_ROWS` (capped at an eighth of the rows), every head. Merged
+    into words, a chunk runs on to the end of its last word (not counted: a word is a few
+    pieces).
     """
     rows = max(1, OBSERVED_CHUNK_FLOATS // max(1, heads * len_k))
     rows = min(rows, max(MIN_CHUNK_ROWS, -(-len_q // 8)))
-    factor = 1 if display_size is None else block_factor(len_q, display_size)
-    mean = factor
-    if display_size is None and head_index is not None:
-        mean = block_factor(len_q, MAX_AVERAGE_SIZE)
-    return heads * min(len_q, rows + math.lcm(factor, mean)) * len_k
+    return heads * min(len_q, rows) * len_k
 
 
 def _mask_bytes(model: PretrainedModel, lengths: InputLengths) -> int:

@@ -26,7 +26,6 @@ all optional:
 from __future__ import annotations
 
 import contextvars
-import math
 import queue
 import threading
 import time
@@ -240,28 +239,21 @@ class LayerWalk:
         )
 
     def check_deadline(self) -> None:
-        """Raise when the walk's :attr:`deadline` (``time.monotonic()``, message) has passed.
+        """Raise ComputeCancelledError with the message of :attr:`deadline` once it passed.
 
-        A streamed walk runs after its request's time budget started: the server gives
-        it the deadline, so that the budget covers the whole stream.
-
-        Raises:
-            ComputeCancelledError: past the deadline, with its message.
+        The deadline (``time.monotonic()``, message) makes a stream's time budget cover it.
         """
         if self.deadline is not None and time.monotonic() > self.deadline[0]:
             raise ComputeCancelledError(self.deadline[1])
 
     @property
     def observed(self) -> bool:
-        """Whether :meth:`layers` runs the forward pass itself, observing it.
+        """Whether :meth:`layers` runs the pass (``pending``) itself, observing it.
 
-        So when the walk was made with ``pending`` (a pass not run yet) and a
-        ``display_size`` or a ``head_index`` (:class:`WalkObserver`); :attr:`result` is
-        None until the pass has run.
+        So with a ``display_size`` or a ``head_index``; :attr:`result` is None until then.
         """
-        return self.pending is not None and (
-            self.display_size is not None or self.head_index is not None
-        )
+        pooled_or_head = self.display_size is not None or self.head_index is not None
+        return self.pending is not None and pooled_or_head
 
     def layers(self) -> Iterator[LayerMaps]:
         """Compute the layers in order; yield the shown ones (all, or layer_index's).
@@ -392,8 +384,8 @@ class WalkObserver:
     chunk, the hidden tokens' share, the rows as shown (:meth:`LayerWalk.shown_rows`:
     renormalised without hidden tokens, merged into words), each head block-max pooled to
     the display size, the head mean (pooled, and summed at full size for the layer mean),
-    and the raw head mean for rollout. The chunks start at the first token of a pooled
-    block's first word, so that no word and no pooled block is split between two chunks.
+    and the raw head mean for rollout. The chunks start at a word's first token (no word
+    is split between two chunks); a pooled block may span chunks (:meth:`_pool_into`).
     At the end of a layer the shown maps go to ``sink``; its rollout step is folded when
     the next layer starts (or at :meth:`finish`), so a streamed layer does not wait for it.
 
@@ -420,12 +412,11 @@ class WalkObserver:
         if walk.display_size is None and walk.head_index is not None:
             self.mean_q = block_factor(units, MAX_AVERAGE_SIZE)
             self.mean_k = block_factor(key_units, MAX_AVERAGE_SIZE)
-        step = math.lcm(self.factor_q, self.mean_q)
-        # where a chunk may start: the first token of each pooled block's first row
+        # where a chunk may start: the first token of each shown row (a word's first piece)
         first_token: dict[int, int] = {}
         for index, position in enumerate(walk.shown_positions):
             first_token.setdefault(walk.unit_of_shown[index], position)
-        self.starts = [0, *sorted(first_token[u] for u in range(step, units, step))]
+        self.starts = [0, *sorted(first_token[u] for u in range(1, units))]
         self.device: torch.device | None = None  # where the sums are built: the first chunk's
         self.raw_mean: torch.Tensor | None = None
         self.folding: torch.Tensor | None = None  # the last layer's raw mean, to fold
@@ -526,10 +517,19 @@ class WalkObserver:
     def _pool_into(
         target: torch.Tensor, maps: torch.Tensor, u0: int, factors: tuple[int, int]
     ) -> None:
-        """Shown rows from row ``u0`` (a block's first), pooled by ``factors``, into ``target``."""
+        """Shown rows from row ``u0``, block-max pooled by ``factors``, into ``target``.
+
+        A chunk may begin or end inside a block: its rows take their place in the block
+        (zeros before them change no maximum: maps are >= 0), and a block keeps the
+        maximum of what every chunk gave it.
+        """
+        offset = u0 % factors[0]
+        if offset:
+            maps = functional.pad(maps, (0, 0, offset, 0))
         part = pooled(maps, factors=factors)[0]
         b0 = u0 // factors[0]
-        target[..., b0 : b0 + part.shape[-2], : part.shape[-1]] = part
+        region = target[..., b0 : b0 + part.shape[-2], : part.shape[-1]]
+        region.copy_(torch.maximum(region, part))
 
     def layer_done(self) -> None:
         """The layer's shown maps to the sink; its rollout step waits for the next layer."""

@@ -15,6 +15,7 @@ import time
 import pytest
 import torch
 from attnviz.attention.cancellation import ComputeCancelledError
+from attnviz.attention.pooling import block_factor
 from attnviz.pretrained import PretrainedModel
 from attnviz.pretrained import display as display_module
 from attnviz.pretrained.display import LayerWalk
@@ -221,12 +222,24 @@ def dense_view(
     return maps, maps.mean(dim=(0, 1)), share
 
 
+def brute_block_max(maps: torch.Tensor, factor_q: int, factor_k: int) -> torch.Tensor:
+    """(..., R, C) maps' maximum over each block of factor_q rows x factor_k columns, by loops."""
+    rows, columns = maps.shape[-2:]
+    out = torch.zeros((*maps.shape[:-2], -(-rows // factor_q), -(-columns // factor_k)))
+    for i in range(out.shape[-2]):
+        for j in range(out.shape[-1]):
+            block = maps[..., i * factor_q : (i + 1) * factor_q, j * factor_k : (j + 1) * factor_k]
+            out[..., i, j] = block.amax(dim=(-2, -1))
+    return out.double()
+
+
 @pytest.mark.parametrize("name", ["bert", "t5", "bart"])
 def test_a_walk_in_chunks_of_a_few_rows_equals_the_dense_maps(
     models: dict[str, PretrainedModel], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An independent reference for the one pipeline: hiding, renormalising and merging in
-    chunks of a few rows (each layer replayed in many chunks) equal the whole maps."""
+    """An independent reference for the one pipeline: hiding, renormalising, merging and
+    block-max pooling in chunks of a few rows (each layer replayed in many chunks, pooled
+    blocks spanning chunks) equal the whole maps, pooled by loops."""
     monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", 150)
     monkeypatch.setattr(display_module, "MIN_CHUNK_ROWS", 1)
     model = models[name]
@@ -246,13 +259,20 @@ def test_a_walk_in_chunks_of_a_few_rows_equals_the_dense_maps(
         return found
 
     monkeypatch.setattr(display_module.WalkObserver, "row_chunks", counted)
-    for block, hide, merge in itertools.product(model.blocks, [False, True], [False, True]):
+    for block, hide, merge, size in itertools.product(
+        model.blocks, [False, True], [False, True], [None, 3, 4]
+    ):
         chunks.clear()
         recorded.memo.averages.clear()
-        walk = LayerWalk(recorded, block=block, hide_special_tokens=hide, merge_words=merge)
+        walk = LayerWalk(
+            recorded, block=block, hide_special_tokens=hide, merge_words=merge, display_size=size
+        )
         view = walk.view()
         maps, mean, share = dense_view(recorded, block, hide, merge)
         assert min(chunks) > 2  # every layer in several chunks
+        if size is not None:  # pooled blocks that span chunks: each block's maximum, whole
+            factors = (block_factor(maps.shape[-2], size), block_factor(maps.shape[-1], size))
+            maps = brute_block_max(maps, *factors)
         torch.testing.assert_close(view.attentions.double(), maps, atol=1e-5, rtol=0)
         torch.testing.assert_close(view.layer_mean.double(), mean, atol=1e-5, rtol=0)
         if share is None:
