@@ -24,8 +24,8 @@ import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError
 from .blocks import Block
-from .computing import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK
-from .display import MAX_AVERAGE_SIZE, MIN_CHUNK_ROWS
+from .computing import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK, chunk_rows
+from .display import MAX_AVERAGE_SIZE
 from .gradients import gradient_cells
 from .methods import STATE_METHODS, check_method_bounds, method_spec
 from .model import PretrainedModel, output_attentions_note
@@ -325,13 +325,11 @@ def estimate_peak_bytes(
 def chunk_floats(heads: int, len_q: int, len_k: int) -> int:
     """The most weights one chunk of a layer's rows holds (:class:`.display.WalkObserver`).
 
-    About :data:`.computing.OBSERVED_CHUNK_FLOATS` weights' rows, at least
-    :data:`.display.MIN_CHUNK_ROWS` (capped at an eighth of the rows), every head. Merged
+    :func:`.computing.chunk_rows` of :data:`.computing.OBSERVED_CHUNK_FLOATS`, every head. Merged
     into words, a chunk runs on to the end of its last word (not counted: a word is a few
     pieces).
     """
-    rows = max(1, OBSERVED_CHUNK_FLOATS // max(1, heads * len_k))
-    rows = min(rows, max(MIN_CHUNK_ROWS, -(-len_q // 8)))
+    rows = chunk_rows(len_q, heads * len_k, OBSERVED_CHUNK_FLOATS)
     return heads * min(len_q, rows) * len_k
 
 

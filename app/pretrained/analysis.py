@@ -260,22 +260,24 @@ def prepare_sequence(
             query_index=options.query_index,
             target_index=options.target_index,
         )
-    block_of = model.block_of(model.on(run_on))
+    walk_of = functools.partial(
+        LayerWalk,
+        block=block,
+        hide_special_tokens=options.hide_special_tokens,
+        layer_index=options.layer_index,
+        head_index=options.head_index,
+        display_size=options.display_size,
+        merge_words=options.merge_words,
+        deadline=deadline,
+    )
     if observing:
         inputs = PassInputs(alone, alone_targets, {b: model.block_layers(b) for b in model.blocks})
-        walk = LayerWalk(
+        walk = walk_of(
             inputs,
-            block=block,
-            layer_index=options.layer_index,
-            head_index=options.head_index,
-            display_size=options.display_size,
-            hide_special_tokens=options.hide_special_tokens,
-            merge_words=options.merge_words,
             pending=observed_pass(
                 model, alone, alone_targets, options.device, recordings, record=recorded
             ),
-            block_of=block_of,
-            deadline=deadline,
+            block_of=model.block_of(model.on(run_on)),
         )
         return PreparedSequence(walk, None, str(run_on), generation, None)
     result = (
@@ -291,16 +293,7 @@ def prepare_sequence(
         result = recordings.run(model, alone, alone_targets, device=options.device, ablate=switched)
         ablation = ablation_fields(model, options.ablate, intact, result)
     result = with_method(result, model.on(torch.device(result.device)), options.method)
-    walk = LayerWalk(
-        result,
-        block=block,
-        hide_special_tokens=options.hide_special_tokens,
-        layer_index=options.layer_index,
-        head_index=options.head_index,
-        display_size=options.display_size,
-        merge_words=options.merge_words,
-        deadline=deadline,
-    )
+    walk = walk_of(result)
     query_rows = None
     if options.query_index is not None:
         query_rows = result.query_rows(block, options.query_index)

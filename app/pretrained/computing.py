@@ -34,6 +34,21 @@ chunks. A plainly causal mask runs as one call with SDPA's causal flag instead."
 OBSERVED_CHUNK_FLOATS: Final = 2**23
 """About how many weights (32 MB of float32) one query chunk of an observed layer holds:
 512 rows of SmolLM2's 9 heads at 1,820 keys; fewer rows for longer inputs."""
+MIN_CHUNK_ROWS: Final = 64
+"""The fewest query rows an observed chunk is given when it could have more (a chunk's
+fixed costs: the eager function's key/value repeat, the Python around it)."""
+
+
+def chunk_rows(length_q: int, floats_per_row: int, budget: int) -> int:
+    """Query rows per chunk of an observed layer: about ``budget`` weights each.
+
+    At most an eighth of the rows (and at least :data:`MIN_CHUNK_ROWS`, at least 1): a
+    causal chunk computes its rows against every key up to its last row, so a chunk of C
+    rows computes about C / 2 rows' worth of masked keys; an eighth keeps that under 7% of
+    the layer's work. ``floats_per_row``: the weights of one row (B x H x L_k).
+    """
+    rows = max(1, budget // max(1, floats_per_row))
+    return min(rows, max(MIN_CHUNK_ROWS, -(-length_q // 8)))
 
 
 class AttentionObserver(Protocol):

@@ -41,7 +41,7 @@ from ..attention.errors import AttentionInputError
 from ..attention.pooling import block_factor
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
-from .computing import OBSERVED_CHUNK_FLOATS
+from .computing import MIN_CHUNK_ROWS, OBSERVED_CHUNK_FLOATS, chunk_rows
 from .maps import (
     BatchMaps,
     LayerMaps,
@@ -75,9 +75,6 @@ __all__ = [
     "sequence_view",
 ]
 
-MIN_CHUNK_ROWS: Final = 64
-"""The fewest query rows an observed chunk is given when it could have more (a chunk's
-fixed costs: the eager function's key/value repeat, the Python around it)."""
 MAX_AVERAGE_SIZE: Final = 512
 """Layer means and rollouts longer than this per side are block-max pooled to it."""
 
@@ -413,10 +410,11 @@ class WalkObserver:
             self.mean_q = block_factor(units, MAX_AVERAGE_SIZE)
             self.mean_k = block_factor(key_units, MAX_AVERAGE_SIZE)
         # where a chunk may start: the first token of each shown row (a word's first piece)
-        first_token: dict[int, int] = {}
-        for index, position in enumerate(walk.shown_positions):
-            first_token.setdefault(walk.unit_of_shown[index], position)
-        self.starts = [0, *sorted(first_token[u] for u in range(1, units))]
+        unit = walk.unit_of_shown
+        self.starts = [
+            0,
+            *(p for i, p in enumerate(walk.shown_positions) if i and unit[i] != unit[i - 1]),
+        ]
         self.device: torch.device | None = None  # where the sums are built: the first chunk's
         self.raw_mean: torch.Tensor | None = None
         self.folding: torch.Tensor | None = None  # the last layer's raw mean, to fold
@@ -439,17 +437,10 @@ class WalkObserver:
         return True
 
     def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
-        """Chunks of about OBSERVED_CHUNK_FLOATS weights, starting where :attr:`starts` allow.
-
-        At most an eighth of the rows each (and at least :data:`MIN_CHUNK_ROWS`): a causal
-        chunk computes its rows against every key up to its last row, so a chunk of C rows
-        computes about C / 2 rows' worth of masked keys; an eighth keeps that under 7% of
-        the layer's work.
-        """
+        """Chunks of :func:`.computing.chunk_rows` rows, to the next of :attr:`starts`."""
         if length_q != self.walk.length_q:
             raise RuntimeError(f"an observed call has {length_q} queries, not {self.walk.length_q}")
-        rows = max(1, OBSERVED_CHUNK_FLOATS // max(1, num_heads * length_k))
-        rows = min(rows, max(MIN_CHUNK_ROWS, -(-length_q // 8)))
+        rows = chunk_rows(length_q, num_heads * length_k, OBSERVED_CHUNK_FLOATS)
         chunks, start = [], 0
         for boundary in [*self.starts[1:], length_q]:
             if boundary - start >= rows or boundary == length_q:

@@ -17,6 +17,7 @@ import torch
 from attnviz.attention.cancellation import ComputeCancelledError
 from attnviz.attention.pooling import block_factor
 from attnviz.pretrained import PretrainedModel
+from attnviz.pretrained import computing as computing_module
 from attnviz.pretrained import display as display_module
 from attnviz.pretrained.display import LayerWalk
 from attnviz.pretrained.loading import load_model_dir
@@ -241,7 +242,7 @@ def test_a_walk_in_chunks_of_a_few_rows_equals_the_dense_maps(
     block-max pooling in chunks of a few rows (each layer replayed in many chunks, pooled
     blocks spanning chunks) equal the whole maps, pooled by loops."""
     monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", 150)
-    monkeypatch.setattr(display_module, "MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(computing_module, "MIN_CHUNK_ROWS", 1)  # chunk_rows reads it
     model = models[name]
     batch = model.tokenize(["the unbelievably tired cat sat on the mat, because it was tired"])
     targets = (

@@ -10,8 +10,7 @@ from torch import nn
 
 from ...attention.errors import AttentionInputError
 from ..blocks import Block
-from ..computing import OBSERVED_CHUNK_FLOATS
-from ..display import MIN_CHUNK_ROWS
+from ..computing import OBSERVED_CHUNK_FLOATS, chunk_rows
 from .definitions import Rule
 
 
@@ -114,9 +113,7 @@ class HeadScoreObserver:
     def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
         """Chunks of about OBSERVED_CHUNK_FLOATS weights of the whole batch.
 
-        At most an eighth of the rows each (and at least MIN_CHUNK_ROWS), as
-        :meth:`.display.WalkObserver.row_chunks`: a causal chunk computes its rows
-        against every key up to its last row.
+        :func:`..computing.chunk_rows` rows each, as :meth:`.display.WalkObserver.row_chunks`.
 
         Raises:
             RuntimeError: the call's queries are not the pass's positions.
@@ -124,8 +121,7 @@ class HeadScoreObserver:
         batch, length = self._counted.shape
         if length_q != length:
             raise RuntimeError(f"an observed call has {length_q} queries, not {length}")
-        rows = max(1, OBSERVED_CHUNK_FLOATS // max(1, batch * num_heads * length_k))
-        rows = min(rows, max(MIN_CHUNK_ROWS, -(-length_q // 8)))
+        rows = chunk_rows(length_q, batch * num_heads * length_k, OBSERVED_CHUNK_FLOATS)
         return [(start, min(length_q, start + rows)) for start in range(0, length_q, rows)]
 
     def take(self, start: int, stop: int, weights: torch.Tensor) -> None:

@@ -158,8 +158,7 @@ class NormRecording(AttentionRecording):
         """As the recording's, times ‖f^h(x_j)‖: (B, count * H // H_kv, L_q, L_k)."""
         weights = super().groups_weights(layer, first, count, query=query)
         size = self.calls[layer].group_size
-        norms = self.value_norms(layer)[:, first * size : (first + count) * size]
-        return weights * norms[:, :, None, :]
+        return weights * self.key_scale(layer)[:, first * size : (first + count) * size]
 
     def summed_norm(self, layer: int) -> torch.Tensor:
         """‖Σ_h α_ij^h f^h(x_j)‖ of call ``layer`` (:func:`summed_norm`): (B, L_q, L_k).
