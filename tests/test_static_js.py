@@ -30,6 +30,10 @@ STATE_DECLARATION = re.compile(
     r"^\s*(?:export\s+)?(?:const|let|var|function|class)\s+state\b", re.MULTILINE
 )
 MUTABLE_BINDING = re.compile(r"^(?:export\s+)?(?:let|var)\s+(\w+)", re.MULTILINE)
+# Two leading axes of an answer stripped by index (`res.attentions[0][0]`): the page reads
+# one layer's maps off the stream's layer lines, which have no batch axis, and an answer
+# for one sequence and head through lib/arrays.js oneHeadAnswer, which checks the axes.
+STRIPPED_AXES = re.compile(r"\[0\]\s*\[0\]")
 
 
 def modules(root: Path) -> list[Path]:
@@ -130,6 +134,16 @@ def state_outside(root: Path, state_module: Path) -> list[str]:
     return found
 
 
+def stripped_axes(root: Path) -> list[str]:
+    """'module:line' for each place under root that indexes [0][0]."""
+    return [
+        f"{m.relative_to(root)}:{n}"
+        for m in modules(root)
+        for n, line in enumerate(m.read_text(encoding="utf-8").splitlines(), 1)
+        if STRIPPED_AXES.search(line)
+    ]
+
+
 def write(root: Path, files: dict[str, str]) -> Path:
     """Modules written under root (path: text); returns root."""
     for name, text in files.items():
@@ -166,6 +180,10 @@ def test_the_models_page_state_is_declared_in_models_state_js_only() -> None:
     assert state_outside(JS, STATE_MODULE) == []
 
 
+def test_no_module_strips_an_answers_leading_axes_by_index() -> None:
+    assert stripped_axes(JS) == []
+
+
 def test_one_ndjson_reader_serves_the_streamed_grid_and_the_atlas() -> None:
     reader = (JS / "lib" / "ndjson.js").resolve()
     users = {m.relative_to(JS).as_posix() for m, targets in graph(JS).items() if reader in targets}
@@ -189,7 +207,7 @@ def test_every_module_of_a_page_is_preloaded(template: str, entry: str) -> None:
     assert preloaded - needed == set()
 
 
-def test_the_checks_find_a_missing_module_a_cycle_a_long_module_and_stray_state(
+def test_the_checks_find_a_missing_module_a_cycle_a_long_module_stray_state_and_stripped_axes(
     tmp_path: Path,
 ) -> None:
     root = write(
@@ -202,8 +220,10 @@ def test_the_checks_find_a_missing_module_a_cycle_a_long_module_and_stray_state(
             "models/d.js": 'import { gone } from "../gone.js";\nlet count = 0;\n',
             "media/e.js": "const state = { speech: null };\n",
             "long.js": "// a line\n" * (MAX_LINES + 1),
+            "media/f.js": "export const z = (res) => res.attentions[0] [0][2];\n",
         },
     )
+    assert stripped_axes(root) == ["media/f.js:1"]
     assert missing_imports(root) == ["models/d.js: ../gone.js"]
     cycle = find_cycle(graph(root))
     assert cycle is not None

@@ -6,8 +6,9 @@ import {
 } from "./heatmap.js";
 import {
   ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, PAD_LABEL, bindDownloads, bindLinkSettings, busy,
-  fillIndexSelect, linkedTokens, onTabClick, openTab, option, readUrlRequest, selectLinked,
-  selectedIndex, settingsFromUrl, viewFromUrl, whileBusy, writeLinkSettings, writeUrlState,
+  fillIndexSelect, linkedTokens, onTabClick, oneHeadAnswer, openTab, option, readUrlRequest,
+  selectLinked, selectedIndex, settingsFromUrl, viewFromUrl, whileBusy, writeLinkSettings,
+  writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
 import {
@@ -283,14 +284,15 @@ async function zoomHead(b, h) {
     ...state.request, ...COMPACT, sequence_index: b, head_index: h, display_size: ZOOM_SIZE,
   }), "Computing this head at full resolution…");
   if (!res) return;
+  const head = oneHeadAnswer(res);
   clearPlots(zoomContainer);
   const [, , Lq, Lk] = res.shape;
   const title = res.downsample
     ? `Head ${h}, sequence ${b}: ${Lq} × ${Lk} blocks (block ${res.downsample.method})`
     : `Head ${h}, sequence ${b}: full resolution ${Lq} × ${Lk}`;
   const div = addPlot(zoomContainer, heatmapFigure({
-    z: visibleWeights(res.weights[0][0], res.attn_mask[0]),
-    rowLabels: res.query_labels[0], colLabels: res.key_labels[0], ...attentionHover(res, 0), title,
+    z: visibleWeights(head.weights, head.mask),
+    rowLabels: head.queries, colLabels: head.keys, ...attentionHover(res, 0), title,
     zmin: 0, valueName: "weight", maskedNote: "masked: weight 0",
     scale: resolveScale(colourScale.value, res.full_shape[2], "head"),
   }), "plot zoom-plot");

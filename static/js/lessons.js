@@ -5,7 +5,7 @@
 // shown(ms) for a view that draws its maps on screen first (the time they were drawn), the
 // selected query positions (a Set) and select(q, add) to change them (tokens.js).
 import {
-  COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, option, paragraph, parseNumber,
+  COMPACT, DISPLAY_SIZE, LAYER_FIELDS, PAD_LABEL, oneHeadAnswer, option, paragraph, parseNumber,
 } from "./api.js";
 import {
   addLazyPlot, addPlot, attentionHover, clearPlots, dimensionHover, drawOnScreenFirst,
@@ -399,8 +399,8 @@ async function renderNeuron(body, ctx) {
   });
   body.replaceChildren();
   if (!res) return;
-  const queries = res.query_labels[0];
-  const keys = res.key_labels[0];
+  const head = oneHeadAnswer(res);
+  const { queries, keys } = head;
   const chosen = [...ctx.selected].filter((q) => q < queries.length);
   const q = chosen.length ? Math.min(...chosen) : 0;
   const strip = document.createElement("div");
@@ -418,11 +418,11 @@ async function renderNeuron(body, ctx) {
       "masked keys get weight 0.",
     queryLabel: queries[q],
     keyLabels: keys,
-    query: res.stages.q[0][0][q],
-    keys: res.stages.k[0][0],
+    query: head.stages.q[q],
+    keys: head.stages.k,
     scaling,
-    masked: res.attn_mask[0][q].map((attend) => !attend),
-    weights: res.weights[0][0][q],
+    masked: head.mask[q].map((attend) => !attend),
+    weights: head.weights[q],
   });
   box.dataset.query = String(q);
 }

@@ -178,12 +178,12 @@ def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, se
     )
     assert len(enlarged) == 200 and len(enlarged[0]) == 200
     # The grid streams in layer by layer; only that head is fetched for the enlarged map,
-    # not its whole layer.
+    # not its whole layer, through the same stream (its one layer line: no batch axis).
     heads = [(url, b.get("layer_index"), b.get("head_index")) for url, b in requests]
-    assert heads == [("layers", None, None), ("attention", 0, 0)]
+    assert heads == [("layers", None, None), ("layers", 0, 0)]
     click_thumbnail(page, 1, 3)
     page.wait_for_function("document.querySelector('#view-model .enlarged').dataset.head === '3'")
-    assert requests[-1][0] == "attention"
+    assert requests[-1][0] == "layers"
     assert (requests[-1][1]["layer_index"], requests[-1][1]["head_index"]) == (1, 3)
     # The layer view opens on the layer of the thumbnail clicked, at full resolution.
     redraw(page, "layer", lambda: page.click(".tabs button[data-view=layer]"))
@@ -685,10 +685,10 @@ def test_smollm2_grid_streams_in_layer_by_layer_with_its_progress(page, server_u
     page.click("#compute")
     wait_drawn_long(page, "model")
 
-    # The grid came through the stream; the one-piece endpoint only for the enlarged head.
+    # The grid came through the stream, then the enlarged head alone (layer 0, head 0).
     assert [(url, b.get("layer_index"), b.get("head_index")) for url, b in requests] == [
         ("layers", None, None),
-        ("attention", 0, 0),
+        ("layers", 0, 0),
     ]
     assert failed == []  # the stream was read to its end, not cancelled
     body = requests[0][1]

@@ -61,3 +61,35 @@ export function decodeArrays(value) {
   for (const key of Object.keys(value)) value[key] = decodeArrays(value[key]);
   return value;
 }
+
+// The one entry of an answer's axis of length 1: a request for one index (sequence_index,
+// head_index) keeps that axis, as the API's shapes do. Throws when it has another length.
+function single(array, axis) {
+  if (array.length !== 1) throw new Error(`an answer for one ${axis} has ${array.length}`);
+  return array[0];
+}
+
+// A POST /api/v1/attention answer to a request of one sequence and one head (sequence_index
+// and head_index), without those axes: {weights (L_q, L_k), mask (L_q, L_k), queries and
+// keys (their labels), stages: {name: (L, d_k)} for those asked for in `include`}.
+export function oneHeadAnswer(res) {
+  const head = (array) => single(single(array, "sequence"), "head");
+  return {
+    weights: head(res.weights),
+    mask: single(res.attn_mask, "sequence"),
+    queries: single(res.query_labels, "sequence"),
+    keys: single(res.key_labels, "sequence"),
+    stages: Object.fromEntries(Object.entries(res.stages || {}).map(([n, s]) => [n, head(s)])),
+  };
+}
+
+// The shape of a nested array, read down its first entries: (N, H, L) -> [N, H, L]
+// (an empty axis ends it).
+export function shapeOf(nested) {
+  const shape = [];
+  for (let a = nested; Array.isArray(a) || ArrayBuffer.isView(a); a = a[0]) {
+    shape.push(a.length);
+    if (a.length === 0) break;
+  }
+  return shape;
+}

@@ -13,6 +13,7 @@
 // where the path enters its row to the one where it enters row k + 1 (the last token: to
 // the end of the audio). So the spans tile the audio in order, and every instant belongs
 // to one token: the one lit up as the cursor passes.
+import { shapeOf } from "../lib/arrays.js";
 import { displayToken } from "../lib/display.js";
 import { range } from "./common.js";
 import { media, mediaDom, player } from "../models/state.js";
@@ -250,7 +251,7 @@ function tokenSpans(res) {
   const first = res.first_text_row;
   const heads = res.alignment_heads.length ? res.alignment_heads : range(cross.length)
     .slice(Math.floor(cross.length / 2)).flatMap((l) => range(cross[l].length).map((h) => [l, h]));
-  const rows = cross[0][0].length - first; // the transcribed tokens
+  const rows = shapeOf(cross)[2] - first; // the transcribed tokens
   const frames = res.num_frames;
   // 1) Each head's rows renormalised, standardised at each frame, filtered; their mean.
   const matrix = range(rows).map(() => new Float64Array(frames)); // (rows, F)

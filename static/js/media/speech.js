@@ -4,6 +4,7 @@
 import {
   WEIGHT_COLORSCALE, addPlot, clearPlots, escapeForPlotly, scaledWeights,
 } from "../heatmap.js";
+import { shapeOf } from "../lib/arrays.js";
 import { displayToken } from "../lib/display.js";
 import { ALIGNMENT, MEAN, SMALL, range, select } from "./common.js";
 import { cursorShapes, cursorTime, playSpan, playerBar, showPosition } from "./playback.js";
@@ -13,8 +14,7 @@ const TITLE_PX = 14; // the speech figures' title font size
 const MARK_COLOR = "#f59e0b"; // the selected token's row, peak and span
 
 function meanOf(maps) {
-  const rows = maps[0].length;
-  const cols = maps[0][0].length;
+  const [, rows, cols] = shapeOf(maps);
   const out = range(rows).map(() => new Array(cols).fill(0));
   for (const map of maps) {
     for (let i = 0; i < rows; i += 1) {

@@ -1,7 +1,7 @@
 // The text beside the views: the summary line and the note under it, the methods' notes,
 // the target a gradient method explained, the heads switched off and what that changed,
 // what the colour scales mean, and the hints above figures.
-import { paragraph } from "../api.js";
+import { paragraph, shapeOf } from "../api.js";
 import { displayToken, displayTokens } from "../lib/display.js";
 import { groupedQueryText } from "./catalog.js";
 import {
@@ -96,7 +96,7 @@ export function describeQuery(res, q) {
       `${res.num_heads} heads${grouped ? `, ${grouped}` : ""}, d_model ${res.d_model}`,
   ];
   if (res.family === "encoder-decoder") parts.push(BLOCK_WORDS[res.block]);
-  const [N, H, Lk] = [res.query_attentions.length, res.num_heads, res.query_attentions[0][0].length];
+  const [N, H, Lk] = shapeOf(res.query_attentions);
   parts.push(`query_attentions (N, H, L_k) = (${N}, ${H}, ${Lk}): token ${q}'s row in every ` +
     "layer and head");
   if (res.generation) parts.push(generated(res.generation));

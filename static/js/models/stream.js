@@ -9,7 +9,7 @@ import {
   layerProgressBar, layerProgressBox, layerProgressFill, layerProgressLabel, showError,
 } from "./elements.js";
 import { rememberSpecials, viewRequest } from "./form.js";
-import { refused, requestAttention } from "./listing.js";
+import { refused } from "./listing.js";
 import { progress, state } from "./state.js";
 
 // The overview streamed: NDJSON lines, a "start" (every field but the maps), one "layer"
@@ -129,32 +129,66 @@ function drawsIt(stream) {
   return Boolean(stream.watcher && stream.watcher.current());
 }
 
-async function readStream(stream) {
-  const { signal } = stream.controller;
+// POST body to LAYERS_URL and hand each NDJSON line to onLine as it comes (lib/ndjson.js
+// readLines): resolves to onLine's first result that is not undefined, to undefined when
+// the answer ended first, or to null once a refusal (as requestAttention's) or a failure
+// is shown, or when `signal` cancelled it.
+async function fetchLines(body, onLine, signal = undefined) {
   try {
     const response = await fetch(LAYERS_URL, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(stream.body),
+      body: JSON.stringify(body),
       signal,
     });
     if (!response.ok) {
       const data = await response.json().catch(() => null);
-      if (signal.aborted) return null;
-      await refused(stream.body.model, errorText(data, response.status));
+      if (signal && signal.aborted) return null;
+      await refused(body.model, errorText(data, response.status));
       return null;
     }
-    // The "end" or "error" line is the last (takeLine: the result, or null).
-    const result = await readLines(response, (line) => takeLine(stream, line));
-    if (result !== undefined) return result;
-    showError(`The answer ended after ${stream.layers} of ${stream.total ?? "?"} layers; ` +
-      "compute again.");
-    return null;
+    return await readLines(response, onLine);
   } catch (err) {
-    if (signal.aborted) return null;
+    if (signal && signal.aborted) return null;
     showError(`Request failed: ${err}`);
     return null;
   }
+}
+
+async function readStream(stream) {
+  // The "end" or "error" line is the last (takeLine: the result, or null).
+  const result = await fetchLines(stream.body, (line) => takeLine(stream, line),
+    stream.controller.signal);
+  if (result !== undefined) return result;
+  showError(`The answer ended after ${stream.layers} of ${stream.total ?? "?"} layers; ` +
+    "compute again.");
+  return null;
+}
+
+// One layer of one input at full resolution (body.layer_index; only head body.head_index
+// when given), read off the stream as the overview is: {...the start line's fields (model,
+// tokens, ...), attentions: (H', L_q, L_k), headMean: (L_q, L_k)}, or null once the error
+// is shown.
+export async function requestLayer(body) {
+  let start = null;
+  let layer = null;
+  const result = await fetchLines(body, (line) => {
+    if (line.type === "start") start = decodeArrays(line);
+    else if (line.type === "layer") layer = line;
+    else if (line.type === "error") {
+      showError(String(line.detail));
+      return null;
+    } else if (line.type === "end") {
+      return start && layer && {
+        ...start, attentions: decodeArrays(layer.attentions), headMean: decodeArrays(layer.head_mean),
+      };
+    }
+    return undefined;
+  });
+  state.answeredAt = performance.now();
+  if (result) return result;
+  if (result !== null) showError("The answer ended before its layer; compute again.");
+  return null;
 }
 
 // One line of the stream: undefined while more are to come, else the assembled response
@@ -208,9 +242,9 @@ function takeLine(stream, line) {
 export async function layerMaps(res, l) {
   if (!res.downsample) return { attentions: res.attentions[l][0], headMean: res.head_mean[l][0] };
   if (!state.layers.has(l)) {
-    const layer = await requestAttention(viewRequest({ layer_index: l }));
+    const layer = await requestLayer(viewRequest({ layer_index: l }));
     if (layer === null) return null;
-    state.layers.set(l, { attentions: layer.attentions[0][0], headMean: layer.head_mean[0][0] });
+    state.layers.set(l, { attentions: layer.attentions, headMean: layer.headMean });
   }
   return state.layers.get(l);
 }
@@ -222,9 +256,10 @@ export async function headMap(res, l, h) {
   if (state.layers.has(l)) return state.layers.get(l).attentions[h];
   const key = `${l},${h}`;
   if (!state.heads.has(key)) {
-    const head = await requestAttention(viewRequest({ layer_index: l, head_index: h }));
-    if (head === null) return null;
-    state.heads.set(key, head.attentions[0][0][0]);
+    const layer = await requestLayer(viewRequest({ layer_index: l, head_index: h }));
+    if (layer === null) return null;
+    const [map] = layer.attentions; // (1, L_q, L_k): the one head asked for
+    state.heads.set(key, map);
   }
   return state.heads.get(key);
 }

@@ -10,10 +10,9 @@ import {
 } from "../elements.js";
 import { weightFigure } from "../figures.js";
 import { updateStale, valueName, viewRequest } from "../form.js";
-import { requestAttention } from "../listing.js";
 import { keyTokens, queryTokens } from "../response.js";
 import { state } from "../state.js";
-import { layerMaps } from "../stream.js";
+import { layerMaps, requestLayer } from "../stream.js";
 
 // Compare: layer l's head mean (or one head, #compare-head) of the selected sentence (A)
 // and of another (#compare-sentence, B, fetched alone with the same display options), and
@@ -60,7 +59,7 @@ export async function renderCompare(section, res, l) {
   // Another model's layer l, or its last layer when it has fewer.
   const lB = other ? Math.min(l, other.num_layers - 1) : l;
   const mapsA = await layerMaps(res, l);
-  const answerB = await requestAttention(viewRequest({
+  const answerB = await requestLayer(viewRequest({
     // Another model has its own heads: the heads switched off are this model's.
     sequence_index: b, layer_index: lB, ...(other ? { model: other.name, ablate: undefined } : {}),
   }));
@@ -68,7 +67,7 @@ export async function renderCompare(section, res, l) {
   const pick = (maps, headMean) => (
     compareHead.value === "mean" ? headMean : maps[Number(compareHead.value)]);
   const zA = pick(mapsA.attentions, mapsA.headMean);
-  const zB = pick(answerB.attentions[0][0], answerB.head_mean[0][0]);
+  const zB = pick(answerB.attentions, answerB.headMean);
   const what = compareHead.value === "mean" ? "mean of the heads" : `head ${compareHead.value}`;
   const nameA = other ? res.model : `sentence ${a}`;
   const nameB = other ? other.name : `sentence ${b}`;
