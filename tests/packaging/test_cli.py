@@ -1,5 +1,12 @@
-"""The attnviz command: --help for each command, compute, export (opened offline)."""
+"""The attnviz command: --help for each command, compute, export (opened offline).
 
+Most tests run the command in a subprocess, as a user does. Help and refused arguments,
+which end in argparse or before any computation, run in this process
+(:func:`attnviz_here`): the same ``main``, without a second import of torch each time.
+"""
+
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -26,11 +33,30 @@ def attnviz(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def attnviz_here(*args: str) -> subprocess.CompletedProcess[str]:
+    """``attnviz ARGS`` run by :func:`attnviz.cli.main` in this process: its exit code (a
+    SystemExit's message is printed to stderr with code 1, as Python does), stdout, stderr."""
+    from attnviz.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            main(list(args))
+        except SystemExit as exit_:
+            if isinstance(exit_.code, str):
+                print(exit_.code, file=sys.stderr)
+                code = 1
+            else:
+                code = exit_.code or 0
+    return subprocess.CompletedProcess(list(args), code, stdout.getvalue(), stderr.getvalue())
+
+
 @pytest.mark.parametrize("command", [[], ["serve"], ["compute"], ["export"], ["models"]])
 def test_every_command_has_help_with_every_options_default(command: list[str]) -> None:
     import re
 
-    result = attnviz(*command, "--help")
+    result = attnviz_here(*command, "--help")
     assert result.returncode == 0
     assert result.stdout.startswith("usage: attnviz")
     options = result.stdout.split("options:", 1)[1]
@@ -56,7 +82,7 @@ def test_the_main_help_lists_every_command_in_plain_text() -> None:
     for markup in ("``", ":func:", ":class:", ":meth:", ":mod:", ":data:"):
         assert markup not in result.stdout, markup
     for name in commands:
-        own = attnviz(name, "--help").stdout
+        own = attnviz_here(name, "--help").stdout
         assert f"attnviz {name}: " in own and "``" not in own
 
 
@@ -110,7 +136,7 @@ def test_compute_writes_the_api_response(tmp_path: Path) -> None:
     ],
 )
 def test_compute_refuses_bad_input_naming_the_field(args: list[str], message: str) -> None:
-    result = attnviz("compute", *args)
+    result = attnviz_here("compute", *args)
     assert result.returncode == 1
     assert message in result.stderr, result.stderr
 
@@ -252,7 +278,11 @@ def test_export_a_pretrained_models_layer_head_and_method(tmp_path: Path) -> Non
         (["--model", "all-MiniLM-L6-v2"], "needs --text"),
         (["--model", "all-MiniLM-L6-v2", "--text", text, "--head", "1"], "--head needs --layer"),
         (["--sequence", "1 2", "--layer", "0"], "are for --model"),
-        (["--model", "no-such-model", "--text", text], "no-such-model"),
     ):
-        result = attnviz("export", *args, "-o", str(tmp_path / "x.html"))
+        result = attnviz_here("export", *args, "-o", str(tmp_path / "x.html"))
         assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
+    # A model the server does not know: refused by a real command (it looks the name up).
+    result = attnviz(
+        "export", "--model", "no-such-model", "--text", text, "-o", str(tmp_path / "x.html")
+    )
+    assert result.returncode == 1 and "no-such-model" in result.stderr, result.stderr
