@@ -34,9 +34,23 @@ chunks. A plainly causal mask runs as one call with SDPA's causal flag instead."
 OBSERVED_CHUNK_FLOATS: Final = 2**23
 """About how many weights (32 MB of float32) one query chunk of an observed layer holds:
 512 rows of SmolLM2's 9 heads at 1,820 keys; fewer rows for longer inputs."""
+OBSERVED_CHUNK_FLOATS_CUDA: Final = 2**26
+"""The same on a CUDA device (256 MB of float32): a chunk's fixed costs (kernel launches,
+the Python around them) dominate a GPU's time, which the CPU's 32 MB chunks multiplied:
+on an H100, SmolLM2's grid at 32,768 tokens ran 1,170 chunks a layer, 254x its SDPA forward
+(docs/performance.md). The admission's estimate (host memory) keeps the CPU's chunk."""
+
 MIN_CHUNK_ROWS: Final = 64
 """The fewest query rows an observed chunk is given when it could have more (a chunk's
 fixed costs: the eager function's key/value repeat, the Python around it)."""
+
+
+def observed_chunk_floats(device: torch.device) -> int:
+    """How many weights an observed chunk holds on ``device``.
+
+    :data:`OBSERVED_CHUNK_FLOATS`, or :data:`OBSERVED_CHUNK_FLOATS_CUDA` on a CUDA device.
+    """
+    return OBSERVED_CHUNK_FLOATS_CUDA if device.type == "cuda" else OBSERVED_CHUNK_FLOATS
 
 
 def chunk_rows(length_q: int, floats_per_row: int, budget: int) -> int:
@@ -64,8 +78,13 @@ class AttentionObserver(Protocol):
     def wants(self, module: nn.Module) -> bool:
         """Whether this call (the module's, in the pass's order) is observed."""
 
-    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
-        """The [start, stop) query rows of each chunk, in order, covering 0..length_q."""
+    def row_chunks(
+        self, length_q: int, length_k: int, num_heads: int, device: torch.device
+    ) -> list[tuple[int, int]]:
+        """The [start, stop) query rows of each chunk, in order, covering 0..length_q.
+
+        ``device``: where the call is computed (:func:`observed_chunk_floats`).
+        """
 
     def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
         """One chunk of weights: (B, H, stop - start, L_k'), float, in the model's dtype.
@@ -150,7 +169,9 @@ class _Unobserved:
     def wants(self, module: nn.Module) -> bool:
         return True
 
-    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
+    def row_chunks(
+        self, length_q: int, length_k: int, num_heads: int, device: torch.device
+    ) -> list[tuple[int, int]]:
         return [
             (start, min(length_q, start + QUERY_CHUNK)) for start in range(0, length_q, QUERY_CHUNK)
         ]
@@ -180,7 +201,8 @@ def observed_attention(observer: AttentionObserver, call: AttentionCall) -> torc
     bias = call.kwargs.get(POSITION_BIAS)
     per_row = attention_mask is not None and attention_mask.shape[-2] > 1
     parts = []
-    for start, stop in observer.row_chunks(length_q, length_k, call.num_heads):
+    chunks = observer.row_chunks(length_q, length_k, call.num_heads, call.query.device)
+    for start, stop in chunks:
         check_cancelled()
         keys = length_k
         if per_row:  # the last key any row of the chunk sees (chunk by chunk: no L x L copy)
@@ -219,8 +241,10 @@ class _KeyScaled:
     def wants(self, module: nn.Module) -> bool:
         return self.observer.wants(module)
 
-    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
-        return self.observer.row_chunks(length_q, length_k, num_heads)
+    def row_chunks(
+        self, length_q: int, length_k: int, num_heads: int, device: torch.device
+    ) -> list[tuple[int, int]]:
+        return self.observer.row_chunks(length_q, length_k, num_heads, device)
 
     def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
         if self.scale.device != weights.device:
@@ -256,7 +280,8 @@ def replayed(observer: AttentionObserver, recording: AttentionRecording, index: 
     if isinstance(recording, WeightsRecording):
         weights = recording.weights[index]
         length_q, length_k = weights.shape[-2:]
-        for start, stop in observer.row_chunks(length_q, length_k, call.num_heads):
+        chunks = observer.row_chunks(length_q, length_k, call.num_heads, weights.device)
+        for start, stop in chunks:
             check_cancelled()
             observer.take(start, stop, weights[:, :, start:stop])
         observer.layer_done()

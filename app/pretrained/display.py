@@ -41,7 +41,7 @@ from ..attention.errors import AttentionInputError
 from ..attention.pooling import block_factor
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
-from .computing import MIN_CHUNK_ROWS, OBSERVED_CHUNK_FLOATS, chunk_rows
+from .computing import MIN_CHUNK_ROWS, chunk_rows, observed_chunk_floats
 from .maps import (
     BatchMaps,
     LayerMaps,
@@ -436,11 +436,13 @@ class WalkObserver:
         self.start_layer(self.layer + 1)
         return True
 
-    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
+    def row_chunks(
+        self, length_q: int, length_k: int, num_heads: int, device: torch.device
+    ) -> list[tuple[int, int]]:
         """Chunks of :func:`.computing.chunk_rows` rows, to the next of :attr:`starts`."""
         if length_q != self.walk.length_q:
             raise RuntimeError(f"an observed call has {length_q} queries, not {self.walk.length_q}")
-        rows = chunk_rows(length_q, num_heads * length_k, OBSERVED_CHUNK_FLOATS)
+        rows = chunk_rows(length_q, num_heads * length_k, observed_chunk_floats(device))
         chunks, start = [], 0
         for boundary in [*self.starts[1:], length_q]:
             if boundary - start >= rows or boundary == length_q:

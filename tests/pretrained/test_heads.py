@@ -23,6 +23,7 @@ import torch
 from attnviz.attention import AttentionInputError
 from attnviz.attention.cancellation import Cancellation, ComputeCancelledError
 from attnviz.pretrained import PretrainedModel, atlas
+from attnviz.pretrained import computing as computing_module
 from attnviz.pretrained.atlas import (
     DEFINITION_VERSION,
     DEFINITIONS,
@@ -303,7 +304,7 @@ def test_chunks_of_one_row_give_the_scores_of_whole_layers(
         return result, chunks
 
     whole, whole_chunks = scored()
-    monkeypatch.setattr(heads_module, "OBSERVED_CHUNK_FLOATS", 1)  # one row per chunk
+    monkeypatch.setattr(computing_module, "OBSERVED_CHUNK_FLOATS", 1)  # one row per chunk
     chunked, chunks = scored()
     assert {count for _, count in whole_chunks} == {1}
     assert all(count == length for length, count in chunks) and len(chunks) == len(whole_chunks)

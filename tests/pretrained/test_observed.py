@@ -63,7 +63,7 @@ def test_an_observed_walk_equals_the_walk_of_a_recorded_pass(
     chunk_floats: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", chunk_floats)
+    monkeypatch.setattr(computing_module, "OBSERVED_CHUNK_FLOATS", chunk_floats)
     # averages (and a clicked head's layer mean) pooled here too, in blocks of 5 or 6
     monkeypatch.setattr(display_module, "MAX_AVERAGE_SIZE", 6)
     model = models[name]
@@ -123,7 +123,7 @@ def test_an_observed_walk_equals_the_walk_of_a_recorded_pass(
 def test_an_observed_walk_given_up_stops_its_pass(
     models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", 150)
+    monkeypatch.setattr(computing_module, "OBSERVED_CHUNK_FLOATS", 150)
     model = models["llama"]
     batch = model.tokenize([TEXT])
     recorded = model.run(batch)
@@ -241,7 +241,7 @@ def test_a_walk_in_chunks_of_a_few_rows_equals_the_dense_maps(
     """An independent reference for the one pipeline: hiding, renormalising, merging and
     block-max pooling in chunks of a few rows (each layer replayed in many chunks, pooled
     blocks spanning chunks) equal the whole maps, pooled by loops."""
-    monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", 150)
+    monkeypatch.setattr(computing_module, "OBSERVED_CHUNK_FLOATS", 150)
     monkeypatch.setattr(computing_module, "MIN_CHUNK_ROWS", 1)  # chunk_rows reads it
     model = models[name]
     batch = model.tokenize(["the unbelievably tired cat sat on the mat, because it was tired"])
@@ -280,3 +280,37 @@ def test_a_walk_in_chunks_of_a_few_rows_equals_the_dense_maps(
             assert view.special_share is None
         else:
             assert view.special_share == pytest.approx(share, abs=1e-6)
+
+
+def test_a_chunk_is_sized_for_the_device_its_call_runs_on(
+    models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CUDA call gets chunks 8x larger (no GPU needed: the sizes of a device named cuda);
+    an observed walk and a replay size each chunk for the device of its call."""
+    floats = computing_module.observed_chunk_floats
+    assert floats(torch.device("cuda")) == 8 * floats(torch.device("cpu"))
+    per_row = 9 * 32_768  # SmolLM2's 9 heads at 32,768 keys
+    cpu = computing_module.chunk_rows(32_768, per_row, floats(torch.device("cpu")))
+    cuda = computing_module.chunk_rows(32_768, per_row, floats(torch.device("cuda")))
+    assert (cpu, cuda) == (28, 227)  # 1,171 and 145 chunks a layer
+    devices: list[str] = []
+
+    def spy(device: torch.device) -> int:
+        devices.append(device.type)
+        return floats(device)
+
+    monkeypatch.setattr(display_module, "observed_chunk_floats", spy)
+    model = models["bert"]
+    batch = model.tokenize(["the cat sat on the mat because it was tired"])
+    recorded = model.run(batch)
+    list(LayerWalk(recorded, display_size=4).layers())  # replayed
+    replayed = len(devices)
+    observed = LayerWalk(  # a pooled grid (one at full size is replayed, not observed)
+        recorded,
+        display_size=4,
+        pending=lambda observer: model.run(batch, observer=observer, record=False),  # type: ignore[arg-type]
+        block_of=model.block_of(model.model),
+    )
+    list(observed.layers())  # observed during the pass
+    assert replayed == model.num_layers and len(devices) == 2 * model.num_layers
+    assert set(devices) == {"cpu"}

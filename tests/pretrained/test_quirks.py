@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 from attnviz.pretrained import PretrainedModel
-from attnviz.pretrained import display as display_module
+from attnviz.pretrained import computing as computing_module
 from attnviz.pretrained.display import LayerWalk
 from attnviz.pretrained.loading import load_model_dir
 
@@ -114,7 +114,7 @@ def test_the_quirks_show_in_the_maps(
 def test_the_observed_grid_equals_the_recorded_one(
     models: dict[str, tuple[PretrainedModel, Path]], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(display_module, "OBSERVED_CHUNK_FLOATS", 200)  # a few rows a chunk
+    monkeypatch.setattr(computing_module, "OBSERVED_CHUNK_FLOATS", 200)  # a few rows a chunk
     model, _ = models[name]
     batch = model.tokenize([LONG])
     recorded = model.run(batch)

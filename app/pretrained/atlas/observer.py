@@ -10,7 +10,7 @@ from torch import nn
 
 from ...attention.errors import AttentionInputError
 from ..blocks import Block
-from ..computing import OBSERVED_CHUNK_FLOATS, chunk_rows
+from ..computing import chunk_rows, observed_chunk_floats
 from .definitions import Rule
 
 
@@ -110,8 +110,10 @@ class HeadScoreObserver:
         self._layer_sums = {}
         return True
 
-    def row_chunks(self, length_q: int, length_k: int, num_heads: int) -> list[tuple[int, int]]:
-        """Chunks of about OBSERVED_CHUNK_FLOATS weights of the whole batch.
+    def row_chunks(
+        self, length_q: int, length_k: int, num_heads: int, device: torch.device
+    ) -> list[tuple[int, int]]:
+        """Chunks of about :func:`..computing.observed_chunk_floats` weights of the whole batch.
 
         :func:`..computing.chunk_rows` rows each, as :meth:`.display.WalkObserver.row_chunks`.
 
@@ -121,7 +123,7 @@ class HeadScoreObserver:
         batch, length = self._counted.shape
         if length_q != length:
             raise RuntimeError(f"an observed call has {length_q} queries, not {length}")
-        rows = chunk_rows(length_q, batch * num_heads * length_k, OBSERVED_CHUNK_FLOATS)
+        rows = chunk_rows(length_q, batch * num_heads * length_k, observed_chunk_floats(device))
         return [(start, min(length_q, start + rows)) for start in range(0, length_q, rows)]
 
     def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
