@@ -14,11 +14,13 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Final, ParamSpec, TypeVar
 
-from fastapi import status
+from fastapi import HTTPException, status
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..attention.cancellation import Cancellation, cancellable, check_cancelled
 from .errors import field_error
@@ -33,8 +35,44 @@ SEQUENCES: Final = "sequences"
 SEQUENCES_ADVICE: Final = "fewer or shorter sequences"
 """What a seeded request's 503 suggests."""
 
+CLIENT_POLL_S: Final = 0.2
+"""How often a computation's request is asked whether its client is still there (s)."""
+CLIENT_CLOSED_REQUEST: Final = 499
+"""The status of a request whose client went away before its answer (nginx's "Client
+Closed Request"): nobody receives it; the access log shows it."""
+
 _executor: ThreadPoolExecutor | None = None
 _large: asyncio.Semaphore | None = None
+_client: ContextVar[Request | None] = ContextVar("attnviz_client", default=None)
+
+
+class ClientWatchMiddleware:
+    """Pure ASGI middleware: the request being served, kept for :func:`run_within`.
+
+    :func:`run_within` asks it whether its client is still connected while the
+    computation runs. Only read once the request's body has been read (the routes'
+    arguments are parsed before they compute), so no body message is taken from the app.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the request with it recorded in a context variable."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        token = _client.set(Request(scope, receive))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _client.reset(token)
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once ``request``'s client has disconnected (polled every CLIENT_POLL_S)."""
+    while not await request.is_disconnected():
+        await asyncio.sleep(CLIENT_POLL_S)
 
 
 def start_executor(workers: int) -> None:
@@ -75,13 +113,16 @@ async def run_within(
 
     The function runs inside :func:`attnviz.attention.cancellation.cancellable` with a
     :class:`~attnviz.attention.cancellation.Cancellation` of its own, cancelled on
-    time-out: a thread cannot be killed, but the computation checks the flag between
-    layers, generation steps and chunks (``check_cancelled``) and stops at the next
-    check, its result dropped, so a given-up request frees its worker and its memory
-    within about one layer's time instead of running to its end.
+    time-out or when the client of the request being served (:class:`ClientWatchMiddleware`)
+    disconnects, asked every :data:`CLIENT_POLL_S`: a thread cannot be killed, but the
+    computation checks the flag between layers, generation steps and chunks
+    (``check_cancelled``) and stops at the next check, its result dropped, so a given-up
+    request frees its worker and its memory within about one layer's time instead of
+    running to its end.
 
     Raises:
         TimeoutError: when the result is not there within ``timeout_s``.
+        HTTPException: 499 (:data:`CLIENT_CLOSED_REQUEST`), the client went away first.
     """
     token = Cancellation()
 
@@ -93,11 +134,25 @@ async def run_within(
         finally:  # what the computation freed goes back to the system, not to the heap
             release_memory()
 
+    request = _client.get()
+    work = asyncio.ensure_future(asyncio.wait_for(run_compute(run), timeout_s))
+    watch = asyncio.ensure_future(_client_gone(request)) if request is not None else None
     try:
-        return await asyncio.wait_for(run_compute(run), timeout_s)
+        if watch is not None:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():  # the client went away: stop the work at its next check
+                token.cancel("the client went away")
+                work.cancel()
+                raise HTTPException(CLIENT_CLOSED_REQUEST, "the client went away")
+        return await work
     except BaseException:  # timed out, or the client went away: nobody reads the result
-        token.cancel(f"the time budget of {timeout_s:g} s ran out")
+        if not token.cancelled:
+            token.cancel(f"the time budget of {timeout_s:g} s ran out")
+        work.cancel()
         raise
+    finally:
+        if watch is not None:
+            watch.cancel()
 
 
 async def held_while_sent(work: Awaitable[Response]) -> Response:

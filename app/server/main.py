@@ -18,7 +18,7 @@ from ..pretrained import MODELS, PretrainedModel
 from ..pretrained.recordings import RECORDINGS
 from ..resources import STATIC_DIR
 from .errors import install_error_handlers, require_valid_unicode
-from .executor import run_compute, start_executor, stop_executor
+from .executor import ClientWatchMiddleware, run_compute, start_executor, stop_executor
 from .limits import UPLOAD_PATHS
 from .memory import release_memory, tune_allocator
 from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeadersMiddleware
@@ -113,7 +113,9 @@ def create_app(models: Sequence[PretrainedModel] = ()) -> FastAPI:
     install_error_handlers(application)
     install_openapi(application, REQUEST_SCHEMAS)
     settings = get_settings()
-    # Outermost last: the log sees every response, the body limit runs before parsing.
+    # Outermost last: the log sees every response, the body limit runs before parsing;
+    # innermost, the request a computation asks whether its client is still there.
+    application.add_middleware(ClientWatchMiddleware)
     application.add_middleware(SecurityHeadersMiddleware)
     if settings.cors_origins:
         application.add_middleware(
