@@ -41,8 +41,13 @@ CLIENT_CLOSED_REQUEST: Final = 499
 """The status of a request whose client went away before its answer (nginx's "Client
 Closed Request"): nobody receives it; the access log shows it."""
 
+LONG_RETRY_AFTER_S: Final = 30
+"""Retry-After (s) of a long computation refused while the long ones fill their share."""
+
 _executor: ThreadPoolExecutor | None = None
 _large: asyncio.Semaphore | None = None
+_long: asyncio.Semaphore | None = None
+_long_waiting = 0
 _client: ContextVar[Request | None] = ContextVar("attnviz_client", default=None)
 
 
@@ -80,10 +85,11 @@ def start_executor(workers: int) -> None:
 
     As many large requests are admitted at a time (:func:`held_while_sent`).
     """
-    global _executor, _large
+    global _executor, _large, _long
     stop_executor()
     _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnviz-compute")
     _large = asyncio.Semaphore(workers)
+    _long = asyncio.Semaphore(long_slots(workers))
 
 
 def stop_executor() -> None:
@@ -155,7 +161,73 @@ async def run_within(
             watch.cancel()
 
 
-async def held_while_sent(work: Awaitable[Response]) -> Response:
+def long_slots(workers: int) -> int:
+    """How many long computations run at once: all workers but one (at least one)."""
+    return max(1, workers - 1)
+
+
+async def long_slot(field: str, what: str) -> asyncio.Semaphore:
+    """Wait for one of the long computations' slots (:func:`long_slots`).
+
+    The caller releases it. Long work (a head atlas not cached yet) runs on at most all
+    compute workers but one, so a short request (a toy map, a sentence through a model)
+    always finds a worker free and is not queued behind any number of them. One long
+    request more than the slots waits for a slot; another is refused
+    (:func:`refuse_when_busy`).
+
+    Args:
+        field: the request field the 503 names.
+        what: the work, as the 503 says it ("a head atlas").
+
+    Returns:
+        The slots' semaphore, acquired.
+
+    Raises:
+        HTTPException: 503 with Retry-After (:data:`LONG_RETRY_AFTER_S`), type "busy",
+            when every slot is taken and as many requests wait already.
+    """
+    global _long_waiting
+    slots = refuse_when_busy(field, what)
+    _long_waiting += 1
+    try:
+        await slots.acquire()
+    finally:
+        _long_waiting -= 1
+    return slots
+
+
+def refuse_when_busy(field: str, what: str) -> asyncio.Semaphore:
+    """The long computations' slots, or the 503 of :func:`long_slot`.
+
+    Refused when every slot is taken and as many requests wait already (a stream checks
+    this before its 200).
+
+    Raises:
+        HTTPException: 503 with Retry-After, type "busy".
+    """
+    global _long
+    if _long is None:
+        _long = asyncio.Semaphore(long_slots(get_settings().compute_workers))
+    if _long.locked() and _long_waiting >= long_slots(get_settings().compute_workers):
+        raise HTTPException(
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            detail=[
+                {
+                    "loc": ["body", field],
+                    "msg": f"the server is computing as many long requests as it takes at "
+                    f"once, and as many wait; {what} can be asked again in "
+                    f"{LONG_RETRY_AFTER_S} s",
+                    "type": "busy",
+                }
+            ],
+            headers={"Retry-After": str(LONG_RETRY_AFTER_S)},
+        )
+    return _long
+
+
+async def held_while_sent(
+    work: Awaitable[Response], *, long: tuple[str, str] | None = None
+) -> Response:
     """Await ``work``, a large request's response, holding a large-request slot.
 
     The slot is held until a streamed body has been sent in full (or the client
@@ -163,19 +235,37 @@ async def held_while_sent(work: Awaitable[Response]) -> Response:
     so the slots bound the memory of large requests, compute and send, by the
     number of compute workers. Further large requests wait their turn; small ones
     do not.
+
+    Args:
+        work: the response being computed.
+        long: (field, what) for long work (:func:`long_slot`): a long computation's slot
+            is taken first, and held as long as the large-request slot, so that a long
+            request waiting for its turn holds no large-request slot.
+
+    Raises:
+        HTTPException: as :func:`long_slot`.
     """
     global _large
     if _large is None:
         _large = asyncio.Semaphore(get_settings().compute_workers)
-    slot = _large
-    await slot.acquire()
+    held: list[asyncio.Semaphore] = []
+    try:
+        if long is not None:
+            held.append(await long_slot(*long))
+        await _large.acquire()
+        held.append(_large)
+    except BaseException:
+        for semaphore in held:
+            semaphore.release()
+        raise
     released = False
 
     def release() -> None:
         nonlocal released
         if not released:
             released = True
-            slot.release()
+            for semaphore in held:
+                semaphore.release()
 
     try:
         response = await work

@@ -1,4 +1,5 @@
-"""A request whose client leaves stops its computation (issue 42, class 8).
+"""A request whose client leaves stops its computation, and long work leaves a worker to
+short requests (issue 42, class 8).
 
 A real server (``python -m attnviz``, uvicorn) serves a randomly initialised decoder big
 enough that a request computes for seconds on two cores. The client sends a request and
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,7 +92,8 @@ ROUTES = {
         "/api/v1/models/attention",
         {"model": MODEL, "texts": [LONG_TEXT], "sequence_index": 0, "display_size": 64},
     ),
-    "atlas": ("/api/v1/models/heads", {"model": MODEL, "texts": [LONG_TEXT[:6000]] * 8}),
+    # 32 passes of 256 tokens (each text is cut there) and the seeded random sequences: 20 s
+    "atlas": ("/api/v1/models/heads", {"model": MODEL, "texts": [LONG_TEXT[:2000]] * 32}),
 }
 
 
@@ -117,3 +120,40 @@ def test_a_client_that_waits_gets_its_answer(server: tuple[str, int]) -> None:
     answer = httpx.post(url + path, json=body, timeout=120)
     assert answer.status_code == 200, answer.text
     assert answer.json()["model"] == MODEL
+
+
+def test_a_short_request_is_answered_while_two_atlases_run(server: tuple[str, int]) -> None:
+    """Long work (an atlas not cached) runs on all compute workers but one (2 here): the
+    first atlas computes, the second waits for its turn, a third is refused with 503 and
+    Retry-After, and a short request meanwhile gets a worker at once."""
+    url, _ = server
+    path, body = ROUTES["atlas"]
+    ended: list[str] = []
+
+    def ask() -> None:
+        try:  # each leaves after 8 s: its work then stops (the tests above)
+            httpx.post(url + path, json=body, timeout=httpx.Timeout(60, read=8))
+        except httpx.ReadTimeout:
+            ended.append("left")
+
+    atlases = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in atlases:
+        thread.start()
+    time.sleep(3)  # both planned and admitted: one computing, one waiting for its turn
+    third = httpx.post(url + path, json=body, timeout=10)
+    assert third.status_code == 503, third.text
+    assert third.headers["retry-after"] == "30"
+    assert third.json()["detail"][0]["type"] == "busy"
+    assert third.json()["detail"][0]["loc"] == ["body", "texts"]
+    started = time.monotonic()
+    short = httpx.post(
+        f"{url}/api/v1/models/attention",
+        json={"model": MODEL, "texts": ["the cat sat"]},
+        timeout=30,
+    )
+    waited = time.monotonic() - started
+    assert short.status_code == 200, short.text
+    assert waited < 2.0, f"the short request waited {waited:.1f} s"
+    for thread in atlases:
+        thread.join()
+    assert ended == ["left", "left"]  # neither atlas was done before its client left

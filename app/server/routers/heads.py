@@ -25,6 +25,7 @@ from ...attention.cancellation import ComputeCancelledError
 from ...attention.errors import AttentionInputError
 from ...pretrained import ModelNotReady, ModelRegistry
 from ...pretrained.atlas import AtlasPlan, HeadScores, cached_head_scores, plan_atlas
+from ...pretrained.atlas.cache import atlas_path
 from ..dependencies import RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
 from ..executor import held_while_sent, run_within
@@ -73,6 +74,16 @@ def payload(scores: HeadScores, cached: bool) -> dict[str, Any]:
     return {**scores.to_dict(), "cached": cached}
 
 
+def atlas_share(plan: AtlasPlan, settings: Settings) -> tuple[str, str] | None:
+    """The long-work share of an atlas not on disk yet (:func:`..executor.long_slot`).
+
+    As :func:`..executor.held_while_sent` takes it; None for one read from the cache.
+    """
+    if atlas_path(settings.cache_dir, plan.model, plan.key).is_file():
+        return None
+    return ("texts", "a head atlas")
+
+
 def compute_atlas(
     plan: AtlasPlan, settings: Settings, progress: Any = None
 ) -> tuple[HeadScores, bool]:
@@ -114,7 +125,7 @@ async def head_atlas(
             ) from error
         return respond(payload(scores, cached))
 
-    return await held_while_sent(work())
+    return await held_while_sent(work(), long=atlas_share(plan, settings))
 
 
 @router.post(
@@ -188,4 +199,4 @@ async def stream_head_atlas(
     async def stream() -> Response:
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
-    return await held_while_sent(stream())
+    return await held_while_sent(stream(), long=atlas_share(plan, settings))
