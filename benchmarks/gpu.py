@@ -150,16 +150,27 @@ def word_tokenizer() -> Any:
     )
 
 
+def random_llama(name: str, device: str, dtype: torch.dtype, **shape: Any) -> Any:
+    """A randomly initialised Llama decoder of ``shape`` (LlamaConfig's fields) on
+    ``device`` in ``dtype``, wrapped as ``name`` with :func:`word_tokenizer`."""
+    import transformers
+    from attnviz.pretrained import wrap_model
+
+    with torch.device(device):
+        network = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape)).to(dtype)
+    return wrap_model(network.eval(), word_tokenizer(), name=name)
+
+
 def smollm2_shaped(device: str = "cuda", dtype: torch.dtype = torch.bfloat16) -> Any:
     """A randomly initialised decoder of SmolLM2-135M's shape, on ``device`` in ``dtype``.
 
     The shape of SmolLM2-135M-Instruct's config.json: 30 layers, 9 query heads sharing 3
     key/value heads, d_model 576, a vocabulary of 49,152 and tied embeddings.
     """
-    import transformers
-    from attnviz.pretrained import wrap_model
-
-    config = transformers.LlamaConfig(
+    return random_llama(
+        f"{SMOLLM2}-shaped (random)",
+        device,
+        dtype,
         vocab_size=49_152,
         hidden_size=576,
         intermediate_size=1536,
@@ -170,17 +181,14 @@ def smollm2_shaped(device: str = "cuda", dtype: torch.dtype = torch.bfloat16) ->
         rope_theta=100_000.0,
         tie_word_embeddings=True,
     )
-    with torch.device(device):
-        network = transformers.LlamaForCausalLM(config).to(dtype)
-    return wrap_model(network.eval(), word_tokenizer(), name=f"{SMOLLM2}-shaped (random)")
 
 
 def llama3_8b_shaped() -> Any:
     """A randomly initialised Llama-3-8B-shaped decoder in bfloat16 on the GPU, wrapped."""
-    import transformers
-    from attnviz.pretrained import wrap_model
-
-    config = transformers.LlamaConfig(
+    return random_llama(
+        "Llama-3-8B-shaped (random)",
+        "cuda",
+        torch.bfloat16,
         vocab_size=128_256,
         hidden_size=4096,
         intermediate_size=14_336,
@@ -190,9 +198,6 @@ def llama3_8b_shaped() -> Any:
         max_position_embeddings=8192,
         rope_theta=500_000.0,
     )
-    with torch.device("cuda"):
-        network = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
-    return wrap_model(network.eval(), word_tokenizer(), name="Llama-3-8B-shaped (random)")
 
 
 def row(name: str, length: int, m: dict[str, float]) -> str:

@@ -128,17 +128,20 @@ def _gpt2(s: Style, vocab: int) -> Any:
     return transformers.GPT2LMHeadModel(config)
 
 
-def _llama(s: Style, vocab: int) -> Any:
+def _llama(s: Style, vocab: int, **shape: Any) -> Any:
     import transformers
 
+    sizes = {
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,  # 2 query heads share each key/value head
+        "max_position_embeddings": 64,
+    }
     config = transformers.LlamaConfig(
         vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # 2 query heads share each key/value head
-        max_position_embeddings=64,
+        **{**sizes, **shape},
         bos_token_id=s.id("<s>"),
         eos_token_id=s.id("</s>"),
     )
@@ -460,15 +463,16 @@ FAMILIES = {
 """The family each tiny model belongs to (what ``family_of`` must say)."""
 
 
-def save_tiny(model_type: str, folder: Path, *, seed: int = 0) -> Path:
+def save_tiny(model_type: str, folder: Path, *, seed: int = 0, **shape: Any) -> Path:
     """Build the tiny ``model_type`` (random weights from ``seed``) and save it to ``folder``.
 
-    ``model_type`` is one of :data:`BUILDERS`, :data:`QUIRKS` or :data:`OWN_ATTENTION`.
+    ``model_type`` is one of :data:`BUILDERS`, :data:`QUIRKS` or :data:`OWN_ATTENTION`;
+    ``shape``: config fields in place of the tiny sizes (llama only, for a bigger model).
     """
     build, style = {**BUILDERS, **QUIRKS, **OWN_ATTENTION}[model_type]
     tokenizer = word_tokenizer(style)
     torch.manual_seed(seed)
-    model = build(style, len(tokenizer))
+    model = build(style, len(tokenizer), **shape)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

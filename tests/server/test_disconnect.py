@@ -37,26 +37,16 @@ IDLE_CPU_S = 0.4  # what the server may use in the 2 s after that
 def save_slow_llama(folder: Path) -> Path:
     """A Llama of 16 layers x 12 heads, d_model 768 (random weights), with the tiny word
     tokenizer: about 5 s for a 2,000-token pass on two cores."""
-    import torch
-    import transformers
-
-    style = tiny.BUILDERS["llama"][1]
-    tokenizer = tiny.word_tokenizer(style)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
+    return tiny.save_tiny(
+        "llama",
+        folder,
         hidden_size=768,
         intermediate_size=1536,
         num_hidden_layers=16,
         num_attention_heads=12,
         num_key_value_heads=12,
         max_position_embeddings=4096,
-        bos_token_id=style.id("<s>"),
-        eos_token_id=style.id("</s>"),
     )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def cpu_seconds(pid: int) -> float:
