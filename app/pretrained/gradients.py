@@ -5,8 +5,8 @@ the model's own eager attention (:func:`.recorder.capture_gradients`), then one 
 pass from a scalar *target*:
 
 - a decoder's (and an encoder-decoder's) next-token **logit** of ``token_id`` at query
-  position ``position`` (the last token, and the model's most likely next token, by
-  default);
+  position ``position`` (by default the last token that is neither special nor
+  whitespace, :func:`last_content_position`, and the model's most likely next token);
 - an encoder's **embedding** score at ``position`` (default 0: [CLS] or <s>):
   ⟨h_position, ē⟩ / ‖ē‖, the component of that token's last hidden state along the
   input's sentence embedding ē (the mean of the last hidden states, as sentence-transformers
@@ -157,6 +157,51 @@ def check_gradient_cells(model: PretrainedModel, length: int, target_length: int
         )
 
 
+def generation_prompt_ids(model: PretrainedModel) -> list[int]:
+    """The token ids of the chat template's opening of the assistant's turn.
+
+    ``<|im_start|>assistant`` and a newline for SmolLM2: what ``add_generation_prompt``
+    appends after the last message. Empty for a tokenizer without a chat template.
+    """
+    tokenizer = model.tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        return []
+    turn = [{"role": "user", "content": "x"}]
+    opened = str(tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True))
+    closed = str(tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=False))
+    if not opened.startswith(closed) or opened == closed:
+        return []
+    return list(tokenizer(opened[len(closed) :], add_special_tokens=False)["input_ids"])
+
+
+def last_content_position(model: PretrainedModel, batch: TokenizedBatch) -> int:
+    """The default target of a decoder's or encoder-decoder's gradient method.
+
+    The last token of input 0 that is neither special (``<|im_end|>``, ``</s>``), nor
+    only whitespace once decoded (the newline after a chat turn), nor part of the chat
+    template's opening of the assistant's turn when the input ends with it (a chat prompt
+    with nothing generated yet): the last token of the text itself, or of what was
+    generated. The last token when there is none.
+
+    Args:
+        model: its tokenizer decodes the tokens.
+        batch: one input (B = 1): the text, or an encoder-decoder's decoder input.
+
+    Returns:
+        A position in 0 .. L - 1.
+    """
+    special = batch.special_tokens_mask[0]
+    ids = batch.input_ids[0].tolist()[: len(batch.tokens[0])]
+    end = len(ids)
+    opening = generation_prompt_ids(model)
+    if opening and ids[-len(opening) :] == opening:
+        end -= len(opening)
+    for position in range(end - 1, -1, -1):
+        if not special[position] and str(model.tokenizer.decode([ids[position]])).strip():
+            return position
+    return len(ids) - 1
+
+
 def gradient_pass(
     model: PretrainedModel,
     batch: TokenizedBatch,
@@ -174,7 +219,8 @@ def gradient_pass(
         batch: one input (B = 1), from :meth:`.model.PretrainedModel.tokenize`.
         targets: an encoder-decoder's decoder input, else None.
         position: the target's output position (negative counts from the end); None for
-            the last token (decoders, encoder-decoders) or 0 (encoders).
+            the last content token (:func:`last_content_position`: decoders,
+            encoder-decoders) or 0 (encoders).
         token_id: the next token whose logit is the target; None for the most likely one.
             Refused for encoders.
         device: "auto", "cpu" or "cuda".
@@ -196,7 +242,7 @@ def gradient_pass(
     outputs_length = target_length if target_length is not None else length
     kind = "embedding" if model.family == "encoder" else "logit"
     if position is None:
-        position = 0 if kind == "embedding" else outputs_length - 1
+        position = 0 if kind == "embedding" else last_content_position(model, targets or batch)
     if not -outputs_length <= position < outputs_length:
         raise AttentionInputError(
             "target_index", f"{position} is not a position of the {outputs_length} tokens"

@@ -359,11 +359,26 @@ function numberCell(row, value, digits = 4) {
   row.append(cell);
 }
 
+// The most key rows the neuron view draws (each is 2 d_k + 4 cells: 131 for SmolLM2);
+// a longer input's keys are the NEURON_ROWS of largest weight, in their order, with a
+// note of the others' share.
+export const NEURON_ROWS = 128;
+
+// The keys the neuron view draws: every position up to `most`, else the `most` unmasked
+// ones of largest weight, in position order.
+function drawnKeys(weights, masked, most) {
+  const every = weights.map((_, j) => j);
+  if (every.length <= most) return every;
+  return every.filter((j) => !masked[j]).sort((a, b) => weights[b] - weights[a])
+    .slice(0, most).sort((a, b) => a - b);
+}
+
 // The neuron view of one head and one query. options:
 //   queryLabel, keyLabels (token strings, shown through displayToken), query (d_k),
-//   keys (L_k x d_k), scaling, masked (L_k booleans), weights (L_k), title.
-// Each key's row holds data-score (q·k), data-scaled and data-weight; the q row holds
-// the vector in data-vector, each key row its k in data-vector.
+//   keys (L_k x d_k), scaling, masked (L_k booleans), weights (L_k), title, maxRows
+//   (default NEURON_ROWS: the keys drawn, see drawnKeys).
+// Each key's row holds data-position, data-score (q·k), data-scaled and data-weight; the
+// q row holds the vector in data-vector, each key row its k in data-vector.
 export function neuronView(container, options) {
   const { query, keys, scaling, masked, weights } = options;
   container.replaceChildren();
@@ -377,6 +392,18 @@ export function neuronView(container, options) {
   let productTop = 1e-12;
   const products = keys.map((k) => k.map((v, d) => v * query[d]));
   for (const p of products) for (const v of p) productTop = Math.max(productTop, Math.abs(v));
+  const shown = drawnKeys(weights, masked, options.maxRows ?? NEURON_ROWS);
+  if (shown.length < keys.length) {
+    let rest = 1;
+    for (const j of shown) rest -= weights[j];
+    const note = document.createElement("p");
+    note.className = "hint neuron-rows-note";
+    note.textContent = `The ${shown.length} keys of largest weight of ${keys.length}, in ` +
+      `their order; the other ${keys.length - shown.length} take ` +
+      `${(100 * Math.max(0, rest)).toFixed(1)}% of the weight` +
+      `${masked.some(Boolean) ? " (masked keys take none)" : ""}.`;
+    container.append(note);
+  }
   const table = document.createElement("table");
   table.className = "neuron-view";
   const dk = query.length;
@@ -399,9 +426,11 @@ export function neuronView(container, options) {
   const spacer = document.createElement("td");
   spacer.colSpan = dk + 3;
   qRow.append(spacer);
-  keys.forEach((k, j) => {
+  for (const j of shown) {
+    const k = keys[j];
     const row = body.insertRow();
     row.className = masked[j] ? "neuron-key masked" : "neuron-key";
+    row.dataset.position = String(j);
     const score = k.reduce((sum, v, d) => sum + v * query[d], 0);
     row.dataset.vector = JSON.stringify(k);
     row.dataset.score = String(score);
@@ -415,7 +444,7 @@ export function neuronView(container, options) {
     numberCell(row, score, 3);
     numberCell(row, score * scaling, 3);
     numberCell(row, masked[j] ? null : weights[j], 3);
-  });
+  }
   const scroller = document.createElement("div");
   scroller.className = "neuron-scroll";
   scroller.append(table);

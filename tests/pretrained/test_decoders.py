@@ -261,3 +261,25 @@ def test_a_file_that_is_not_gguf_is_refused_with_its_name(tmp_path: Path) -> Non
         load_gguf("bogus", bogus, tmp_path / "cache")
     with pytest.raises(ModelFormatError, match="no such GGUF file"):
         load_gguf("missing", tmp_path / "missing.gguf", tmp_path / "cache")
+
+
+def test_the_default_gradient_target_is_the_last_token_of_the_text(
+    smollm2: PretrainedModel,
+) -> None:
+    """Not <|im_end|>, not the newline after it, not the template's opening of the reply:
+    the last token that the text (or what was generated) wrote itself (issue 42)."""
+    from attnviz.pretrained.gradients import gradient_pass, last_content_position
+
+    chat = smollm2.tokenize(["What is the capital of France?"], chat=True)
+    position = last_content_position(smollm2, chat)
+    assert chat.tokens[0][position] == "?"
+    assert chat.tokens[0][-1] == "Ċ" and position < len(chat.tokens[0]) - 4
+    # A reply that ended: its last word, not <|im_end|> or the newline after it.
+    ended = smollm2.tokenize(["The capital of France is Paris.<|im_end|>\n"])
+    tokens = ended.tokens[0]
+    assert tokens[-2:] == ["<|im_end|>", "Ċ"]
+    assert tokens[last_content_position(smollm2, ended)] == "."
+    plain = smollm2.tokenize(["Attention is all you need"])
+    assert last_content_position(smollm2, plain) == plain.lengths[0] - 1
+    # gradient_pass explains it when no target_index is given.
+    assert gradient_pass(smollm2, chat).target.position == position

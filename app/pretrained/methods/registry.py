@@ -263,8 +263,9 @@ def _value_zeroing(run: MethodRun) -> MethodMaps:
 
 GRADIENT_NOTE: Final = (
     " The target T is a decoder's next-token logit at the Target token (its most likely "
-    "next token; by default the last token), or an encoder's output at the Target token "
-    "along the input's mean output (the sentence embedding; by default the first token). "
+    "next token; by default the last token that is neither special nor whitespace), or an "
+    "encoder's output at the Target token along the input's mean output (the sentence "
+    "embedding; by default the first token). "
     "It takes one more forward and backward pass with eager attention, for inputs up to "
     "2^27 attention weights over all layers and heads."
 )
@@ -272,8 +273,9 @@ GRADIENT_NOTE: Final = (
 
 GRADIENT_TARGET: Final = (
     "The target T of both (see `target`): a decoder's or encoder-decoder's next-token logit "
-    "of target_token_id at target_index (default the last token and its most likely next "
-    "token); an encoder's <h_p, e> / ||e|| at p = target_index (default 0), token p's last "
+    "of target_token_id at target_index (default the last token that is neither special "
+    "nor whitespace, and its most likely next token); an encoder's <h_p, e> / ||e|| at "
+    "p = target_index (default 0), token p's last "
     "hidden state along the input's mean last hidden state e (held fixed). Both take one "
     "more forward and backward pass with eager attention, up to N x H x L_q x L_k = 2^27 "
     "weights (704 tokens of SmolLM2, 965 of MiniLM; more is a 422 naming texts)."

@@ -278,7 +278,8 @@ class PretrainedAttentionRequest(StrictRequest):
         ge=0,
         description="With method 'grad_rollout' or 'head_importance': the output position "
         "whose target is explained (a decoder's token, an encoder-decoder's target token, an "
-        "encoder's token); default the last token (decoders) or 0 (encoders). Must be "
+        "encoder's token); default the last token that is neither special nor whitespace "
+        "(decoders: not <|im_end|> or the newline after it) or 0 (encoders). Must be "
         "below the length (else 422).",
     )
     target_token_id: int | None = Field(

@@ -67,8 +67,44 @@ export const staleNote = document.getElementById("stale-note");
 export const refreshButton = document.getElementById("refresh");
 export const atlasOwn = document.getElementById("atlas-own");
 
+// The request fields the API's messages name, by the page's control that sets them: an
+// error reads "Prompts: ..." (the control's own label), not "texts: ...".
+const FIELD_CONTROLS = {
+  model: "model", texts: "texts", text_pairs: "text-pairs", targets: "targets", chat: "chat",
+  block: "block", max_new_tokens: "max-new-tokens", temperature: "temperature", seed: "seed",
+  device: "device", sequence_index: "sequence-index", layer_index: "layer-index",
+  head_index: "neuron-head", method: "method", target_index: "target-index",
+  target_token_id: "target-index", ablate: "ablate", hide_special_tokens: "hide-special",
+  merge_words: "merge-words",
+};
+
+// The visible label of control `id`, without its hint ("Prompts", "Heads off").
+function controlLabel(id) {
+  if (id === "texts") return textsLabel.textContent;
+  const control = document.getElementById(id);
+  const label = document.querySelector(`label[for="${id}"]`) || (control && control.closest("label"));
+  if (!label) return null;
+  const copy = label.cloneNode(true);
+  for (const hint of copy.querySelectorAll(".hint, input")) hint.remove();
+  return copy.textContent.trim() || null;
+}
+
+// An API message with each line's leading field ("texts[1]: ...", "ablate: ...") named by
+// its control ("Prompts (line 2): ...", "Heads off: ...").
+export function inControlTerms(message) {
+  return String(message).split("\n").map((line) => {
+    const match = /^([a-z_]+)((?:\[\d+\])*)(?:\.[\w.[\]]+)?: /u.exec(line);
+    const label = match && FIELD_CONTROLS[match[1]] && controlLabel(FIELD_CONTROLS[match[1]]);
+    if (!label) return line;
+    const index = /^\[(\d+)\]/u.exec(match[2]);
+    const where = index && ["texts", "text_pairs", "targets"].includes(match[1])
+      ? ` (line ${Number(index[1]) + 1})` : "";
+    return `${label}${where}: ${line.slice(match[0].length)}`;
+  }).join("\n");
+}
+
 const errors = errorBox(document.getElementById("error"));
-export const showError = errors.show;
+export const showError = (message) => errors.show(inControlTerms(message));
 export const clearError = errors.clear;
 
 // The speech and image views' elements (media.js bindMedia).

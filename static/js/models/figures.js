@@ -1,13 +1,12 @@
 // What the views share around their figures: a map of weights with the page's colour
 // scale, a head enlarged (the selection outlined on it), and scrolling a map into sight.
 import { busy } from "../api.js";
-import { addPlot, clearPlots, heatmapFigure } from "../heatmap.js";
-import { outline, selectionShapes } from "../tokens.js";
+import { addPlot, clearPlots, heatmapFigure, tokenHover } from "../heatmap.js";
 import { displayTokens } from "../lib/display.js";
 import { methodSelect } from "./elements.js";
 import { colourMode, valueName } from "./form.js";
-import { headTitle, isSelfAttention, keyTokens, queryTokens } from "./response.js";
-import { bindSelection } from "./selection.js";
+import { blockLabels, headTitle, keyTokens, queryTokens } from "./response.js";
+import { bindSelection, outlineMap } from "./selection.js";
 import { state } from "./state.js";
 import { methodFigureName } from "./methods.js";
 import { headMap } from "./stream.js";
@@ -16,29 +15,48 @@ import { headMap } from "./stream.js";
 // H0, H1, ...: twelve "H10"-wide labels do not fit side by side on a phone.
 export const NARROW_GRID = 560;
 
-
-export function weightFigure(z, rowLabels, colLabels, title, showscale = true, extra = {}) {
+// A map of `res`'s input, {z: P_q x P_k, factor, keyFactor} (tokens per row and column: 1
+// at full resolution, more when block-max pooled), as a weight figure whose rows and
+// columns are labelled with the tokens or the blocks they cover ("tokens 8–15: the…mat").
+export function mapFigure(res, map, title, extra = {}) {
+  const { factor = 1, keyFactor = 1 } = map;
+  const axis = (tokens, f) => {
+    const shown = displayTokens(tokens);
+    const labels = blockLabels(shown, f);
+    return { labels, hover: tokenHover(labels, f, shown.length) };
+  };
+  const rows = axis(queryTokens(res), factor);
+  const cols = axis(keyTokens(res), keyFactor);
   return heatmapFigure({
-    z, rowLabels: displayTokens(rowLabels), colLabels: displayTokens(colLabels), title, zmin: 0,
-    showscale, valueName: valueName(), scale: colourMode(rowLabels.length), ...extra,
+    z: map.z, rowLabels: rows.labels, colLabels: cols.labels, title, zmin: 0,
+    valueName: valueName(), scale: colourMode(rows.labels.length),
+    rowHover: rows.hover, colHover: cols.hover, ...extra,
   });
 }
 
+// mapFigure drawn in `container` (addPlot), its div marked with the map's factors
+// (data-factor, data-key-factor): the selection's outlines and a click on a row read them.
+export function addMap(container, res, map, title, className, extra = {}) {
+  const div = addPlot(container, mapFigure(res, map, title, extra), className);
+  div.dataset.factor = String(map.factor ?? 1);
+  div.dataset.keyFactor = String(map.keyFactor ?? 1);
+  return div;
+}
+
+// Head h of layer l enlarged in `container` (MAP_SIDES.head per side at most: a longer
+// input's comes pooled, with a note), the selection outlined on it.
 export async function showEnlarged(container, res, l, h) {
-  const z = await busy(() => headMap(res, l, h));
-  if (z === null) return;
+  const map = await busy(() => headMap(res, l, h));
+  if (map === null) return;
   clearPlots(container);
   container.dataset.layer = String(l);
   container.dataset.head = String(h);
-  const div = addPlot(container, weightFigure(z, queryTokens(res), keyTokens(res),
-    headTitle(res, l, h)), "plot enlarged-plot");
+  const pooled = map.factor > 1 || map.keyFactor > 1;
+  const title = headTitle(res, l, h) + (pooled ? `, block max of ${map.factor} × ${map.keyFactor} tokens` : "");
+  const div = addMap(container, res, map, title, "plot enlarged-plot");
   await div.drawn;
   bindSelection(div);
-  if (state.selected.size) {
-    await outline(div, selectionShapes(state.selected, {
-      rows: z.length, cols: (z[0] || []).length,
-    }, isSelfAttention(res)));
-  }
+  await outlineMap(div, res);
 }
 
 // The chosen method's own map (head importance, gradient rollout, flow, value zeroing; for

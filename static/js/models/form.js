@@ -229,8 +229,10 @@ function chosenTarget() {
 export function fillTargets(res) {
   const outputs = res.family !== "encoder-decoder" || res.block !== "encoder";
   const tokens = outputs ? queryTokens(res) : [];
-  const last = res.family === "encoder" ? "first" : "last";
-  const labels = [`${last} token (default)`, ...tokens.map((t, i) => `${i}: ${displayToken(t)}`)];
+  // The server's default: an encoder's first token, else the last that is neither special
+  // nor whitespace (gradients.py last_content_position; res.target names it once computed).
+  const last = res.family === "encoder" ? "first token" : "last word's token";
+  const labels = [`${last} (default)`, ...tokens.map((t, i) => `${i}: ${displayToken(t)}`)];
   const values = ["", ...tokens.map((_, i) => String(i))];
   const key = labels.join("\n");
   if (targetSelect.dataset.key === key) return;

@@ -9,13 +9,21 @@ import {
   targetControl,
 } from "./elements.js";
 import { ablatedHeads, gradientMethod, otherMethod } from "./form.js";
-import { keyTokens, kvGroups, queryTokens } from "./response.js";
+import { keyTokens, kvGroups, poolFactors, queryTokens } from "./response.js";
+import { MAP_SIDES } from "./stream.js";
 
 const BLOCK_WORDS = {
   encoder: "encoder self-attention",
   decoder: "decoder self-attention (causal)",
   cross: "cross-attention (decoder queries, encoder keys)",
 };
+
+// The maps fetched at most MAP_SIDES per side, as the display note names them.
+const MAP_NAMES = {
+  layer: "the layer view", lines: "the line view", average: "a layer's head average",
+  compare: "compare", head: "an enlarged head",
+};
+const joined = (items) => new Intl.ListFormat("en", { type: "conjunction" }).format(items);
 
 export function describe(res) {
   const [, , H] = res.shape;
@@ -72,13 +80,20 @@ export function noteFor(res) {
       "on average, over all layers and heads)");
   }
   if (res.downsample) {
-    const d = res.downsample;
-    parts.push(`thumbnails pooled to blocks of ${d.factor} × ${d.key_factor ?? d.factor} ` +
-      "tokens (block max); enlarged maps and the layer view are full resolution");
+    const [f, kf] = poolFactors(res.downsample);
+    const length = Math.max(queryTokens(res).length, keyTokens(res).length);
+    // The sides the other maps are fetched at (MAP_SIDES): the note says which are whole.
+    const full = Object.entries(MAP_NAMES).filter(([side]) => length <= MAP_SIDES[side])
+      .map(([, name]) => name);
+    const pooledToo = Object.entries(MAP_NAMES).filter(([side]) => length > MAP_SIDES[side])
+      .map(([side, name]) => `${name} to ${MAP_SIDES[side]}`);
+    parts.push(`thumbnails pooled to blocks of ${f} × ${kf} tokens (block max)` +
+      (full.length ? `; ${joined(full)} at full resolution` : "") +
+      (pooledToo.length ? `; ${joined(pooledToo)} rows and columns at most, pooled the same way` : ""));
   }
   if (res.average_downsample) {
-    const d = res.average_downsample;
-    parts.push(`the averages and rollout are pooled to blocks of ${d.factor} × ${d.key_factor} tokens`);
+    const [f, kf] = poolFactors(res.average_downsample);
+    parts.push(`the averages and rollout are pooled to blocks of ${f} × ${kf} tokens`);
   }
   const groups = kvGroups(res);
   if (groups) {

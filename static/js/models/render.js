@@ -19,6 +19,7 @@ export async function renderView() {
   if (!state.request) return false;
   const ticket = (state.ticket += 1);
   state.queryTicket += 1;
+  clearError(); // an error belongs to the view or input it came from
   controls.hidden = false;
   const section = document.getElementById(`view-${state.view}`);
   section.dataset.drawn = "false";

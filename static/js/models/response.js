@@ -39,6 +39,13 @@ export function headTitle(res, l, h) {
 // ---------------------------------------------------------------------------
 // Pooled maps.
 
+// [tokens per row, tokens per column] of a map pooled as `downsample` says (a response's
+// `downsample`, absent or null when it is not pooled).
+export function poolFactors(downsample) {
+  if (!downsample) return [1, 1];
+  return [downsample.factor, downsample.key_factor ?? downsample.factor];
+}
+
 // The labels of a map pooled by `factor` ("the…mat"), or the tokens themselves.
 export function blockLabels(tokens, factor) {
   if (factor <= 1) return tokens;
@@ -50,12 +57,12 @@ export function blockLabels(tokens, factor) {
   return blocks;
 }
 
-// Hover text of the thumbnails' rows (queries) or columns (keys): the tokens, or the
-// tokens each pooled block covers ("tokens 0–3: [CLS]…sat").
-export function thumbnailHover(res, axis = "query") {
+// Hover text of a map's rows (queries) or columns (keys): the tokens, or the tokens each
+// pooled block covers ("tokens 0–3: [CLS]…sat"); pooled as the overview's thumbnails unless
+// `factors` ([per row, per column]) says otherwise.
+export function thumbnailHover(res, axis = "query", factors = poolFactors(res.downsample)) {
   const tokens = displayTokens(axis === "key" ? keyTokens(res) : queryTokens(res));
-  const d = res.downsample;
-  const f = d ? (axis === "key" ? (d.key_factor ?? d.factor) : d.factor) : 1;
+  const f = axis === "key" ? factors[1] : factors[0];
   if (f === 1) return tokenHover(tokens);
   return tokenHover(blockLabels(tokens, f), f, tokens.length);
 }

@@ -8,34 +8,27 @@ import {
 } from "../tokens.js";
 import { displayTokens } from "../lib/display.js";
 import { keyStrip, layerSelect, queryStrip, shadeHead, shadeLayer, tokenBox } from "./elements.js";
-import { isSelfAttention, keyTokens, queryTokens } from "./response.js";
+import { isSelfAttention, keyTokens, poolFactors, queryTokens } from "./response.js";
 import { page, state } from "./state.js";
+
+// The selection's outlines on one drawn map of `res`'s input (a .head-plot or an
+// .enlarged-plot), pooled as its div's data-factor and data-key-factor say (addMap).
+export function outlineMap(div, res) {
+  if (!div.layout) return Promise.resolve();
+  const [z] = [div.data[0].z];
+  const box = { rows: z.length, cols: (z[0] || []).length };
+  return outline(div, selectionShapes(state.selected, box, isSelfAttention(res),
+    Number(div.dataset.factor || 1), Number(div.dataset.keyFactor || 1)));
+}
 
 // The selection's outlines on every map of the open view's section.
 export function outlineView(section, res) {
-  const self = isSelfAttention(res);
-  const rows = queryTokens(res).length;
-  const cols = keyTokens(res).length;
-  const full = selectionShapes(state.selected, { rows, cols }, self);
-  const done = [];
-  for (const div of section.querySelectorAll(".head-plot, .enlarged-plot")) {
-    if (!div.layout) continue;
-    const map = div.dataset.map;
-    const ad = res.average_downsample;
-    if ((map === "layer-mean" || map === "rollout") && ad) {
-      const box = { rows: div.data[0].z.length, cols: div.data[0].z[0].length };
-      done.push(outline(div, selectionShapes(state.selected, box, self,
-        ad.factor, ad.key_factor ?? ad.factor)));
-    } else {
-      done.push(outline(div, full));
-    }
-  }
+  const done = [...section.querySelectorAll(".head-plot, .enlarged-plot")].map(
+    (div) => outlineMap(div, res));
   const grid = section.querySelector("#model-grid");
   if (grid && grid.tiles && grid.layout) {
     const { tiles } = grid;
-    const d = res.downsample;
-    const fq = d ? d.factor : 1;
-    const fk = d ? (d.key_factor ?? d.factor) : 1;
+    const [fq, fk] = poolFactors(res.downsample);
     const shapes = [];
     for (let r = 0; r < tiles.rows; r += 1) {
       for (let c = 0; c < tiles.cols; c += 1) {
@@ -56,9 +49,7 @@ export function outlineView(section, res) {
 // inputs) gives each token its block's pooled weight, with no second request.
 function selectionWeights(res, l) {
   if (!state.selected.size) return null;
-  const d = res.downsample;
-  const fq = d ? d.factor : 1;
-  const fk = d ? (d.key_factor ?? d.factor) : 1;
+  const [fq, fk] = poolFactors(res.downsample);
   const blocks = shadedWeights(res.attentions[l][0], state.selected, shadeHead.value, fq);
   if (fk === 1) return blocks;
   return keyTokens(res).map((_, j) => blocks[Math.floor(j / fk)] ?? 0);
@@ -125,10 +116,12 @@ export async function selectToken(q, add = false, fromKeyboard = false) {
   writeLinkSettings(state.view);
 }
 
-// A click on a full-resolution map's cell selects its query row.
+// A click on a map's cell selects its query row (on a pooled map, data-factor > 1, the
+// first token of its block).
 export function bindSelection(div) {
   div.on("plotly_click", (event) => {
     const point = event.points && event.points[0];
-    if (point && Number.isInteger(point.y)) selectToken(point.y, additive(event.event));
+    if (!point || !Number.isInteger(point.y)) return;
+    selectToken(point.y * Number(div.dataset.factor || 1), additive(event.event));
   });
 }

@@ -10,6 +10,7 @@ import {
 } from "./elements.js";
 import { rememberSpecials, viewRequest } from "./form.js";
 import { refused } from "./listing.js";
+import { keyTokens, poolFactors, queryTokens } from "./response.js";
 import { progress, state } from "./state.js";
 
 // The overview streamed: NDJSON lines, a "start" (every field but the maps), one "layer"
@@ -237,29 +238,65 @@ function takeLine(stream, line) {
   return undefined; // a kind of line this page does not know: skipped
 }
 
-// Full-resolution maps of layer l: {attentions: H x L x L, headMean: L x L}; from the
-// overview when it is not pooled, else fetched once per layer.
-export async function layerMaps(res, l) {
-  if (!res.downsample) return { attentions: res.attentions[l][0], headMean: res.head_mean[l][0] };
-  if (!state.layers.has(l)) {
-    const layer = await requestLayer(viewRequest({ layer_index: l }));
-    if (layer === null) return null;
-    state.layers.set(l, { attentions: layer.attentions, headMean: layer.headMean });
-  }
-  return state.layers.get(l);
+// The most rows and columns a view fetches one layer's or one head's maps with. A longer
+// input's come block-max pooled to it (the request's display_size), as the overview's
+// thumbnails are: every request the page makes fits the server's limits at every admitted
+// length (at 8,192 tokens, SmolLM2's 9 heads of a layer at 256 x 256 are 0.6 M numbers
+// where the full maps would be 600 M), and a figure never has more cells than these
+// sides allow, so it draws in about a second.
+export const MAP_SIDES = Object.freeze({
+  layer: 256, // the layer view's compact grid (maps of 70 to 170 px)
+  lines: 256, // the line view's rows (20 px each)
+  average: 512, // a layer's head average (as the server pools the layer mean and rollout)
+  compare: 512, // compare's maps and their difference
+  head: 1024, // an enlarged head
+});
+
+// What a request of layer maps of `res`'s input at most `side` per side adds to the view's
+// request: display_size when the input is longer (res counts the shown tokens).
+function sized(res, side, extra) {
+  const long = Math.max(queryTokens(res).length, keyTokens(res).length) > side;
+  return viewRequest({ ...extra, ...(long ? { display_size: side } : {}) });
 }
 
-// One head's full-resolution map: from the overview when it is not pooled, from a layer
-// already fetched, else only that head (layer_index and head_index).
+// The maps of layer l at most `side` (a MAP_SIDES value) per side: {attentions: H x P_q x
+// P_k, headMean: P_q x P_k, factor, keyFactor} (tokens per pooled row and column, 1 at full
+// resolution). From the overview when it is not pooled and short enough, else fetched once
+// per layer and side.
+export async function layerMaps(res, l, side) {
+  const [P_q, P_k] = [queryTokens(res).length, keyTokens(res).length];
+  if (!res.downsample && Math.max(P_q, P_k) <= side) {
+    return { attentions: res.attentions[l][0], headMean: res.head_mean[l][0], factor: 1, keyFactor: 1 };
+  }
+  const key = `${l}/${side}`;
+  if (!state.layers.has(key)) {
+    const layer = await requestLayer(sized(res, side, { layer_index: l }));
+    if (layer === null) return null;
+    const [factor, keyFactor] = poolFactors(layer.downsample);
+    state.layers.set(key, { attentions: layer.attentions, headMean: layer.headMean, factor, keyFactor });
+  }
+  return state.layers.get(key);
+}
+
+// One head's map at most MAP_SIDES.head per side: {z: P_q x P_k, factor, keyFactor}. From
+// the overview when it is not pooled, from its layer when that was fetched at full
+// resolution (a short input's), else only that head (layer_index and head_index).
 export async function headMap(res, l, h) {
-  if (!res.downsample) return res.attentions[l][0][h];
-  if (state.layers.has(l)) return state.layers.get(l).attentions[h];
+  if (!res.downsample) {
+    return { z: res.attentions[l][0][h], factor: 1, keyFactor: 1 };
+  }
+  for (const [key, maps] of state.layers) {
+    if (key.startsWith(`${l}/`) && maps.factor === 1 && maps.keyFactor === 1) {
+      return { z: maps.attentions[h], factor: 1, keyFactor: 1 };
+    }
+  }
   const key = `${l},${h}`;
   if (!state.heads.has(key)) {
-    const layer = await requestLayer(viewRequest({ layer_index: l, head_index: h }));
+    const layer = await requestLayer(sized(res, MAP_SIDES.head, { layer_index: l, head_index: h }));
     if (layer === null) return null;
-    const [map] = layer.attentions; // (1, L_q, L_k): the one head asked for
-    state.heads.set(key, map);
+    const [factor, keyFactor] = poolFactors(layer.downsample);
+    const [z] = layer.attentions; // (1, P_q, P_k): the one head asked for
+    state.heads.set(key, { z, factor, keyFactor });
   }
   return state.heads.get(key);
 }

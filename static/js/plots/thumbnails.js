@@ -2,7 +2,7 @@
 // (Shared by both pages through ../heatmap.js.)
 
 import { addPlot } from "./draw.js";
-import { MASKED_COLOR, WEIGHT_COLORSCALE, colourBar, escapeForPlotly, hoverData, maxOf, scaledWeights, ticks } from "./figure.js";
+import { MASKED_COLOR, WEIGHT_COLORSCALE, colourBar, escapeForPlotly, hoverData, maxOf, scaledWeights } from "./figure.js";
 
 // The hover text of one axis of thumbnail (r, c): `given` (an array, or a function
 // (r, c) -> array), else the bare positions "position i".

@@ -2,7 +2,7 @@
 // (Shared by both pages through ../heatmap.js.)
 
 import { addPlot } from "./draw.js";
-import { LOG_FLOOR_EXP, MASKED_COLOR, WEIGHT_COLORSCALE, colourBar, escapeForPlotly, maxOf, scaledWeights, ticks } from "./figure.js";
+import { LOG_FLOOR_EXP, MASKED_COLOR, WEIGHT_COLORSCALE, colourBar, escapeForPlotly, maxOf, scaledWeights } from "./figure.js";
 import { axisHover, gridFrame } from "./thumbnails.js";
 
 // A tile's colours under `mode` (tiledGrid): in [0, 1] for the linear modes (weight over

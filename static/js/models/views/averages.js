@@ -2,17 +2,17 @@
 // attention rollout and the whole-model methods' maps (flow, value zeroing, gradient-
 // weighted rollout), with a note when the first token is an attention sink.
 import { paragraph } from "../../api.js";
-import { addPlot, clearPlots, thumbnailGrid } from "../../heatmap.js";
+import { clearPlots, thumbnailGrid } from "../../heatmap.js";
 import { displayToken } from "../../lib/display.js";
 import { layerSelect } from "../elements.js";
-import { weightFigure } from "../figures.js";
+import { addMap } from "../figures.js";
 import { colourMode, perHeadMethod, valueName, weightsMethod } from "../form.js";
 import { methodFigure } from "../methods.js";
 import { addHint, targetText } from "../notes.js";
-import { blockLabels, keyTokens, queryTokens, thumbnailHover } from "../response.js";
+import { keyTokens, poolFactors, queryTokens, thumbnailHover } from "../response.js";
 import { bindSelection } from "../selection.js";
 import { page, state } from "../state.js";
-import { layerMaps } from "../stream.js";
+import { MAP_SIDES, layerMaps } from "../stream.js";
 
 const STRIP_COLUMNS = 10; // the most layers a row of the averages' strip
 
@@ -20,7 +20,7 @@ const STRIP_COLUMNS = 10; // the most layers a row of the averages' strip
 // and heads, and attention rollout (Abnar & Zuidema 2020).
 export async function renderAverages(section, res, l) {
   const body = section.querySelector(".view-body");
-  const maps = await layerMaps(res, l);
+  const maps = await layerMaps(res, l, MAP_SIDES.average);
   if (maps === null) return;
   clearPlots(body);
   addHint(body, "The head average of each layer, each scaled to its own maximum. Click " +
@@ -54,16 +54,17 @@ export async function renderAverages(section, res, l) {
   const grid = document.createElement("div");
   grid.className = "heads";
   body.append(grid);
-  const ad = res.average_downsample;
-  const averageRows = blockLabels(queryTokens(res), ad ? ad.factor : 1);
-  const averageCols = blockLabels(keyTokens(res), ad ? ad.key_factor : 1);
+  // Each figure: [name, {z, factor, keyFactor}, title]; pooled maps say so in the title.
+  const [af, akf] = poolFactors(res.average_downsample);
+  const pooledTitle = (title, f, kf) => (f > 1 || kf > 1 ? `${title}, block max of ${f} × ${kf} tokens` : title);
   const figures = [
-    ["head-mean", maps.headMean, queryTokens(res), keyTokens(res), `Head average, layer ${l}`],
-    ["layer-mean", res.layer_mean[0], averageRows, averageCols,
+    ["head-mean", { z: maps.headMean, factor: maps.factor, keyFactor: maps.keyFactor },
+      pooledTitle(`Head average, layer ${l}`, maps.factor, maps.keyFactor)],
+    ["layer-mean", { z: res.layer_mean[0], factor: af, keyFactor: akf },
       `Average of all ${res.num_layers} layers and heads`],
   ];
   if (res.rollout) {
-    figures.push(["rollout", res.rollout[0], averageRows, averageCols,
+    figures.push(["rollout", { z: res.rollout[0], factor: af, keyFactor: akf },
       "Attention rollout (Abnar & Zuidema 2020)"]);
   }
   const sink = attentionSink(res);
@@ -72,8 +73,8 @@ export async function renderAverages(section, res, l) {
     if (state.excludeSink) {
       for (const figure of figures) {
         if (!["head-mean", "layer-mean", "rollout"].includes(figure[0])) continue;
-        figure[1] = withoutFirstToken(figure[1]);
-        figure[4] += ", first token left out";
+        figure[1] = { ...figure[1], z: withoutFirstToken(figure[1].z) };
+        figure[2] += ", first token left out";
       }
     }
   }
@@ -81,14 +82,13 @@ export async function renderAverages(section, res, l) {
   const own = methodFigure(res, l);
   const formats = {};
   if (own) {
-    const [rows, cols] = own.averaged ? [averageRows, averageCols] : [queryTokens(res), keyTokens(res)];
-    figures.unshift([own.name, own.z, rows, cols, own.title]);
+    const [factor, keyFactor] = own.averaged ? [af, akf] : [1, 1];
+    figures.unshift([own.name, { z: own.z, factor, keyFactor }, own.title]);
     formats[own.name] = own.format;
   }
   const plots = [strip.drawn];
-  for (const [name, z, rows, cols, title] of figures) {
-    const extra = formats[name] ?? {};
-    const div = addPlot(grid, weightFigure(z, rows, cols, title, true, extra), "head-plot");
+  for (const [name, map, title] of figures) {
+    const div = addMap(grid, res, map, title, "head-plot", formats[name] ?? {});
     div.dataset.map = name;
     if (name === "head-mean") div.drawn.then(() => bindSelection(div));
     plots.push(div.drawn);

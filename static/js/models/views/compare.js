@@ -8,11 +8,11 @@ import { modelInfo } from "../catalog.js";
 import {
   compareHead, compareModel, compareSentence, sequenceSelect, textsBox, textsLabel,
 } from "../elements.js";
-import { weightFigure } from "../figures.js";
+import { addMap } from "../figures.js";
 import { updateStale, valueName, viewRequest } from "../form.js";
-import { keyTokens, queryTokens } from "../response.js";
+import { blockLabels, keyTokens, poolFactors, queryTokens } from "../response.js";
 import { state } from "../state.js";
-import { layerMaps, requestLayer } from "../stream.js";
+import { MAP_SIDES, layerMaps, requestLayer } from "../stream.js";
 
 // Compare: layer l's head mean (or one head, #compare-head) of the selected sentence (A)
 // and of another (#compare-sentence, B, fetched alone with the same display options), and
@@ -58,46 +58,58 @@ export async function renderCompare(section, res, l) {
   }
   // Another model's layer l, or its last layer when it has fewer.
   const lB = other ? Math.min(l, other.num_layers - 1) : l;
-  const mapsA = await layerMaps(res, l);
+  // Both at most MAP_SIDES.compare per side: longer inputs come block-max pooled.
+  const side = MAP_SIDES.compare;
+  const mapsA = await layerMaps(res, l, side);
   const answerB = await requestLayer(viewRequest({
     // Another model has its own heads: the heads switched off are this model's.
-    sequence_index: b, layer_index: lB, ...(other ? { model: other.name, ablate: undefined } : {}),
+    sequence_index: b, layer_index: lB, display_size: side,
+    ...(other ? { model: other.name, ablate: undefined } : {}),
   }));
   if (mapsA === null || answerB === null) return;
+  const [factorB, keyFactorB] = poolFactors(answerB.downsample);
   const pick = (maps, headMean) => (
     compareHead.value === "mean" ? headMean : maps[Number(compareHead.value)]);
-  const zA = pick(mapsA.attentions, mapsA.headMean);
-  const zB = pick(answerB.attentions, answerB.headMean);
+  const mapA = { z: pick(mapsA.attentions, mapsA.headMean), factor: mapsA.factor, keyFactor: mapsA.keyFactor };
+  const mapB = { z: pick(answerB.attentions, answerB.headMean), factor: factorB, keyFactor: keyFactorB };
+  const [zA, zB] = [mapA.z, mapB.z];
   const what = compareHead.value === "mean" ? "mean of the heads" : `head ${compareHead.value}`;
   const nameA = other ? res.model : `sentence ${a}`;
   const nameB = other ? other.name : `sentence ${b}`;
+  const pooled = (map) => (map.factor > 1 || map.keyFactor > 1
+    ? `, block max of ${map.factor} × ${map.keyFactor} tokens` : "");
   clearPlots(body);
   const plots = [
-    addPlot(body, weightFigure(zA, queryTokens(res), keyTokens(res),
-      `A: ${nameA}, layer ${l}, ${what}`), "head-plot"),
-    addPlot(body, weightFigure(zB, queryTokens(answerB), keyTokens(answerB),
-      `B: ${nameB}, layer ${lB}, ${what}`), "head-plot"),
+    addMap(body, res, mapA, `A: ${nameA}, layer ${l}, ${what}${pooled(mapA)}`, "head-plot"),
+    addMap(body, answerB, mapB, `B: ${nameB}, layer ${lB}, ${what}${pooled(mapB)}`, "head-plot"),
   ];
   const same = JSON.stringify([queryTokens(res), keyTokens(res)]) ===
     JSON.stringify([queryTokens(answerB), keyTokens(answerB)]);
-  if (zA.length === zB.length && zA[0].length === zB[0].length && (same || !other)) {
+  const aligned = zA.length === zB.length && zA[0].length === zB[0].length
+    && mapA.factor === mapB.factor && mapA.keyFactor === mapB.keyFactor;
+  if (aligned && (same || !other)) {
     const diff = zA.map((row, i) => row.map((v, j) => v - zB[i][j]));
-    const positions = (n) => Array.from({ length: n }, (_, i) => String(i));
+    const positions = (n, f) => Array.from({ length: n }, (_, i) => (
+      f > 1 ? `${i * f}–${(i + 1) * f - 1}` : String(i)));
+    const blocks = (tokens, f) => blockLabels(displayTokens(tokens), f);
     const div = addPlot(body, heatmapFigure({
       z: diff,
-      rowLabels: same ? displayTokens(queryTokens(res)) : positions(diff.length),
-      colLabels: same ? displayTokens(keyTokens(res)) : positions(diff[0].length),
-      signed: true, valueName: "A − B", colorTitle: `${valueName()} A − B`, title: "A − B",
+      rowLabels: same ? blocks(queryTokens(res), mapA.factor) : positions(diff.length, mapA.factor),
+      colLabels: same ? blocks(keyTokens(res), mapA.keyFactor) : positions(diff[0].length, mapA.keyFactor),
+      signed: true, valueName: "A − B", colorTitle: `${valueName()} A − B`,
+      title: `A − B${pooled(mapA)}`,
       yTitle: same ? "Query" : "Query position", xTitle: same ? "Key" : "Key position",
     }), "head-plot");
     div.dataset.map = "difference";
     plots.push(div);
   } else if (other) {
     paragraph(body, "hint compare-note", `No difference map: ${res.model} and ${other.name} ` +
-      `split this sentence into different tokens (${zA.length} and ${zB.length}).`);
+      `split this sentence into different tokens (${queryTokens(res).length} and ` +
+      `${queryTokens(answerB).length}).`);
   } else {
     paragraph(body, "hint compare-note", `No difference map: sentence ${a} has ` +
-      `${zA.length} tokens and sentence ${b} ${zB.length}; positions would not match.`);
+      `${queryTokens(res).length} tokens and sentence ${b} ${queryTokens(answerB).length}; ` +
+      "positions would not match.");
   }
   if (other && lB !== l) {
     paragraph(body, "hint compare-note", `${other.name} has ${other.num_layers} layers: ` +

@@ -1,18 +1,18 @@
 // The layer view: every head of the selected layer at once, compact; a click enlarges one.
-import { clearPlots, thumbnailGrid, tokenHover } from "../../heatmap.js";
-import { displayTokens } from "../../lib/display.js";
+import { clearPlots, thumbnailGrid } from "../../heatmap.js";
 import { NARROW_GRID, reveal, showEnlarged } from "../figures.js";
 import { colourMode, valueName } from "../form.js";
 import { SCALE_NOTES, addHint } from "../notes.js";
-import { headName, keyTokens, kvGroups, queryTokens } from "../response.js";
+import { headName, kvGroups, queryTokens, thumbnailHover } from "../response.js";
 import { shadeBy } from "../selection.js";
 import { state } from "../state.js";
-import { layerMaps } from "../stream.js";
+import { MAP_SIDES, layerMaps } from "../stream.js";
 
 // Every head of one layer at once, compact (CircuitsVis's attention_patterns): one figure of
 // small maps on one colour scale, a row per key/value head with grouped-query attention
 // (its query heads side by side), else rows of up to 6 heads (3 on a phone); a click
-// enlarges a head below with its tokens (the selection is outlined there).
+// enlarges a head below with its tokens (the selection is outlined there). Inputs over
+// MAP_SIDES.layer tokens come block-max pooled to it (a map is 170 px at most).
 const LAYER_COLUMNS = 6;
 const LAYER_CELL_PX = { min: 70, max: 170 }; // a map's side in the compact grid
 
@@ -20,7 +20,7 @@ export async function renderLayerView(section, res, l) {
   const ticket = state.ticket;
   const body = section.querySelector(".view-body");
   const enlarged = section.querySelector(".enlarged");
-  const maps = await layerMaps(res, l);
+  const maps = await layerMaps(res, l, MAP_SIDES.layer);
   if (maps === null || ticket !== state.ticket) return;
   clearPlots(body);
   const H = res.num_heads;
@@ -32,13 +32,17 @@ export async function renderLayerView(section, res, l) {
   const rows = Math.ceil(H / cols);
   const head = (r, c) => r * cols + c;
   const scale = colourMode(queryTokens(res).length);
+  const factors = [maps.factor, maps.keyFactor];
+  const pooled = maps.factor > 1 || maps.keyFactor > 1;
   // Square maps: the width left beside the titles and the colour bar, shared by the columns.
   const side = Math.max(LAYER_CELL_PX.min,
     Math.min(LAYER_CELL_PX.max, (body.clientWidth - 150) / (cols * 1.06)));
   addHint(body, `All ${H} heads of layer ${l}, ${SCALE_NOTES[scale]} (one colour bar). ` +
     "Hover a map for its weights; click one to enlarge it below with its tokens." +
     (byGroup ? ` Grouped-query attention: a row per key/value head, its ${groups.per} ` +
-      "query heads side by side." : ""));
+      "query heads side by side." : "") +
+    (pooled ? ` Each map is pooled to blocks of ${maps.factor} × ${maps.keyFactor} tokens ` +
+      "(the largest weight of each block); the enlarged head has more detail." : ""));
   const grid = thumbnailGrid(body, {
     rows, cols, count: H,
     cell: (r, c) => maps.attentions[head(r, c)],
@@ -50,8 +54,8 @@ export async function renderLayerView(section, res, l) {
     valueName: valueName(),
     height: Math.round(70 + rows * side * 1.3),
     hover: (r, c) => headName(res, l, head(r, c)),
-    queryHover: tokenHover(displayTokens(queryTokens(res))),
-    keyHover: tokenHover(displayTokens(keyTokens(res))),
+    queryHover: thumbnailHover(res, "query", factors),
+    keyHover: thumbnailHover(res, "key", factors),
     onClick: async (r, c) => {
       state.layerHead = head(r, c);
       shadeBy(res, l, state.layerHead);
