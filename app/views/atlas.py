@@ -16,6 +16,7 @@ definitions, the corpus and the model; without pandas it is the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +38,9 @@ def head_scores(
             ``.gguf`` file, a transformers model with ``tokenizer``, or a loaded
             :class:`attnviz.pretrained.PretrainedModel`; None for all-MiniLM-L6-v2.
         texts: your own corpus for the natural-text scores (one forward pass per text,
-            each cut to 256 tokens); None for the corpus shipped with AttnViz.
+            each cut to 256 tokens); None for the corpus shipped with AttnViz. Induction
+            and duplicate-token stay scored on repeated random tokens (a UserWarning
+            says so when ``texts`` is given).
         tokenizer: the tokenizer of a transformers model passed as ``model``.
         device: "auto", "cpu" or "cuda".
         cache: read and keep the scores in AttnViz's cache folder ($XDG_CACHE_HOME/attnviz
@@ -58,6 +61,14 @@ def head_scores(
     from ..pretrained.loading import default_cache_dir
 
     plan = plan_atlas(text_model(model, tokenizer), texts, repeat_length=None, device=device)
+    if texts is not None:
+        warnings.warn(
+            "head_scores: induction and duplicate_token are scored on repeated random "
+            "tokens, not on your texts (attrs['definitions'][name]['inputs'] says which "
+            "inputs each score is of)",
+            UserWarning,
+            stacklevel=2,
+        )
     if cache:
         scores, _ = cached_head_scores(plan, None, default_cache_dir())
     else:

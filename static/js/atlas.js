@@ -18,7 +18,7 @@ export const SCORE_TITLES = {
   duplicate_token: "Duplicate token: A[i, i−R] on repeats",
   first_token: "First token (sink): A[i, 0]",
   self: "Self: A[i, i]",
-  entropy: "Entropy of the row (nats)",
+  entropy: "Entropy of the row (nats)", // shown in bits (shownAtlas)
 };
 const TOP_ROWS = 10; // heads listed in the table
 
@@ -74,10 +74,35 @@ export function saveAtlas(atlas, format) {
   else download(name, new Blob([JSON.stringify(atlas)], { type: "application/json" }));
 }
 
+// Entropy is shown in bits on every page of AttnViz (the lessons' unit: log2 of the keys a
+// uniform row spreads over); the API and the downloads keep the atlas's nats.
+const NATS_PER_BIT = Math.LN2;
+
+// `atlas` as drawn: its entropy in bits (its definition saying so), and on the user's own
+// texts the scores of repeated random tokens titled as such (they are not of those texts).
+export function shownAtlas(atlas) {
+  const scores = { ...atlas.scores };
+  const definitions = { ...atlas.definitions };
+  const titles = { ...SCORE_TITLES };
+  for (const [name, d] of Object.entries(atlas.definitions)) {
+    if (d.unit === "nats" && scores[name]) {
+      scores[name] = scores[name].map((row) => row.map((v) => v / NATS_PER_BIT));
+      definitions[name] = { ...d, unit: "bits", definition: `${d.definition} Shown here in ` +
+        "bits (nats ÷ ln 2; log2(i + 1) at most), as the lessons show entropy." };
+      titles[name] = titles[name].replace("(nats)", "(bits)");
+    }
+    if (atlas.corpus.name === "texts" && d.inputs === "repeated random tokens" && titles[name]) {
+      titles[name] += " (random tokens, not your texts)";
+    }
+  }
+  return { ...atlas, scores, definitions, titles };
+}
+
 // Draw `atlas` into `body`: a note on what it was computed on, one layers x heads map per
 // score (a click calls onHead(layer, head)), the table of the top heads by a chosen score,
 // and the definitions. Resolves once the maps are drawn.
-export async function drawAtlas(body, atlas, onHead) {
+export async function drawAtlas(body, raw, onHead) {
+  const atlas = shownAtlas(raw);
   clearPlots(body);
   const c = atlas.corpus;
   const corpus = c.name === "texts" ? "your texts" : `the shipped corpus (${c.name} v${c.version})`;
@@ -98,8 +123,8 @@ export async function drawAtlas(body, atlas, onHead) {
     if (!z) continue;
     const unit = atlas.definitions[name].unit;
     const figure = heatmapFigure({
-      z, rowLabels: rows, colLabels: cols, title: SCORE_TITLES[name], yTitle: "Layer",
-      xTitle: "Head", zmin: 0, zmax: unit === "nats" ? Math.max(maxOf(z), 1e-9) : Math.max(maxOf(z), 0.05),
+      z, rowLabels: rows, colLabels: cols, title: atlas.titles[name], yTitle: "Layer",
+      xTitle: "Head", zmin: 0, zmax: unit === "weight" ? Math.max(maxOf(z), 0.05) : Math.max(maxOf(z), 1e-9),
       valueName: name.replace("_", " "), rowHover: rows.map((r) => `layer ${r.slice(1)}`),
       colHover: cols.map((h) => `head ${h.slice(1)}`), textFormat: "%{z:.2f}", hoverFormat: ".3f",
     });
@@ -151,7 +176,7 @@ function topTable(atlas, onHead) {
   label.textContent = `Top ${TOP_ROWS} heads by`;
   const select = document.createElement("select");
   select.id = label.htmlFor;
-  for (const name of names) select.append(new Option(SCORE_TITLES[name], name));
+  for (const name of names) select.append(new Option(atlas.titles[name], name));
   controls.append(label, select);
   const table = document.createElement("table");
   table.className = "data-table atlas-table";

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 
 import httpx2 as httpx
@@ -53,7 +54,14 @@ def test_the_atlas_draws_every_score_and_a_click_opens_the_head(page, server_url
         "entropy",
     ]
     for m in maps:
-        assert m["z"] == api["scores"][m["score"]]  # (6, 12): MiniLM's layers x heads
+        expected = api["scores"][m["score"]]  # (6, 12): MiniLM's layers x heads
+        if m["score"] == "entropy":  # nats in the API, bits on every page
+            assert api["definitions"]["entropy"]["unit"] == "nats"
+            expected = [[v / math.log(2) for v in row] for row in expected]
+            assert m["z"] == [pytest.approx(row, rel=1e-12) for row in expected]
+        else:
+            assert m["z"] == expected
+    assert "(bits)" in page.locator("#view-atlas [data-score=entropy] .gtitle").text_content()
 
     # The table: the 10 heads with the highest previous-token score, highest first.
     cells = page.evaluate(
@@ -111,3 +119,28 @@ def test_the_atlas_fits_a_phone(browser, server_url) -> None:  # type: ignore[no
     )
     assert page.errors == []
     page.context.close()
+
+
+def test_on_your_texts_the_random_token_scores_say_so(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    """Induction and duplicate-token are scored on repeated random tokens whatever the
+    corpus (issue 42): on the user's texts their titles say they are not of those texts."""
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    page.fill("#texts", "The cat sat on the mat.\nThe dog lay on the rug by the door.")
+    open_atlas(page)  # the shipped corpus first: the choice is the atlas view's own
+    page.evaluate("document.getElementById('view-atlas').dataset.drawn = 'stale'")
+    page.check("#atlas-own")
+    page.wait_for_function(
+        "document.getElementById('view-atlas').dataset.drawn === 'true'", timeout=ATLAS_TIMEOUT_MS
+    )
+    atlas = page.evaluate("() => window.attnvizModels.lastAtlas")
+    assert atlas["corpus"]["name"] == "texts"
+    titles = page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('#view-atlas .atlas-plot')]
+            .map((d) => [d.dataset.score, d.layout.title.text]))"""
+    )
+    random = {n for n, d in atlas["definitions"].items() if d["inputs"] == "repeated random tokens"}
+    assert random == {"induction", "duplicate_token"}
+    for name, title in titles.items():
+        assert title.endswith("(random tokens, not your texts)") == (name in random), title
+    assert page.errors == []
