@@ -212,6 +212,8 @@ class AttentionResult:
             mode, when dropout > 0, else None.
         head_entropy_bits: (B, H) mean row entropy in bits, fully-masked rows left out.
         head_max_weight: (B, H) largest weight of each head.
+        head_mean_row_max: (B, H) mean over rows (fully-masked ones left out) of each
+            row's largest weight.
         head_mean_weights: (B, L_q, L_k) the average of the heads.
     """
 
@@ -236,6 +238,7 @@ class AttentionResult:
     dropped_weights: torch.Tensor | None
     head_entropy_bits: torch.Tensor
     head_max_weight: torch.Tensor
+    head_mean_row_max: torch.Tensor
     head_mean_weights: torch.Tensor
 
 
@@ -415,7 +418,7 @@ def compute_attention(
     )
     fully_masked = ~full_mask.any(dim=-1)
     weights_cpu = attn_weights.cpu()
-    entropy_bits, max_weight, mean_weights = head_summary(weights_cpu, fully_masked)
+    entropy_bits, max_weight, mean_row_max, mean_weights = head_summary(weights_cpu, fully_masked)
     return AttentionResult(
         attn_weights=weights_cpu,
         attn_output=attn_output.cpu(),
@@ -438,5 +441,6 @@ def compute_attention(
         dropped_weights=dropout_weights(weights_cpu, dropout, dropout_seed) if dropout else None,
         head_entropy_bits=entropy_bits,
         head_max_weight=max_weight,
+        head_mean_row_max=mean_row_max,
         head_mean_weights=mean_weights,
     )

@@ -31,7 +31,7 @@ def row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
 
 def head_summary(
     weights: torch.Tensor, fully_masked: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Spot sharp and diffuse heads: mean row entropy, max weight, head average.
 
     Args:
@@ -41,8 +41,10 @@ def head_summary(
 
     Returns:
         entropy_bits (B, H) float64, the mean entropy of the other rows (0 when
-        none is left); max_weight (B, H); mean_weights (B, L_q, L_k), the average
-        of the H heads.
+        none is left); max_weight (B, H); mean_row_max (B, H), the mean of the other
+        rows' largest weights (what max_weight cannot say under a causal mask, where
+        row 0 has one key and weight 1.0); mean_weights (B, L_q, L_k), the average of
+        the H heads.
     """
     # Head by head: entr() needs a buffer as large as its input.
     entropy = torch.stack([row_entropy_bits(weights[:, h]) for h in range(weights.shape[1])], 1)
@@ -50,7 +52,8 @@ def head_summary(
     counted = rows.sum(dim=-1).clamp_min(1.0)  # (B, 1)
     entropy_bits = (entropy * rows).sum(dim=-1) / counted
     max_weight = weights.amax(dim=(-2, -1))
-    return entropy_bits, max_weight, weights.mean(dim=1)
+    mean_row_max = (weights.amax(dim=-1).to(entropy.dtype) * rows).sum(dim=-1) / counted
+    return entropy_bits, max_weight, mean_row_max, weights.mean(dim=1)
 
 
 def dropout_weights(weights: torch.Tensor, p: float, seed: int) -> torch.Tensor:

@@ -105,6 +105,21 @@ def test_head_summary() -> None:
     torch.testing.assert_close(result.head_entropy_bits[1], row1 / 2)  # row 0 is one-hot
     torch.testing.assert_close(result.head_max_weight, result.attn_weights.amax(dim=(-2, -1)))
     torch.testing.assert_close(result.head_mean_weights, result.attn_weights.mean(1))
+    # The mean of the counted rows' largest weights (row 0: 1.0, alone; row 1: its max).
+    assert result.head_mean_row_max[0].tolist() == [0.0, 0.0]
+    expected = (1.0 + result.attn_weights[1, :, 1].amax(dim=-1).double()) / 2
+    torch.testing.assert_close(result.head_mean_row_max[1], expected)
+
+
+def test_the_mean_row_max_varies_under_a_causal_mask_where_the_max_weight_cannot() -> None:
+    result = compute_attention(
+        [list(range(1, 9))], LayerConfig(d_model=16, num_heads=4), mask="causal"
+    )
+    assert result.head_max_weight[0].tolist() == [1.0] * 4  # row 0 sees only itself
+    by_row = result.attn_weights[0].amax(dim=-1).double().mean(dim=-1)  # (H,)
+    torch.testing.assert_close(result.head_mean_row_max[0], by_row)
+    assert len(set(result.head_mean_row_max[0].tolist())) == 4  # each head its own
+    assert float(result.head_mean_row_max[0].max()) < 1.0
 
 
 def test_scaling_experiment_shows_softmax_turning_one_hot_without_the_scale() -> None:

@@ -67,6 +67,59 @@ def test_decoding_view_reports_zero_difference_with_the_mask(page, server_url) -
     assert "Without the mask" in note.text_content()
 
 
+def test_a_sequence_over_the_decoding_limit_is_a_note_in_that_lesson(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    """300 tokens compute on every other view; the decoding lesson (one pass per prefix, up
+    to 128 tokens) says so in itself, and the form's field is not marked invalid."""
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.fill("#sequences", " ".join(f"w{i % 40}" for i in range(300)))
+    page.click("#compute")
+    wait_for_heads(page, 2)
+    open_view(page, "decoding")
+    note = page.locator("#view-decoding .lesson-limit-note")
+    assert "has 300 tokens" in note.text_content() and "up to 128" in note.text_content()
+    assert page.locator("#view-decoding .decoding-plot").count() == 0
+    assert page.get_attribute("#sequences", "aria-invalid") != "true"
+    assert page.locator("#error").is_hidden()
+    assert page.errors == []
+
+
+def test_compare_with_one_sequence_asks_for_a_second(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    page.fill("#sequences", "the cat sat on the mat")
+    page.click("#compute")
+    wait_for_heads(page, 2)
+    open_view(page, "compare")
+    assert page.locator("#view-compare .compare-plot").count() == 0
+    assert "needs a second sequence" in page.locator("#view-compare .compare-ask").text_content()
+    page.click("#view-compare .compare-ask button")
+    assert page.input_value("#sequences").endswith("\n")
+    assert page.evaluate("document.activeElement.id") == "sequences"
+    assert page.errors == []
+
+
+def test_decoding_cells_hold_numbers_only_where_they_fit(browser, server_url) -> None:  # type: ignore[no-untyped-def]
+    """Plotly shrinks cell numbers until they overlap ("1.00.000.00"): on a phone's width
+    each map is measured once drawn, and a cell under 30 px drops its numbers."""
+    from tests.support.browser import new_page
+
+    for width, numbered in ((390, False), (1300, True)):
+        page = new_page(browser, width, 900)
+        page.goto(server_url + "/")
+        wait_for_heads(page, 2)
+        open_view(page, "decoding")
+        cells = page.evaluate(
+            """() => [...document.querySelectorAll('#view-decoding .decoding-plot')].slice(0, 3)
+                .map((d) => [d._fullLayout.xaxis._length / d.data[0].z[0].length,
+                             d.data[0].texttemplate])"""
+        )
+        for px, template in cells:
+            assert (template != "") == numbered == (px >= 30), (width, px, template)
+        assert page.errors == []
+        page.context.close()
+
+
 def test_parameters_view_shows_the_same_total_for_every_num_heads(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
@@ -162,7 +215,7 @@ def test_head_summary_bars_are_the_api_numbers_on_a_numeric_axis(page, server_ur
     response = page.evaluate("() => window.attnviz.lastResponse")
     api = {
         1: response["head_summary"]["entropy_bits"][0],
-        2: response["head_summary"]["max_weight"][0],
+        2: response["head_summary"]["mean_row_max"][0],
     }
     sharpest = min(range(4), key=lambda h: api[1][h])
     assert (

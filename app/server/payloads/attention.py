@@ -119,6 +119,7 @@ def attention_payload(request: AttentionRequest) -> dict[str, Any]:
         "head_summary": {
             "entropy_bits": result.head_entropy_bits[seqs, heads].tolist(),
             "max_weight": host_floats(result.head_max_weight[seqs, heads]).tolist(),
+            "mean_row_max": host_floats(result.head_mean_row_max[seqs, heads]).tolist(),
             "mean_weights": None if mean is None else encode_floats(mean, enc),
         },
         "downsample": downsample,

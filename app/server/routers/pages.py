@@ -28,7 +28,13 @@ from plotly.offline import get_plotlyjs_version
 from ...pretrained.methods import GRADIENT_METHODS, METHOD_LABELS, page_methods
 from ...pretrained.results import TOP_K
 from ...resources import STATIC_DIR, TEMPLATES_DIR
-from ..limits import MAX_LAYERS, MAX_MODEL_DISPLAY_SIZE, MAX_NEW_TOKENS, MAX_TEMPERATURE
+from ..limits import (
+    MAX_DECODING_TOKENS,
+    MAX_LAYERS,
+    MAX_MODEL_DISPLAY_SIZE,
+    MAX_NEW_TOKENS,
+    MAX_TEMPERATURE,
+)
 from ..middleware import docs_content_security_policy
 from ..presets import DEFAULT_PRESET, PRESETS
 
@@ -110,6 +116,7 @@ def read_index(request: Request) -> HTMLResponse:
             "presets": [p.model_dump(mode="json") for p in PRESETS],
             "default_preset": DEFAULT_PRESET.name,
             "max_layers": MAX_LAYERS,
+            "lesson_limits": {"decoding_tokens": MAX_DECODING_TOKENS},
             **page_context(),
         },
     )

@@ -194,6 +194,11 @@ class HeadSummary(BaseModel):
         "one-hot, log2(L_k) uniform."
     )
     max_weight: list[list[float]] = Field(description="(B, H) the largest weight of each head.")
+    mean_row_max: list[list[float]] = Field(
+        description="(B, H) the mean over query rows (fully-masked rows left out) of each "
+        "row's largest weight: 1 for a head whose every row is one-hot, 1/L_k for uniform "
+        "rows. Under a causal mask max_weight is always 1 (row 0 sees one key); this varies."
+    )
     mean_weights: list[list[list[float]]] | EncodedArray | None = Field(
         None, description="(B, L_q, L_k) the head-averaged map, with include head_mean."
     )

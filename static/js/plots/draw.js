@@ -25,8 +25,10 @@ export function addPlot(container, figure, className = "plot") {
   div.className = className;
   container.append(div);
   const traces = readableCells(div, figure);
-  div.drawn = plotlyReady.then((plotly) => (
-    plotly.newPlot(div, traces, themed(figure.layout), PLOT_CONFIG)));
+  div.drawn = plotlyReady.then(async (plotly) => {
+    await plotly.newPlot(div, traces, themed(figure.layout), PLOT_CONFIG);
+    return dropCrampedNumbers(plotly, div, figure);
+  });
   return div;
 }
 
@@ -38,9 +40,11 @@ export function addLazyPlot(container, figure, className = "plot") {
   div.className = className;
   container.append(div);
   const wanted = new Promise((resolve) => { div.draw = resolve; });
-  div.drawn = Promise.all([plotlyReady, wanted]).then(([plotly, draw]) => (draw
-    ? plotly.newPlot(div, readableCells(div, figure), themed(figure.layout), PLOT_CONFIG)
-    : null));
+  div.drawn = Promise.all([plotlyReady, wanted]).then(async ([plotly, draw]) => {
+    if (!draw) return null;
+    await plotly.newPlot(div, readableCells(div, figure), themed(figure.layout), PLOT_CONFIG);
+    return dropCrampedNumbers(plotly, div, figure);
+  });
   return div;
 }
 
@@ -72,7 +76,29 @@ export async function drawOnScreenFirst(divs) {
 // width less the margins, over the columns) cannot hold "0.25" at that size, so its
 // numbers are dropped (the hover still gives them). Plotly would shrink them instead.
 const CELL_TEXT_PX = 11;
-const MIN_CELL_PX = 26;
+const MIN_CELL_PX = 30; // wide enough for "0.25"
+const MIN_CELL_HEIGHT_PX = 15; // tall enough for a line of CELL_TEXT_PX
+
+// Once drawn, the cells' real size (Plotly's axes' lengths over the columns and rows)
+// decides, as readableCells estimated before the draw: a figure drawn where its width was
+// not known yet (a hidden tab) or other than estimated gets its numbers dropped or back
+// then. Resolves to the div.
+async function dropCrampedNumbers(plotly, div, figure) {
+  const layout = div._fullLayout;
+  const numbered = figure.traces.map((trace, i) => (trace.texttemplate ? i : -1))
+    .filter((i) => i >= 0);
+  if (!figure.cells || !layout || !layout.xaxis || !numbered.length) return div;
+  const fits = layout.xaxis._length / figure.cells.cols >= MIN_CELL_PX
+    && layout.yaxis._length / figure.cells.rows >= MIN_CELL_HEIGHT_PX;
+  const wanted = numbered.map((i) => (fits ? figure.traces[i].texttemplate : ""));
+  if (numbered.some((i, k) => div.data[i].texttemplate !== wanted[k])) {
+    await plotly.restyle(div, {
+      texttemplate: wanted,
+      textfont: numbered.map((i) => ({ size: CELL_TEXT_PX, ...(figure.traces[i].textfont || {}) })),
+    }, numbered);
+  }
+  return div;
+}
 
 function readableCells(div, figure) {
   if (!figure.cells) return figure.traces;
@@ -81,8 +107,8 @@ function readableCells(div, figure) {
   const plotWidth = div.clientWidth - (margin.l ?? 80) - (margin.r ?? 80) - 40;
   const height = figure.layout.height || div.clientHeight;
   const plotHeight = height > 0 ? height - (margin.t ?? 100) - (margin.b ?? 80) : Infinity;
-  const cellPx = Math.min(plotWidth / figure.cells.cols, plotHeight / figure.cells.rows);
-  const readable = div.clientWidth === 0 || cellPx >= MIN_CELL_PX;
+  const readable = div.clientWidth === 0 || (plotWidth / figure.cells.cols >= MIN_CELL_PX
+    && plotHeight / figure.cells.rows >= MIN_CELL_HEIGHT_PX);
   return figure.traces.map((trace) => {
     if (!trace.texttemplate) return trace;
     return readable
