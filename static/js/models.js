@@ -31,6 +31,7 @@ import { renderView } from "./models/render.js";
 import { renderTokens, selectToken } from "./models/selection.js";
 import { page, state } from "./models/state.js";
 import { VIEWS } from "./models/views.js";
+import { bindHeadJump, headSetting } from "./models/heads.js";
 import { bindAtlas } from "./models/views/atlas.js";
 import { queryRequest, selectQuery } from "./models/views/generation.js";
 
@@ -65,6 +66,7 @@ Object.assign(page, { renderView, compute, views: VIEWS });
 
 bindMedia(mediaElements, () => compute());
 bindAtlas();
+bindHeadJump();
 form.addEventListener("submit", (event) => {
   event.preventDefault();
   compute();
@@ -165,6 +167,7 @@ bindLinkSettings(() => ({
   target: gradientMethod() ? targetSelect.value || null : null,
   ablate: ablatedHeads().map(([l, h]) => `${l}.${h}`).join(","),
   query: state.view === "generation" && state.queryIndex !== null ? String(state.queryIndex) : null,
+  head: headSetting(),
 }));
 state.view = viewFromUrl(state.view);
 state.linked = settingsFromUrl();

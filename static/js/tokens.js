@@ -110,6 +110,10 @@ export function fillHeadChoice(select, count, meanText = "the mean of the heads"
 // darkest token gets the most), its title gives the weight, and data-weight holds it.
 export function tokenStrip(container, tokens, options) {
   const { selected = new Set(), weights = null, onSelect } = options;
+  // The chip that has the focus (clicked, Enter, an arrow key) keeps it in the new strip:
+  // the arrow keys go on working from it.
+  const active = container.contains(document.activeElement)
+    ? document.activeElement.dataset.position : undefined;
   const strip = document.createElement("div");
   strip.className = "token-strip";
   strip.setAttribute("role", "listbox");
@@ -154,6 +158,12 @@ export function tokenStrip(container, tokens, options) {
     }
   });
   container.replaceChildren(strip);
+  const focused = active === undefined ? null : strip.querySelector(`.token[data-position="${active}"]`);
+  if (focused) {
+    for (const chip of strip.querySelectorAll(".token[tabindex='0']")) chip.tabIndex = -1;
+    focused.tabIndex = 0;
+    focused.focus({ preventScroll: true });
+  }
   return strip;
 }
 

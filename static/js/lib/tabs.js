@@ -60,7 +60,7 @@ const LINK_SETTINGS = {
   tokens: /^\d{1,6}(,\d{1,6}){0,255}$/,
   sequence: /^\d{1,4}$/,
   layer: /^\d{1,4}$/,
-  head: /^\d{1,4}$/,
+  head: /^\d{1,4}(\.\d{1,4})?$/, // / : a head; /models: layer.head (heads.js)
   method: /^[a-z_]{1,20}$/,
   target: /^\d{1,6}$/,
   query: /^\d{1,6}$/, // /models' token explorer: the token picked

@@ -66,6 +66,8 @@ export const resultsPane = document.querySelector(".results");
 export const staleNote = document.getElementById("stale-note");
 export const refreshButton = document.getElementById("refresh");
 export const atlasOwn = document.getElementById("atlas-own");
+export const headJump = document.getElementById("head-jump");
+export const headJumpControl = document.getElementById("head-jump-control");
 
 // The request fields the API's messages name, by the page's control that sets them: an
 // error reads "Prompts: ..." (the control's own label), not "texts: ...".

@@ -10,6 +10,7 @@ import { bindSelection, outlineMap } from "./selection.js";
 import { state } from "./state.js";
 import { methodFigureName } from "./methods.js";
 import { headMap } from "./stream.js";
+import { describeMap, rememberHead } from "./heads.js";
 
 // Narrower than this (px), the model view's columns are numbered 0, 1, ... instead of
 // H0, H1, ...: twelve "H10"-wide labels do not fit side by side on a phone.
@@ -36,10 +37,12 @@ export function mapFigure(res, map, title, extra = {}) {
 
 // mapFigure drawn in `container` (addPlot), its div marked with the map's factors
 // (data-factor, data-key-factor): the selection's outlines and a click on a row read them.
+// A text alternative describes it (heads.js describeMap: its largest weights as a table).
 export function addMap(container, res, map, title, className, extra = {}) {
   const div = addPlot(container, mapFigure(res, map, title, extra), className);
   div.dataset.factor = String(map.factor ?? 1);
   div.dataset.keyFactor = String(map.keyFactor ?? 1);
+  describeMap(div, res, map, title);
   return div;
 }
 
@@ -51,6 +54,7 @@ export async function showEnlarged(container, res, l, h) {
   clearPlots(container);
   container.dataset.layer = String(l);
   container.dataset.head = String(h);
+  rememberHead(l, h);
   const pooled = map.factor > 1 || map.keyFactor > 1;
   const title = headTitle(res, l, h) + (pooled ? `, block max of ${map.factor} × ${map.keyFactor} tokens` : "");
   const div = addMap(container, res, map, title, "plot enlarged-plot");

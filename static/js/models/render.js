@@ -3,7 +3,8 @@
 import { busy, fillIndexSelect, openTab, selectedIndex, writeLinkSettings } from "../api.js";
 import { clearPlots } from "../heatmap.js";
 import {
-  clearError, controls, displayNote, hideSpecialControl, importanceBox, layerControl,
+  clearError, controls, displayNote, headJumpControl, hideSpecialControl, importanceBox,
+  layerControl,
   layerSelect, queryStrip, summary, tokenBox,
 } from "./elements.js";
 import { fillTargets, updateStale } from "./form.js";
@@ -31,6 +32,7 @@ export async function renderView() {
   openTab(state.view);
   writeLinkSettings(state.view);
   layerControl.hidden = !view.layerControl;
+  headJumpControl.hidden = !view.layerControl && state.view !== "model";
   hideSpecialControl.hidden = !view.hideSpecial;
   controls.dataset.view = state.view; // the atlas keeps only the downloads (CSS)
   const generating = state.request.max_new_tokens > 0;

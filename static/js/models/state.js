@@ -26,6 +26,8 @@ export const state = {
   shown: null,
   excludeSink: false, // the averages and rollout without the first token (attentionSink)
   layerHead: 0, // the head the layer view enlarges
+  enlargedHead: null, // [layer, head] enlarged last (the link's &head=), null: none yet
+  jumpTo: null, // [layer, head] the jump box asked for, until a view enlarges it
   // The head atlas: atlases by request (JSON), the one shown and its request.
   atlases: new Map(), atlas: null, atlasRequest: null,
   atlasFetch: null, // the atlas being computed: {key, controller, progress, promise}

@@ -7,6 +7,7 @@ import { headName, kvGroups, queryTokens, thumbnailHover } from "../response.js"
 import { shadeBy } from "../selection.js";
 import { state } from "../state.js";
 import { MAP_SIDES, layerMaps } from "../stream.js";
+import { firstHead } from "../heads.js";
 
 // Every head of one layer at once, compact (CircuitsVis's attention_patterns): one figure of
 // small maps on one colour scale, a row per key/value head with grouped-query attention
@@ -67,5 +68,7 @@ export async function renderLayerView(section, res, l) {
   await grid.drawn;
   if (ticket !== state.ticket) return; // another layer or view was asked for meanwhile
   state.shownAt = performance.now();
-  await showEnlarged(enlarged, res, l, state.layerHead < H ? state.layerHead : 0);
+  const [first, h] = firstHead(res, [l, state.layerHead < H ? state.layerHead : 0]);
+  state.layerHead = first === l ? h : 0;
+  await showEnlarged(enlarged, res, l, state.layerHead);
 }

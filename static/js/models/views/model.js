@@ -9,6 +9,7 @@ import { colourMode, valueName } from "../form.js";
 import { SCALE_NOTES, addHint, describe, noteFor, targetText } from "../notes.js";
 import { headName, keyTokens, kvGroups, queryTokens, thumbnailHover } from "../response.js";
 import { shadeBy } from "../selection.js";
+import { firstHead, markAblated } from "../heads.js";
 import { state } from "../state.js";
 
 // The model view's thumbnails on a narrow screen (modelGrid): at least MIN_THUMB_PX wide
@@ -36,6 +37,11 @@ function modelGrid(res, body, enlarged) {
   let hint = `Rows are layers (L0–L${res.num_layers - 1}), columns heads ` +
     `(${narrow ? "" : "H"}0–${narrow ? "" : "H"}${H - 1}); the thumbnails are ` +
     `${SCALE_NOTES[scale]}. Click one to enlarge it below.`;
+  // A phone: the grid is wider than the screen; the hint and a shadow at the right edge
+  // (.scrolls-sideways) say there is more of it.
+  const scrolls = thumb < MIN_THUMB_PX;
+  body.classList.toggle("scrolls-sideways", scrolls);
+  if (scrolls) hint += ` Wider than this screen: swipe the grid sideways for all ${H} heads →`;
   if (groups) {
     hint += ` Grouped-query attention: the ${H} query heads share ${groups.kv} key/value ` +
       `heads, ${groups.per} each (heads 0–${groups.per - 1} read key/value head 0, and so ` +
@@ -172,8 +178,11 @@ export async function renderModelView(section, res, watcher = null) {
   // The enlarged head is fetched once the grid is drawn: its computation on the server
   // and its decoding here would otherwise share the CPU with the grid's drawing.
   await gridDrawn;
+  await markAblated(grid, res);
   await showImportance(importanceBox, res, enlarged);
-  await showEnlarged(enlarged, res, 0, 0);
+  const [l, h] = firstHead(res, [0, 0]);
+  if (l !== 0 || h !== 0) shadeBy(res, l, h);
+  await showEnlarged(enlarged, res, l, h);
 }
 
 // Head importance (method head_importance): the layers × heads grid under the thumbnails,

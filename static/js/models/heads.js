@@ -1,0 +1,150 @@
+// Heads by address: the enlarged head in the link (&head=18.6), the jump box (#head-jump:
+// "L18.H6" enlarges layer 18's head 6, the keyboard's way to any head), the heads switched
+// off (Heads off) marked on the model view's grid, and a text alternative of each map (its
+// largest weights, as a table a screen reader reads).
+import { writeLinkSettings } from "../api.js";
+import { headJump, layerSelect, showError } from "./elements.js";
+import { ablatedHeads } from "./form.js";
+import { keyTokens, queryTokens } from "./response.js";
+import { displayTokens } from "../lib/display.js";
+import { page, state } from "./state.js";
+
+// "L18.H6", "18.6", "l18 h6", "18:6", "18/6" -> [18, 6]; anything else null.
+export function parseHead(text) {
+  const match = /^\s*L?\s*(\d{1,3})\s*[.:/,\s]\s*H?\s*(\d{1,3})\s*$/iu.exec(text);
+  return match ? [Number(match[1]), Number(match[2])] : null;
+}
+
+// The enlarged head as the link writes it ("18.6"); null for what a view enlarges without
+// it (head 0 of the selected layer).
+export function headSetting() {
+  const [l, h] = state.enlargedHead ?? [0, 0];
+  return h === 0 && String(l) === (layerSelect.value || "0") ? null : `${l}.${h}`;
+}
+
+// The head a link named, when `res` has it (read once: later inputs start at head 0).
+export function takeLinkedHead(res) {
+  const head = state.linked.head ? parseHead(state.linked.head) : null;
+  delete state.linked.head;
+  if (!head || head[0] >= res.num_layers || head[1] >= res.num_heads) return null;
+  return head;
+}
+
+// Remember head h of layer l as the enlarged one, in the link too.
+export function rememberHead(l, h) {
+  state.enlargedHead = [l, h];
+  writeLinkSettings(state.view);
+}
+
+// The jump box: Enter (or a change) with "L18.H6" selects layer 18 and enlarges its head 6
+// in the model or layer view (another view opens the layer view); a head the model does
+// not have is an error naming the box and the model's heads.
+export function bindHeadJump() {
+  const jump = async () => {
+    const res = state.overview;
+    const text = headJump.value.trim();
+    if (!text || !res) return;
+    const head = parseHead(text);
+    const valid = head && head[0] < res.num_layers && head[1] < res.num_heads;
+    headJump.setAttribute("aria-invalid", String(!valid));
+    if (!valid) {
+      showError(`Go to head: “${text}” is not a head of ${res.model} (layers 0–` +
+        `${res.num_layers - 1}, heads 0–${res.num_heads - 1}; write it as L18.H6).`);
+      return;
+    }
+    const [l, h] = head;
+    layerSelect.value = String(l);
+    state.layerHead = h;
+    state.jumpTo = [l, h];
+    if (state.view !== "model" && state.view !== "layer") state.view = "layer";
+    await page.renderView();
+    headJump.focus();
+  };
+  headJump.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      jump();
+    }
+  });
+  headJump.addEventListener("change", jump);
+}
+
+// The head the model or layer view enlarges first: the jump box's, a link's, else the
+// default (layer l's head state.layerHead in the layer view, head 0 of layer 0 in the model
+// view).
+export function firstHead(res, fallback) {
+  const jumped = state.jumpTo;
+  state.jumpTo = null;
+  if (jumped) return jumped;
+  return takeLinkedHead(res) ?? fallback;
+}
+
+// The heads switched off (Heads off) outlined in red on the model view's tiled grid, as
+// shapes of its figure (drawn under the selection's outlines, which keep them).
+export async function markAblated(grid, res) {
+  const off = ablatedHeads().filter(([l, h]) => l < res.num_layers && h < res.num_heads);
+  if (!off.length || !grid.tiles) return;
+  grid.dataset.ablated = off.map(([l, h]) => `${l}.${h}`).join(",");
+  const { tiles } = grid;
+  const shapes = off.map(([l, h]) => ({
+    type: "rect", xref: "x", yref: "y", layer: "above", name: "head-off",
+    x0: tiles.x[h] - 0.5, x1: tiles.x[h] + tiles.width - 0.5,
+    y0: tiles.y[l] - 0.5, y1: tiles.y[l] + tiles.height - 0.5,
+    line: { color: "#d62728", width: 2 }, fillcolor: "rgba(214, 39, 40, 0.12)",
+  }));
+  await window.Plotly.relayout(grid, { shapes: [...(grid.layout.shapes || []), ...shapes] });
+}
+
+const DESCRIBED_WEIGHTS = 10; // the largest weights a map's text alternative lists
+
+// A text alternative of a drawn map `div` of `res`'s input ({z, factor, keyFactor}): the
+// div is an image labelled by `title`, described by a table (visually hidden) of its
+// DESCRIBED_WEIGHTS largest weights with their query and key tokens (blocks when pooled).
+export function describeMap(div, res, map, title) {
+  const { z, factor = 1, keyFactor = 1 } = map;
+  const best = [];
+  for (let i = 0; i < z.length; i += 1) {
+    const row = z[i];
+    for (let j = 0; j < row.length; j += 1) {
+      const v = row[j];
+      if (v === null || v === undefined) continue;
+      if (best.length < DESCRIBED_WEIGHTS || v > best[best.length - 1][0]) {
+        best.push([v, i, j]);
+        best.sort((a, b) => b[0] - a[0]);
+        if (best.length > DESCRIBED_WEIGHTS) best.pop();
+      }
+    }
+  }
+  const queries = displayTokens(queryTokens(res));
+  const keys = displayTokens(keyTokens(res));
+  const name = (tokens, k, f) => (f > 1
+    ? `tokens ${k * f}–${Math.min((k + 1) * f, tokens.length) - 1}`
+    : `${k}: ${tokens[k]}`);
+  const table = document.createElement("table");
+  table.className = "map-description";
+  table.id = `${div.id || "map"}-description-${(describeMap.count = (describeMap.count ?? 0) + 1)}`;
+  table.createCaption().textContent = `The ${best.length} largest values of ${title}`;
+  const head = table.createTHead().insertRow();
+  for (const text of ["query", "key", "value"]) {
+    const th = document.createElement("th");
+    th.scope = "col";
+    th.textContent = text;
+    head.append(th);
+  }
+  const body = table.createTBody();
+  for (const [v, i, j] of best) {
+    const row = body.insertRow();
+    row.insertCell().textContent = name(queries, i, factor);
+    row.insertCell().textContent = name(keys, j, keyFactor);
+    row.insertCell().textContent = v.toFixed(4);
+  }
+  div.setAttribute("role", "img");
+  div.setAttribute("aria-label", title);
+  div.setAttribute("aria-describedby", table.id);
+  // In a hidden box, not hidden itself: a table is never narrower than its contents.
+  const box = document.createElement("div");
+  box.className = "visually-hidden";
+  box.append(table);
+  div.after(box);
+  return table;
+}
