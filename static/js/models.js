@@ -27,7 +27,7 @@ import {
 } from "./models/form.js";
 import { MODELS_URL, applyListing, describeModel, pollModels } from "./models/listing.js";
 import { showMethod } from "./models/notes.js";
-import { renderView } from "./models/render.js";
+import { clearResults, renderView } from "./models/render.js";
 import { renderTokens, selectToken } from "./models/selection.js";
 import { page, state } from "./models/state.js";
 import { VIEWS } from "./models/views.js";
@@ -78,6 +78,9 @@ modelSelect.addEventListener("change", () => {
   adaptInputs(true);
   updateStale();
   const m = selectedModel();
+  // A speech or image model waits for its file: the text model's maps, summary and token
+  // strip go meanwhile (they are not of this model).
+  if (m && mediaModality(m)) clearResults();
   if (m && !mediaModality(m) && m.state !== "failed") compute();
 });
 // Any edit of the inputs marks the results out of date (updateStale); Ctrl+Enter in a

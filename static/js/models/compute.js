@@ -2,39 +2,15 @@
 // its timings, a refused request's results cleared; a speech or image model computes
 // through media.js instead.
 import { busy, writeUrlState } from "../api.js";
-import { clearPlots } from "../heatmap.js";
 import { computeMedia, mediaModality } from "../media.js";
 import { modelInfo } from "./catalog.js";
 import {
-  clearError, computeButton, deviceSelect, displayNote, resultsPane, showError, summary,
-  targetSelect, tokenBox,
+  clearError, computeButton, deviceSelect, resultsPane, showError, summary, targetSelect,
 } from "./elements.js";
 import { populateSelectors, readRequest, updateStale } from "./form.js";
 import { waitForModel } from "./listing.js";
-import { showAblation } from "./notes.js";
-import { renderView } from "./render.js";
+import { clearResults, renderView } from "./render.js";
 import { state } from "./state.js";
-
-// After a refused Compute nothing of an earlier run stays on screen: the views, the token
-// strip and the summary are emptied (the error box says why).
-function clearResults() {
-  state.shown = null;
-  state.overview = null;
-  state.overviewKey = null;
-  state.overviewRequest = null;
-  for (const container of document.querySelectorAll(
-    ".results .view .view-body, .results .importance, .results .enlarged")) {
-    clearPlots(container);
-  }
-  document.querySelectorAll(".results .view").forEach((section) => {
-    section.dataset.drawn = "false";
-  });
-  tokenBox.hidden = true;
-  summary.textContent = "";
-  displayNote.textContent = "";
-  showAblation(null);
-  updateStale();
-}
 
 export async function compute() {
   const started = performance.now(); // the timings count from the click (or Enter)
@@ -65,6 +41,8 @@ export async function compute() {
   const run = (state.computes += 1);
   resultsPane.classList.add("running"); // the results on screen are the previous run's
   await busy(async () => {
+    state.computing = JSON.stringify(request);
+    updateStale();
     state.request = request;
     state.overviewKey = null;
     state.queries = new Map();
@@ -79,7 +57,11 @@ export async function compute() {
     try {
       drawnView = await renderView();
     } finally {
-      if (run === state.computes) resultsPane.classList.remove("running");
+      if (run === state.computes) {
+        resultsPane.classList.remove("running");
+        state.computing = null;
+        updateStale();
+      }
     }
     if (run !== state.computes) return; // overtaken by a newer Compute
     if (drawnView === false && state.pending === null) {

@@ -105,7 +105,8 @@ export function inControlTerms(message) {
   }).join("\n");
 }
 
-const errors = errorBox(document.getElementById("error"));
+export const errorElement = document.getElementById("error");
+const errors = errorBox(errorElement);
 export const showError = (message) => errors.show(inControlTerms(message));
 export const clearError = errors.clear;
 

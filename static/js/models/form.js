@@ -292,8 +292,11 @@ export function causalMaps() {
 // own options, redraw at once instead).
 export function updateStale() {
   const m = selectedModel();
-  const stale = state.shown !== null && !mediaModality(m) &&
-    JSON.stringify(readRequest()) !== state.shown;
+  const wanted = JSON.stringify(readRequest());
+  // Not while the form's own request is being computed: the results on screen are then
+  // the previous input's, and the progress says the new ones are coming.
+  const computing = state.computing !== null && state.computing === wanted;
+  const stale = state.shown !== null && !mediaModality(m) && wanted !== state.shown && !computing;
   resultsPane.classList.toggle("stale", stale);
   resultsPane.dataset.stale = String(stale);
   staleNote.hidden = !stale;

@@ -39,7 +39,8 @@ export function describe(res) {
     `${sequenceLabel.textContent.toLowerCase()} ${res.sequence_index}`);
   if (res.generation) parts.push(generated(res.generation));
   if (res.attention_path === "output_attentions") parts.push("the model's own output_attentions");
-  parts.push(`${res.device}, ${res.compute_ms.toFixed(1)} ms`);
+  // A stream's start line knows no time yet (compute_ms comes with its end).
+  parts.push(res.computing ? `${res.device}, computing…` : `${res.device}, ${res.compute_ms.toFixed(1)} ms`);
   return parts.join(" · ");
 }
 

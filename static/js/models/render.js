@@ -3,9 +3,8 @@
 import { busy, fillIndexSelect, openTab, selectedIndex, writeLinkSettings } from "../api.js";
 import { clearPlots } from "../heatmap.js";
 import {
-  clearError, controls, displayNote, headJumpControl, hideSpecialControl, importanceBox,
-  layerControl,
-  layerSelect, queryStrip, summary, tokenBox,
+  clearError, controls, displayNote, errorElement, headJumpControl, hideSpecialControl,
+  importanceBox, layerControl, layerSelect, queryStrip, summary, tokenBox,
 } from "./elements.js";
 import { fillTargets, updateStale } from "./form.js";
 import { describe, noteFor, showAblation } from "./notes.js";
@@ -48,7 +47,11 @@ export async function renderView() {
     }
   }, label);
   if (ticket !== state.ticket) return null;
-  if (!done) return false;
+  // Refused (the error says why; a model still loading is waited for): no maps of an
+  // earlier request stay under the error, as after a refused Compute.
+  const refused = !done || !errorElement.hidden;
+  if (refused && state.pending === null) clearResults();
+  if (refused) return false;
   // What is on screen now is state.request's (the Compute's, or a tab's drawing of it).
   state.shown = JSON.stringify(state.request);
   updateStale();
@@ -67,6 +70,27 @@ export async function renderView() {
   };
   section.dataset.drawn = "true";
   return true;
+}
+
+// After a refused Compute or view nothing of an earlier run stays on screen: the views, the
+// token strip and the summary are emptied (the error box says why).
+export function clearResults() {
+  state.shown = null;
+  state.overview = null;
+  state.overviewKey = null;
+  state.overviewRequest = null;
+  for (const container of document.querySelectorAll(
+    ".results .view .view-body, .results .importance, .results .enlarged")) {
+    clearPlots(container);
+  }
+  document.querySelectorAll(".results .view").forEach((section) => {
+    section.dataset.drawn = "false";
+  });
+  tokenBox.hidden = true;
+  summary.textContent = "";
+  displayNote.textContent = "";
+  showAblation(null);
+  updateStale();
 }
 
 // The model, layer and averages views: the overview, then the view.

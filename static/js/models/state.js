@@ -10,6 +10,7 @@ export const state = {
   // The overview's stream in flight (streamOverview), when the last one's answer ended
   // (performance.now()), and when the model view drew its first layer and its whole grid.
   stream: null, responseAt: null, firstLayerAt: null, gridAt: null, computes: 0,
+  computing: null, // the JSON of the request a Compute is drawing, until it is drawn
   answeredAt: null, // when the latest attention request was answered (viewTimings)
   shownAt: null, // when the open view's maps on screen were drawn, if before the others
   selected: new Set(), // the selected query positions among the shown tokens (tokens.js)

@@ -92,7 +92,9 @@ export function modelWatcher(section, ticket) {
       const tokens = JSON.stringify([queryTokens(stream.res), keyTokens(stream.res)]);
       if (tokens !== state.selectionTokens) tokenBox.hidden = true;
       // What is known of the new input before its maps: the text above the grid.
-      const known = { ...stream.res, shape: [stream.total, 1, stream.res.num_heads] };
+      const known = {
+        ...stream.res, shape: [stream.total, 1, stream.res.num_heads], computing: true,
+      };
       summary.textContent = describe(known);
       displayNote.textContent = noteFor(known);
       // The width is read before the old grid goes: the page does not shrink meanwhile.

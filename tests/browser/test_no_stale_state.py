@@ -1,0 +1,74 @@
+"""No stale or misleading state on /models (issue 42, class 5), in a real Chromium against
+a real server: while a Compute runs, the page does not call its results out of date; a
+refused view leaves no maps of the earlier request under its error; a speech model chosen
+after a text model shows nothing of the text model's results."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support.browser import type_and_compute, wait_drawn
+
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
+
+STREAM = "**/api/v1/models/attention/layers"
+
+
+def test_no_out_of_date_banner_while_the_new_input_computes(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+
+    def slow(route) -> None:  # type: ignore[no-untyped-def]
+        time.sleep(1.5)  # the server is slow to answer: the page waits with its old maps
+        route.continue_()
+
+    page.route(STREAM, slow)
+    page.fill("#texts", "A new sentence, typed while the old maps are on screen.")
+    assert page.locator("#stale-note").is_visible()  # typed, not computed: out of date
+    page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+    page.click("#compute")
+    page.wait_for_function("document.querySelector('.results').classList.contains('running')")
+    assert page.locator("#stale-note").is_hidden()  # being computed: not "out of date"
+    wait_drawn(page, "model")
+    assert page.locator("#stale-note").is_hidden()
+    assert "computing" not in page.locator("#summary").text_content()
+    assert " ms" in page.locator("#summary").text_content()
+    page.unroute(STREAM)
+    assert page.errors == []
+
+
+def test_a_refused_view_leaves_no_earlier_maps(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    page.fill("#ablate", "1.2")
+    page.press("#ablate", "Tab")
+    page.wait_for_function("document.getElementById('model-grid')?.dataset.ablated === '1.2'")
+    assert page.locator("#view-model .js-plotly-plot").count() > 0
+    # A head MiniLM lacks (6 layers): the API refuses; the maps of heads 1.2 off go.
+    page.fill("#ablate", "40.2")
+    page.press("#ablate", "Tab")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "Heads off" in page.locator("#error").text_content()
+    page.wait_for_function("document.querySelectorAll('.results .js-plotly-plot').length === 0")
+    assert page.locator("#summary").text_content() == ""
+    assert page.locator("#token-box").is_hidden()
+    assert page.errors == []
+
+
+def test_a_speech_model_shows_nothing_of_the_text_models_results(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    type_and_compute(page, "MiniLM's maps, before Whisper is chosen.")
+    assert "all-MiniLM-L6-v2" in page.locator("#summary").text_content()
+    page.wait_for_function(
+        "(() => { const o = document.querySelector(\"#model option[value='whisper-tiny.en']\");"
+        " return o !== null && !o.disabled; })()",
+        timeout=120_000,
+    )
+    page.select_option("#model", "whisper-tiny.en")
+    page.wait_for_function("document.getElementById('summary').textContent === ''")
+    assert page.locator(".results .view .js-plotly-plot").count() == 0
+    assert page.locator("#token-box").is_hidden()
+    assert page.errors == []
