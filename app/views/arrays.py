@@ -52,6 +52,44 @@ def attention_array(attention: Any) -> np.ndarray:
     return array.astype(np.float32, copy=False)
 
 
+AXES: Final = {3: "(H, L_q, L_k)", 4: "(B, H, L_q, L_k)", 5: "(N, B, H, L_q, L_k)"}
+"""How an array of each rank is read (a list of layers: each layer as the rank below)."""
+
+
+def shape_reading(attention: Any) -> str:
+    """How :func:`attention_array` reads ``attention``'s shape, in words for a message.
+
+    "(6, 12, 13, 13) read as (B, H, L_q, L_k): 6 inputs, 12 heads, one layer" and, where
+    a 4-D array of several inputs may have been layers, how to pass layers instead.
+
+    Args:
+        attention: what :func:`attention_array` takes.
+
+    Returns:
+        One sentence; "" for a shape it does not take.
+    """
+    if isinstance(attention, (tuple, list)) and attention and _is_array(attention[0]):
+        layer = tuple(attention[0].shape)
+        axes = AXES.get(len(layer) + 1, "")
+        return f"{len(attention)} layers of shape {layer}, read as {axes}" if axes else ""
+    shape = tuple(np.shape(attention)) if not _is_array(attention) else tuple(attention.shape)
+    if len(shape) not in AXES:
+        return ""
+    reading = f"{shape} read as {AXES[len(shape)]}"
+    if len(shape) == 4:
+        reading += f": {shape[0]} input(s) of one layer, {shape[1]} heads"
+        if shape[0] > 1:
+            reading += (
+                f"; for {shape[0]} layers of one input pass shape "
+                f"({shape[0]}, 1, {shape[1]}, {shape[2]}, {shape[3]}) or a list of layers"
+            )
+    elif len(shape) == 5:
+        reading += f": {shape[0]} layers, {shape[1]} input(s), {shape[2]} heads"
+    else:
+        reading += f": one layer of one input, {shape[0]} heads"
+    return reading
+
+
 def _is_array(value: Any) -> bool:
     """A tensor or array (nested lists of numbers are one array, not layers)."""
     return hasattr(value, "shape")

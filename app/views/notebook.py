@@ -44,7 +44,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .arrays import attention_array, axes
+from .arrays import attention_array, axes, shape_reading
 from .figure import MASKED_COLOR, WEIGHT_COLORSCALE
 from .interactive import (
     PLOTLY_BUNDLE,
@@ -380,12 +380,32 @@ def _maps_figure(
     return figure
 
 
-def _selected(array: np.ndarray, sequence_index: int) -> np.ndarray:
-    """(N, H, L_q, L_k): input ``sequence_index`` of the batch."""
+def _selected(array: np.ndarray, sequence_index: int, reading: str = "") -> np.ndarray:
+    """(N, H, L_q, L_k): input ``sequence_index`` of the batch.
+
+    ``reading`` (how the shape was read, :func:`.arrays.shape_reading`) goes in the error.
+    """
     batch = array.shape[1]
     if not 0 <= sequence_index < batch:
-        raise IndexError(f"sequence_index {sequence_index} is outside the batch of {batch}")
+        raise IndexError(
+            f"sequence_index {sequence_index} is outside the batch of {batch}"
+            + (f" ({reading})" if reading else "")
+        )
     return array[:, sequence_index]
+
+
+def _axes(
+    tokens: Sequence[Any] | None,
+    target_tokens: Sequence[Any] | None,
+    len_q: int,
+    len_k: int,
+    reading: str,
+) -> tuple[list[str], list[str]]:
+    """:func:`.arrays.axes`, its error saying how the array's shape was read."""
+    try:
+        return axes(tokens, target_tokens, len_q, len_k)
+    except ValueError as error:
+        raise ValueError(f"{error} ({reading})" if reading else str(error)) from None
 
 
 def _layer_view(
@@ -399,12 +419,13 @@ def _layer_view(
     title: str | None,
 ) -> AttentionView:
     """head_view's and token_view's view: one layer first, every layer kept."""
-    layers = _selected(attention_array(attention), sequence_index)  # (N, H, L_q, L_k)
+    reading = shape_reading(attention)
+    layers = _selected(attention_array(attention), sequence_index, reading)  # (N, H, L_q, L_k)
     if not 0 <= layer < len(layers):
-        raise IndexError(f"layer {layer} is outside the {len(layers)} layer(s)")
+        raise IndexError(f"layer {layer} is outside the {len(layers)} layer(s) ({reading})")
     maps = layers[layer]  # (H, L_q, L_k)
     heads, len_q, len_k = maps.shape
-    query, key = axes(tokens, target_tokens, len_q, len_k)
+    query, key = _axes(tokens, target_tokens, len_q, len_k, reading)
     cols = max(1, min(columns, heads))
     figure = _maps_figure(
         maps,
@@ -527,9 +548,10 @@ def model_view(
         ValueError: a shape or token count that does not fit.
         IndexError: ``sequence_index`` outside the batch.
     """
-    maps = _selected(attention_array(attentions), sequence_index)  # (N, H, L_q, L_k)
+    reading = shape_reading(attentions)
+    maps = _selected(attention_array(attentions), sequence_index, reading)  # (N, H, L_q, L_k)
     layers, heads, len_q, len_k = maps.shape
-    query, key = axes(tokens, target_tokens, len_q, len_k)
+    query, key = _axes(tokens, target_tokens, len_q, len_k, reading)
     title = title or f"AttnViz model view: {layers} layers x {heads} heads, input {sequence_index}"
     figure = _maps_figure(
         maps.reshape(layers * heads, len_q, len_k),

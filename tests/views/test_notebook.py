@@ -112,6 +112,24 @@ def test_token_counts_and_positions_are_checked() -> None:
     assert list(view.figure.layout.xaxis.ticktext) == ["0", "1", "2"]
 
 
+def test_a_4d_array_of_layers_is_told_how_its_shape_was_read() -> None:
+    """(N, H, L, L) stacked layers, the batch axis dropped (issue 42): a 4-D array is read
+    as (B, H, L_q, L_k), and the errors say so and how to pass layers."""
+    layers = np.full((6, 2, 3, 3), 1 / 3, dtype=np.float32)  # 6 layers, 2 heads
+    with pytest.raises(IndexError) as error:
+        attnviz.head_view(layers, layer=4)
+    message = str(error.value)
+    assert "layer 4 is outside the 1 layer(s)" in message
+    assert "(6, 2, 3, 3) read as (B, H, L_q, L_k): 6 input(s) of one layer, 2 heads" in message
+    assert "pass shape (6, 1, 2, 3, 3) or a list of layers" in message
+    with pytest.raises(ValueError, match=r"tokens has 2 tokens .* read as \(B, H, L_q, L_k\)"):
+        attnviz.model_view(layers, ["a", "b"])
+    # As the message says: the same maps as layers draw 6 layers.
+    view = attnviz.model_view(layers[:, None])
+    assert view.maps.shape == (6, 2, 3, 3)
+    assert len(attnviz.model_view(list(layers)).maps) == 6
+
+
 BUNDLE = "plotly.js (attnviz: core, heatmap, bar"
 """The first line of AttnViz's Plotly.js bundle: where a page carries it."""
 
