@@ -74,6 +74,10 @@ def wait_view(page: Any, view: str) -> None:
 
 
 def measure(page: Any, length: int, views: tuple[str, ...], failures: list[str]) -> None:
+    if page.get_attribute(".tabs button[data-view=model]", "aria-selected") != "true":
+        page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
+        page.click(".tabs button[data-view=model]")  # Compute draws the open view
+        wait_view(page, "model")
     page.fill("#texts", prompt(length))
     page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
     page.click("#compute")
