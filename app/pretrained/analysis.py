@@ -134,7 +134,8 @@ class PreparedSequence:
         summed_norm: with method "norm" and layer_index, (1, P_q, P_k) the layer's
             ‖Σ_h α f(x)‖ pooled as the head means, else None.
         method_map: with method "flow" or "grad_rollout", (1, L, L); "value_zeroing",
-            (N, L_q, L_k); else None ("rollout" takes the view's).
+            (N, L_q, L_k); else None ("rollout" takes the view's). Flow over its bound:
+            (1, W, W) of positions ``method_window``.
         ablation: with ablate, what switching the heads off changed (``ablation_fields``).
         gradients: with a gradient method, its backward pass, else None.
     """
@@ -149,6 +150,7 @@ class PreparedSequence:
     method_map: torch.Tensor | None = None
     ablation: dict[str, Any] | None = None
     gradients: GradientPass | None = None
+    method_window: tuple[int, int] | None = None
 
 
 def prepare_sequence(
@@ -334,6 +336,7 @@ def prepare_sequence(
         added.method_map,
         ablation,
         added.gradients,
+        added.method_window,
     )
 
 

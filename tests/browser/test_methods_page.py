@@ -84,6 +84,34 @@ def test_the_method_picker_switches_every_view_to_norm_based_attention(page, ser
     np.testing.assert_allclose([sum(row) for row in drawn], 1.0, rtol=1e-5)
     assert page.locator("#view-averages [data-map=rollout]").count() == 1
     assert "Abnar" in page.locator("#method-note").text_content()
+
+    # Over flow's bound (35 tokens through MiniLM's 6 layers): the flow of the last 35
+    # tokens, said in its title and a note; the other maps stay the whole input's.
+    long_text = " ".join(["the cat sat on the mat"] * 8)  # 50 tokens with [CLS] and [SEP]
+    page.fill("#texts", long_text)
+    redraw(page, "averages", lambda: page.click("#compute"))
+    flow = api(server_url, long_text, method="flow")
+    start, stop = flow["method_window"]
+    assert (start, stop) == (50 - 35, 50)
+    div = page.locator("#view-averages [data-map=flow]")
+    assert div.get_attribute("data-first") == str(start)
+    drawn = page.evaluate(
+        "() => document.querySelector('#view-averages [data-map=flow]').data[0].z"
+    )
+    np.testing.assert_allclose(drawn, flow["method_map"][0], rtol=1e-6)
+    assert f"tokens {start}–{stop - 1}: the last 35" in div.locator(".gtitle").text_content()
+    assert (
+        "runs on the last 35 of the 50 tokens" in page.locator(".method-window-note").text_content()
+    )
+    assert page.locator("#error").is_hidden()
+    assert (
+        len(
+            page.evaluate(
+                "() => document.querySelector('#view-averages [data-map=head-mean]').data[0].z"
+            )
+        )
+        == 50
+    )
     assert page.errors == []
 
 

@@ -169,13 +169,20 @@ def test_norm_for_the_whole_batch_and_an_unknown_method(tiny_models: TestClient)
 def test_flow_is_the_max_flow_through_the_apis_own_head_means(
     tiny_models: TestClient, kind: str, block: str
 ) -> None:
-    import networkx as nx
-
     data = ask_tiny(tiny_models, kind, method="flow", block=block)
     assert data["method"] == "flow" and data["rollout"] is not None  # the maps stay weights
+    assert data["method_window"] is None  # the whole input: under flow's bound
     weights = ask_tiny(tiny_models, kind, block=block)
     assert data["attentions"] == weights["attentions"]
     means = torch.tensor([layer[0] for layer in weights["head_mean"]], dtype=torch.float64)
+    got = torch.tensor(data["method_map"][0], dtype=torch.float64)
+    assert (got - networkx_flow(means)).abs().max().item() <= 1e-5
+
+
+def networkx_flow(means: torch.Tensor) -> torch.Tensor:
+    """Attention flow of (N, L, L) head means by networkx's maximum flow, rows normalised."""
+    import networkx as nx
+
     layers, length, _ = means.shape
     adjusted = means + torch.eye(length, dtype=torch.float64)
     adjusted = adjusted / adjusted.sum(dim=-1, keepdim=True)
@@ -190,12 +197,30 @@ def test_flow_is_the_max_flow_through_the_apis_own_head_means(
             for i in range(length)
         ]
     )
-    expected = expected / expected.sum(dim=1, keepdim=True)
+    return expected / expected.sum(dim=1, keepdim=True)
+
+
+def test_flow_over_its_bound_is_of_the_last_tokens_that_fit(tiny_models: TestClient) -> None:
+    """62 tokens through 2 layers, over flow's 47 (N * L^4 <= 1e7): the flow of the last 47
+    among themselves (issue 42: what fits, not a refusal), said in method_window."""
+    body = {
+        "model": "tiny-bert",
+        "texts": [" ".join(["the cat sat"] * 20)],
+        "sequence_index": 0,
+    }
+    data = tiny_models.post(URL, json={**body, "method": "flow"}).json()
+    weights = tiny_models.post(URL, json=body).json()
+    length = len(weights["tokens"][0])
+    assert length == 62 and data["method_window"] == [62 - 47, 62]
+    assert data["attentions"] == weights["attentions"]  # the maps stay the whole input's
+    means = torch.tensor([layer[0] for layer in weights["head_mean"]], dtype=torch.float64)
     got = torch.tensor(data["method_map"][0], dtype=torch.float64)
+    assert got.shape == (47, 47)
+    expected = networkx_flow(means[:, 15:, 15:])
     assert (got - expected).abs().max().item() <= 1e-5
 
 
-def test_flow_refuses_the_batch_cross_attention_and_long_inputs(tiny_models: TestClient) -> None:
+def test_flow_refuses_the_batch_and_cross_attention(tiny_models: TestClient) -> None:
     refused = {
         "method": {"model": "tiny-bert", "texts": TEXTS, "method": "flow"},
         "block": {
@@ -204,12 +229,6 @@ def test_flow_refuses_the_batch_cross_attention_and_long_inputs(tiny_models: Tes
             "targets": TARGETS[:1],
             "sequence_index": 0,
             "block": "cross",
-            "method": "flow",
-        },
-        "texts": {
-            "model": "tiny-bert",
-            "texts": [" ".join(["the cat sat"] * 20)],  # 62 tokens through 2 layers: over 47
-            "sequence_index": 0,
             "method": "flow",
         },
     }

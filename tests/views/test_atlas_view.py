@@ -25,6 +25,11 @@ from tests.pretrained.tiny import save_tiny
 TEXTS = ["the cat sat on the mat", "a dog ran in the park"]
 
 
+# Every test here scores the tiny model on TEXTS: head_scores warns each time that its
+# random-token scores are not of them (one test checks that it does).
+pytestmark = pytest.mark.filterwarnings("ignore:head_scores. induction:UserWarning")
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Any:
     require_transformers()

@@ -75,11 +75,17 @@ def attention_flow(head_means: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(flows).float()
 
 
-def flow_map(result: PretrainedAttentions, block: Block) -> torch.Tensor:
-    """Attention flow (:func:`attention_flow`) of ``block`` for the one input: (1, L, L).
+def flow_map(result: PretrainedAttentions, block: Block) -> tuple[torch.Tensor, int]:
+    """Attention flow (:func:`attention_flow`) of ``block`` for the one input, what fits.
 
-    The input's length was checked against :data:`MAX_FLOW_WORK` before it ran
-    (:func:`attnviz.pretrained.admission.check_options`).
+    The whole input when it is at most :func:`flow_token_limit` tokens; else its last
+    ``flow_token_limit`` tokens, the window of positions ``start`` .. L - 1: the graph's
+    nodes are those tokens, its capacities their head means among themselves (their
+    weights on earlier keys left out), residual-adjusted and renormalised as for the
+    whole input.
+
+    Returns:
+        ((1, W, W) float32 flow, rows summing to 1; ``start``, 0 for the whole input).
 
     Raises:
         AttentionInputError: (field ``block``) cross attention (not square).
@@ -92,4 +98,5 @@ def flow_map(result: PretrainedAttentions, block: Block) -> torch.Tensor:
     means = torch.stack(
         [result.layer_weights(block, layer)[0].mean(dim=0) for layer in range(layers)]
     )
-    return attention_flow(means)[None]
+    start = max(0, means.shape[-1] - flow_token_limit(layers))
+    return attention_flow(means[:, start:, start:])[None], start

@@ -26,7 +26,7 @@ from ..calls import WeightsRecording
 from ..gradients import GradientPass, check_gradient_cells
 from ..results import Memo
 from ..zeroing import check_value_zeroing_work, value_zeroing
-from .flow import flow_map, flow_token_limit
+from .flow import flow_map
 from .norm import MAX_SUMMED_NORM_TOKENS, NormRecording, output_projection
 
 if TYPE_CHECKING:
@@ -87,7 +87,9 @@ class MethodMaps:
 
     Attributes:
         method_map: the method's own map: (1, L, L) flow or gradient rollout,
-            (N, L_q, L_k) value zeroing.
+            (N, L_q, L_k) value zeroing; flow of a longer input than its bound, (1, W, W).
+        method_window: (start, stop) the positions a windowed method_map covers (flow of
+            an input over its bound: the last ones that fit), else None.
         summed_norm: with "norm" and layer_index, (1, P_q, P_k) the layer's ‖Σ_h α f(x)‖.
         gradients: a gradient method's backward pass (its target, head importance).
     """
@@ -95,6 +97,7 @@ class MethodMaps:
     method_map: torch.Tensor | None = None
     summed_norm: torch.Tensor | None = None
     gradients: GradientPass | None = None
+    method_window: tuple[int, int] | None = None
 
 
 Bound = Callable[["PretrainedModel", "Block", int, "InputLengths", "int | None"], None]
@@ -175,20 +178,6 @@ def _rollout_bound(
         )
 
 
-def _flow_bound(
-    model: PretrainedModel, block: Block, layers: int, lengths: InputLengths,
-    layer_index: int | None,
-) -> None:  # fmt: skip
-    len_q = lengths.queries(block)
-    if block != "cross" and len_q > flow_token_limit(layers):
-        raise AttentionInputError(
-            "texts",
-            f"attention flow solves L^2 max-flow problems over {layers} layers: up to "
-            f"{flow_token_limit(layers)} tokens for this model, and this input has "
-            f"{len_q}{_note(lengths)} (rollout has no such limit)",
-        )
-
-
 def _norm_bound(
     model: PretrainedModel, block: Block, layers: int, lengths: InputLengths,
     layer_index: int | None,
@@ -227,7 +216,9 @@ def _summed_norm(run: MethodRun) -> MethodMaps:
 
 
 def _flow(run: MethodRun) -> MethodMaps:
-    return MethodMaps(method_map=flow_map(run.result, run.block))
+    flow, start = flow_map(run.result, run.block)
+    stop = start + int(flow.shape[-1])
+    return MethodMaps(method_map=flow, method_window=(start, stop) if start else None)
 
 
 def _gradient_pass(run: MethodRun) -> GradientPass:
@@ -333,19 +324,20 @@ METHODS: Final[dict[str, MethodSpec]] = {
             "plus the residual connection, 0.5 · A + 0.5 · I as in rollout; row i of the map "
             "is the maximum flow from each input token to token i after the last layer, "
             "divided by the row's sum. It is in the Averages view beside rollout; the other "
-            "views show the weights. It solves L² max-flow problems, so it is computed for "
-            "short inputs only.",
+            "views show the weights. It solves L² max-flow problems, so a longer input's flow "
+            "is of its last tokens that fit (24 for a 30-layer model), among themselves.",
             "Abnar and Zuidema, “Quantifying Attention Flow in Transformers”, ACL 2020",
             "'flow': attention flow (Abnar & Zuidema, ACL 2020): the maps stay the weights "
             "and `method_map` holds the (1, L, L) maximum flow from each input token to each "
             "token after the last layer, through the residual-adjusted head means (0.5 A + "
             "0.5 I, as rollout), each row divided by its sum; with sequence_index, not for "
-            "cross attention, and only while N * L^4 <= 1e7 (L^2 max-flow problems: 35 "
-            "tokens through 6 layers, 24 through 30; a longer input is a 422 naming texts).",
+            "cross attention. It solves L^2 max-flow problems, so up to N * L^4 <= 1e7 (35 "
+            "tokens through 6 layers, 24 through 30): a longer input's flow is of its last "
+            "tokens that fit, among themselves, (1, W, W), with `method_window` [start, "
+            "stop) saying which.",
             one_input=True,
             square_only=True,
             views=("averages",),
-            bound=_flow_bound,
             compute=_flow,
         ),
         MethodSpec(

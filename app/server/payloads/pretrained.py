@@ -149,6 +149,7 @@ def sequence_fields(
         "method_map": (
             None if prepared.method_map is None else encode_large(prepared.method_map, enc)
         ),
+        "method_window": (None if prepared.method_window is None else list(prepared.method_window)),
         "ablation": prepared.ablation,
         "head_importance": (
             None

@@ -484,11 +484,18 @@ class PretrainedAttentionResponse(BaseModel):
     method_map: list[list[list[float]]] | EncodedArray | None = Field(
         None,
         description="With method 'flow': (1, L, L) attention flow (Abnar & Zuidema 2020); "
-        "row i is how token i after the last layer draws on each input token. With "
+        "row i is how token i after the last layer draws on each input token ((1, W, W) of "
+        "the positions method_window for an input over flow's bound). With "
         "'rollout': attention rollout ((B, L, L) for the batch). With 'grad_rollout': "
         "(1, L, L) gradient-weighted rollout R (Chefer et al. 2021), block-max pooled as "
         "layer_mean beyond 512 tokens (average_downsample). With 'value_zeroing': (N, L_q, "
         "L_k) each layer's context-mixing map (Mohebbi et al. 2023), rows summing to 1.",
+    )
+    method_window: list[int] | None = Field(
+        None,
+        description="With method 'flow' on an input longer than flow's bound (L^2 max-flow "
+        "problems: 24 tokens through 30 layers): [start, stop), the last positions that "
+        "fit, whose flow among themselves method_map holds. Null when it covers the input.",
     )
     head_importance: list[list[float]] | EncodedArray | None = Field(
         None,

@@ -20,9 +20,9 @@ export const NARROW_GRID = 560;
 // at full resolution, more when block-max pooled), as a weight figure whose rows and
 // columns are labelled with the tokens or the blocks they cover ("tokens 8–15: the…mat").
 export function mapFigure(res, map, title, extra = {}) {
-  const { factor = 1, keyFactor = 1 } = map;
+  const { factor = 1, keyFactor = 1, first = 0 } = map;
   const axis = (tokens, f) => {
-    const shown = displayTokens(tokens);
+    const shown = displayTokens(tokens.slice(first)); // a window's (map.first: its start)
     const labels = blockLabels(shown, f);
     return { labels, hover: tokenHover(labels, f, shown.length) };
   };
@@ -42,6 +42,7 @@ export function addMap(container, res, map, title, className, extra = {}) {
   const div = addPlot(container, mapFigure(res, map, title, extra), className);
   div.dataset.factor = String(map.factor ?? 1);
   div.dataset.keyFactor = String(map.keyFactor ?? 1);
+  if (map.first) div.dataset.first = String(map.first);
   describeMap(div, res, map, title);
   return div;
 }

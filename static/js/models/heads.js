@@ -101,7 +101,7 @@ const DESCRIBED_WEIGHTS = 10; // the largest weights a map's text alternative li
 // div is an image labelled by `title`, described by a table (visually hidden) of its
 // DESCRIBED_WEIGHTS largest weights with their query and key tokens (blocks when pooled).
 export function describeMap(div, res, map, title) {
-  const { z, factor = 1, keyFactor = 1 } = map;
+  const { z, factor = 1, keyFactor = 1, first = 0 } = map;
   const best = [];
   for (let i = 0; i < z.length; i += 1) {
     const row = z[i];
@@ -117,9 +117,11 @@ export function describeMap(div, res, map, title) {
   }
   const queries = displayTokens(queryTokens(res));
   const keys = displayTokens(keyTokens(res));
-  const name = (tokens, k, f) => (f > 1
-    ? `tokens ${k * f}–${Math.min((k + 1) * f, tokens.length) - 1}`
-    : `${k}: ${tokens[k]}`);
+  // Row k is position first + k * f (first: a window's start, method_window).
+  const name = (tokens, k, f) => {
+    const p = first + k * f;
+    return f > 1 ? `tokens ${p}–${Math.min(p + f, tokens.length) - 1}` : `${p}: ${tokens[p]}`;
+  };
   const table = document.createElement("table");
   table.className = "map-description";
   table.id = `${div.id || "map"}-description-${(describeMap.count = (describeMap.count ?? 0) + 1)}`;

@@ -22,6 +22,8 @@ const METHOD_MAPS = {
     averaged: false,
     title: () => "Attention flow (Abnar & Zuidema 2020)",
     format: {},
+    // Over flow's bound the map is of the last tokens that fit (method_window).
+    windowed: true,
   },
   value_zeroing: {
     figure: "value-zeroing",
@@ -48,14 +50,20 @@ const METHOD_MAPS = {
 };
 
 // The figure a response's own method map makes in the Averages view at layer l, or null:
-// {name, z, averaged, title, format}.
+// {name, z, averaged, title, format, first} (first: the position of its first row, 0 but
+// for a map of a window of the input, method_window).
 export function methodFigure(res, l) {
   const drawn = METHOD_MAPS[res.method];
   if (!drawn || !res.method_map) return null;
   const z = drawn.map(res, l);
   if (!z) return null;
-  return { name: drawn.figure, z, averaged: drawn.averaged, title: drawn.title(l),
-    format: drawn.format };
+  const window = drawn.windowed && res.method_window;
+  const title = window
+    ? `${drawn.title(l)}, tokens ${window[0]}–${window[1] - 1}: the last ${window[1] - window[0]} ` +
+      "that fit its bound"
+    : drawn.title(l);
+  return { name: drawn.figure, z, averaged: drawn.averaged, title, format: drawn.format,
+    first: window ? window[0] : 0 };
 }
 
 // How the generation view draws a row of the response's method map, or null.

@@ -17,7 +17,10 @@ export function outlineMap(div, res) {
   if (!div.layout) return Promise.resolve();
   const [z] = [div.data[0].z];
   const box = { rows: z.length, cols: (z[0] || []).length };
-  return outline(div, selectionShapes(state.selected, box, isSelfAttention(res),
+  // A map of a window of the input (data-first: its first position) outlines its own rows.
+  const first = Number(div.dataset.first || 0);
+  const positions = [...state.selected].map((q) => q - first).filter((q) => q >= 0);
+  return outline(div, selectionShapes(positions, box, isSelfAttention(res),
     Number(div.dataset.factor || 1), Number(div.dataset.keyFactor || 1)));
 }
 
@@ -122,6 +125,7 @@ export function bindSelection(div) {
   div.on("plotly_click", (event) => {
     const point = event.points && event.points[0];
     if (!point || !Number.isInteger(point.y)) return;
-    selectToken(point.y * Number(div.dataset.factor || 1), additive(event.event));
+    const first = Number(div.dataset.first || 0);
+    selectToken(first + point.y * Number(div.dataset.factor || 1), additive(event.event));
   });
 }

@@ -83,8 +83,14 @@ export async function renderAverages(section, res, l) {
   const formats = {};
   if (own) {
     const [factor, keyFactor] = own.averaged ? [af, akf] : [1, 1];
-    figures.unshift([own.name, { z: own.z, factor, keyFactor }, own.title]);
+    figures.unshift([own.name, { z: own.z, factor, keyFactor, first: own.first }, own.title]);
     formats[own.name] = own.format;
+    if (own.first) {
+      paragraph(body, "hint method-window-note", `${own.title}: the method solves a max-flow ` +
+        `problem per pair of tokens, so it runs on the last ${own.z.length} of the ` +
+        `${queryTokens(res).length} tokens, among themselves (their weights on earlier ` +
+        "tokens left out, each row renormalised). The other maps are of the whole input.");
+    }
   }
   const plots = [strip.drawn];
   for (const [name, map, title] of figures) {
