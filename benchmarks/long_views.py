@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
+    from tests.support.browser import wait_model_option
+
     lengths = [int(n) for n in args.lengths.split(",")]
     views = tuple(v for v in args.views.split(",") if v)
     failures: list[str] = []
@@ -139,11 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         page.goto(url + "/models")
         wait_view(page, "model")
-        page.wait_for_function(
-            f"(() => {{ const o = document.querySelector(\"#model option[value='{SMOLLM2}']\");"
-            " return o !== null && !o.disabled; })()",
-            timeout=WAIT_MS,
-        )
+        wait_model_option(page, SMOLLM2, WAIT_MS)
         page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
         page.select_option("#model", SMOLLM2)
         wait_view(page, "model")

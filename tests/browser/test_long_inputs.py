@@ -10,10 +10,8 @@ against the full-resolution head from the API pooled here with numpy.
 
 from __future__ import annotations
 
-import base64
 import json
 import math
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,8 @@ import pytest
 from attnviz.devtools import live_process
 
 from tests.pretrained.support import require_transformers
+from tests.support.api import decode, wait_model_ready
+from tests.support.browser import wait_model_option
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -77,11 +77,7 @@ def refusals(page) -> list[str]:  # type: ignore[no-untyped-def]
 
 def compute_long(page, model: str, text: str) -> int:  # type: ignore[no-untyped-def]
     """Choose ``model`` (no chat template, no generation), compute ``text``; its length."""
-    page.wait_for_function(
-        f"(() => {{ const o = document.querySelector(\"#model option[value='{model}']\");"
-        " return o !== null && !o.disabled; })()",
-        timeout=WAIT_MS,
-    )
+    wait_model_option(page, model, WAIT_MS)
     page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
     page.select_option("#model", model)
     wait_view(page, "model")
@@ -158,10 +154,7 @@ def full_head(url: str, body: dict[str, Any], layer: int, head: int) -> np.ndarr
         timeout=WAIT_MS / 1000,
     )
     assert answer.status_code == 200, answer.text
-    attentions = answer.json()["attentions"]
-    assert attentions["dtype"] == "f4"
-    values = np.frombuffer(base64.b64decode(attentions["bdata"]), dtype="<f4")
-    return values.reshape(attentions["shape"])[0, 0, 0]
+    return decode(answer.json()["attentions"], "f4")[0, 0, 0]
 
 
 def test_every_view_of_smollm2_at_3000_tokens(page, server_url) -> None:  # type: ignore[no-untyped-def]
@@ -258,12 +251,7 @@ def long_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "ATTNVIZ_COMPUTE_TIMEOUT_S": "300",
     }
     with live_process(env=env, timeout_s=60) as (url, _):
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the model loads in the background
-            models = httpx.get(f"{url}/api/v1/models", timeout=10).json()
-            if any(m["name"] == LONG_MODEL and m["state"] == "ready" for m in models["models"]):
-                break
-            time.sleep(0.5)
+        wait_model_ready(url, LONG_MODEL)
         yield url
 
 

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.support.browser import new_page, redraw, type_and_compute, wait_drawn
+from tests.support.browser import new_page, redraw, type_and_compute, wait_drawn, wait_model_option
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -26,11 +26,7 @@ STALE = "document.querySelector('.results').dataset.stale"
 
 
 def wait_smollm2(page) -> None:  # type: ignore[no-untyped-def]
-    page.wait_for_function(
-        f"(() => {{ const o = document.querySelector(\"#model option[value='{SMOLLM2}']\");"
-        " return o !== null && !o.disabled; })()",
-        timeout=LOAD_TIMEOUT_MS,
-    )
+    wait_model_option(page, SMOLLM2, LOAD_TIMEOUT_MS)
 
 
 def switch_to_smollm2(page, prompt: str, new_tokens: int = 0) -> dict:  # type: ignore[no-untyped-def,type-arg]

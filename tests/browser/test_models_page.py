@@ -10,7 +10,14 @@ import httpx2 as httpx
 import pytest
 from attnviz.devtools import live_process
 
-from tests.support.browser import GRID, grid_point, redraw, type_and_compute, wait_drawn
+from tests.support.browser import (
+    GRID,
+    grid_point,
+    redraw,
+    type_and_compute,
+    wait_drawn,
+    wait_model_option,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -297,11 +304,7 @@ SMOLLM2_OPTION = f"#model option[value='{SMOLLM2}']"
 
 
 def wait_ready(page, name: str = SMOLLM2) -> None:  # type: ignore[no-untyped-def]
-    page.wait_for_function(
-        f"(() => {{ const o = document.querySelector(\"#model option[value='{name}']\");"
-        " return o !== null && !o.disabled; })()",
-        timeout=LOAD_TIMEOUT_MS,
-    )
+    wait_model_option(page, name, LOAD_TIMEOUT_MS)
 
 
 def wait_drawn_long(page, view: str) -> None:  # type: ignore[no-untyped-def]

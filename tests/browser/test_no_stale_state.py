@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.support.browser import type_and_compute, wait_drawn
+from tests.support.browser import type_and_compute, wait_drawn, wait_model_option
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -62,11 +62,7 @@ def test_a_speech_model_shows_nothing_of_the_text_models_results(page, server_ur
     wait_drawn(page, "model")
     type_and_compute(page, "MiniLM's maps, before Whisper is chosen.")
     assert "all-MiniLM-L6-v2" in page.locator("#summary").text_content()
-    page.wait_for_function(
-        "(() => { const o = document.querySelector(\"#model option[value='whisper-tiny.en']\");"
-        " return o !== null && !o.disabled; })()",
-        timeout=120_000,
-    )
+    wait_model_option(page, "whisper-tiny.en", 120_000)
     page.select_option("#model", "whisper-tiny.en")
     page.wait_for_function("document.getElementById('summary').textContent === ''")
     assert page.locator(".results .view .js-plotly-plot").count() == 0

@@ -25,6 +25,7 @@ from attnviz.devtools import live_process
 
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
+from tests.support.api import wait_model_ready
 
 pytestmark = pytest.mark.slow  # a server process and seconds of computing per route
 
@@ -67,12 +68,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
         "XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache")),  # no atlas from an earlier run
     }
     with live_process(env=env, timeout_s=60) as (url, process):
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the model loads in the background
-            models = httpx.get(f"{url}/api/v1/models", timeout=10).json()
-            if any(m["name"] == MODEL and m["state"] == "ready" for m in models["models"]):
-                break
-            time.sleep(0.5)
+        wait_model_ready(url, MODEL)
         yield url, process.pid
 
 

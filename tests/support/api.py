@@ -4,8 +4,10 @@ against the API's numbers: nothing here is a test."""
 from __future__ import annotations
 
 import base64
+import time
 from typing import TYPE_CHECKING, Any
 
+import httpx2 as httpx
 import numpy as np
 
 if TYPE_CHECKING:
@@ -23,6 +25,17 @@ def decode(spec: dict[str, Any], expect: str | None = None) -> np.ndarray:
         assert spec["dtype"] == expect
     dtype = DTYPES[spec["dtype"]]
     return np.frombuffer(base64.b64decode(spec["bdata"]), dtype=dtype).reshape(spec["shape"])
+
+
+def wait_model_ready(url: str, name: str, timeout_s: float = 60.0) -> None:
+    """Poll GET /api/v1/models of the server at ``url`` until ``name`` is ready (a server
+    loads its models in the background); returns after ``timeout_s`` either way."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        models = httpx.get(f"{url}/api/v1/models", timeout=10).json()
+        if any(m["name"] == name and m["state"] == "ready" for m in models["models"]):
+            return
+        time.sleep(0.5)
 
 
 def merged_reference(maps: torch.Tensor, words: list[int]) -> torch.Tensor:

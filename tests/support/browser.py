@@ -99,6 +99,15 @@ def redraw(page, view: str, action) -> None:  # type: ignore[no-untyped-def]
     wait_drawn(page, view)
 
 
+def wait_model_option(page, name: str, timeout_ms: float) -> None:  # type: ignore[no-untyped-def]
+    """Until /models' picker offers ``name`` (its option enabled: the model is loaded)."""
+    page.wait_for_function(
+        f"(() => {{ const o = document.querySelector(\"#model option[value='{name}']\");"
+        " return o !== null && !o.disabled; })()",
+        timeout=timeout_ms,
+    )
+
+
 def type_and_compute(page, text: str) -> None:  # type: ignore[no-untyped-def]
     """Type ``text`` into /models' form, compute, and wait for the model view."""
     page.fill("#texts", text)

@@ -53,9 +53,9 @@ export async function compute() {
     state.responseAt = null;
     state.firstLayerAt = null;
     state.gridAt = null;
-    let drawnView = false;
     try {
-      drawnView = await renderView();
+      // Refused, it leaves nothing of an earlier run on screen (render.js clearResults).
+      await renderView();
     } finally {
       if (run === state.computes) {
         resultsPane.classList.remove("running");
@@ -64,9 +64,6 @@ export async function compute() {
       }
     }
     if (run !== state.computes) return; // overtaken by a newer Compute
-    if (drawnView === false && state.pending === null) {
-      clearResults(); // refused (the error says why): nothing of an earlier run stays
-    }
     // Refused (the error is shown), waiting for the model, or a view with no overview.
     if (state.overviewKey === null || state.responseAt === null) return;
     const drawn = performance.now();
