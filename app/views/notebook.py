@@ -84,6 +84,9 @@ class AttentionView:
         layers: (N, H, L_q, L_k) float32, every layer the interactive view can show (a
             head view of a model's attentions keeps them all, to change layers).
         view: the interactive view first shown: "head", "model" or "token".
+        details: what :func:`attnviz.show` computed beside the maps (the method, tokens,
+            generated tokens, ablation, gradient target, head importance, method map);
+            empty for a view of arrays.
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class AttentionView:
         _, _, len_q, len_k = self.layers.shape
         self.view: ViewName = view or ("head" if len(self.layers) == 1 else "model")
         self.title = title
+        self.details: dict[str, Any] = {}
         self._layer = layer
         self._query_tokens = list(query_tokens or [str(i) for i in range(len_q)])
         self._key_tokens = list(key_tokens or [str(j) for j in range(len_k)])
