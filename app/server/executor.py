@@ -4,7 +4,9 @@ Torch releases the GIL inside its kernels but takes it back between them; with
 dozens of threads each running many tiny ops (FastAPI's default pool has 40),
 they mostly wait on each other. A pool of ``ATTNVIZ_COMPUTE_WORKERS`` threads
 (default 2) queues requests instead, so the event
-loop stays free for /healthz and the page while the pool works.
+loop stays free for /healthz and the page while the pool works. Long work (a head atlas, a
+pass over many tokens, a gradient method: :func:`long_slot`) runs on all workers but one,
+so a short request is not queued behind it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -45,6 +48,8 @@ LONG_RETRY_AFTER_S: Final = 30
 """Retry-After (s) of a long computation refused while the long ones fill their share."""
 
 _executor: ThreadPoolExecutor | None = None
+_workers: int | None = None
+"""The threads of the pool :func:`start_executor` started last (None before it ran)."""
 _large: asyncio.Semaphore | None = None
 _long: asyncio.Semaphore | None = None
 _long_waiting = 0
@@ -83,13 +88,26 @@ async def _client_gone(request: Request) -> None:
 def start_executor(workers: int) -> None:
     """Create the pool with ``workers`` threads, replacing an earlier one.
 
-    As many large requests are admitted at a time (:func:`held_while_sent`).
+    As many large requests are admitted at a time (:func:`held_while_sent`), and
+    :func:`long_slots` of them long ones, with as many waiting (:func:`refuse_when_busy`):
+    every bound counts ``workers``, whatever ATTNVIZ_COMPUTE_WORKERS says (a test starts
+    its own pool).
     """
-    global _executor, _large, _long
+    global _executor, _workers, _large, _long
     stop_executor()
+    _workers = workers
     _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnviz-compute")
     _large = asyncio.Semaphore(workers)
     _long = asyncio.Semaphore(long_slots(workers))
+
+
+def pool_workers() -> int:
+    """The compute workers the bounds count (threads).
+
+    The pool's, as :func:`start_executor` started it last; before it ran,
+    ATTNVIZ_COMPUTE_WORKERS.
+    """
+    return _workers if _workers is not None else get_settings().compute_workers
 
 
 def stop_executor() -> None:
@@ -169,15 +187,17 @@ def long_slots(workers: int) -> int:
 async def long_slot(field: str, what: str) -> asyncio.Semaphore:
     """Wait for one of the long computations' slots (:func:`long_slots`).
 
-    The caller releases it. Long work (a head atlas not cached yet) runs on at most all
+    The caller releases it. Long work (a head atlas not cached yet; a pretrained model's
+    pass over more than :data:`.limits.LONG_WORK_TOKENS` tokens not kept yet, a gradient
+    method, value zeroing: :func:`.routers.pretrained.long_share`) runs on at most all
     compute workers but one, so a short request (a toy map, a sentence through a model)
-    always finds a worker free and is not queued behind any number of them. One long
-    request more than the slots waits for a slot; another is refused
+    always finds a worker free and is not queued behind any number of them. As many long
+    requests as there are slots wait for one besides; one more is refused
     (:func:`refuse_when_busy`).
 
     Args:
         field: the request field the 503 names.
-        what: the work, as the 503 says it ("a head atlas").
+        what: the work, as the 503 says it ("a head atlas", "a long input's maps").
 
     Returns:
         The slots' semaphore, acquired.
@@ -200,15 +220,23 @@ def refuse_when_busy(field: str, what: str) -> asyncio.Semaphore:
     """The long computations' slots, or the 503 of :func:`long_slot`.
 
     Refused when every slot is taken and as many requests wait already (a stream checks
-    this before its 200).
+    this before its 200): :func:`long_slots` of the pool's workers (:func:`pool_workers`).
+
+    Args:
+        field: the request field the 503 names (``loc`` ["body", field]).
+        what: the work, as the 503 says it.
+
+    Returns:
+        The slots' semaphore (not acquired).
 
     Raises:
-        HTTPException: 503 with Retry-After, type "busy".
+        HTTPException: 503 with Retry-After (:data:`LONG_RETRY_AFTER_S`), type "busy".
     """
     global _long
+    slots = long_slots(pool_workers())
     if _long is None:
-        _long = asyncio.Semaphore(long_slots(get_settings().compute_workers))
-    if _long.locked() and _long_waiting >= long_slots(get_settings().compute_workers):
+        _long = asyncio.Semaphore(slots)
+    if _long.locked() and _long_waiting >= slots:
         raise HTTPException(
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
             detail=[
@@ -247,7 +275,7 @@ async def held_while_sent(
     """
     global _large
     if _large is None:
-        _large = asyncio.Semaphore(get_settings().compute_workers)
+        _large = asyncio.Semaphore(pool_workers())
     held: list[asyncio.Semaphore] = []
     try:
         if long is not None:
@@ -257,6 +285,8 @@ async def held_while_sent(
     except BaseException:
         for semaphore in held:
             semaphore.release()
+        if inspect.iscoroutine(work):  # refused or cancelled before it started: never run
+            work.close()
         raise
     released = False
 

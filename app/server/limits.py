@@ -63,7 +63,18 @@ MAX_NEW_TOKENS: Final = 64
 """The most tokens a decoder generates for one request."""
 MAX_TEMPERATURE: Final = 10.0
 """The highest sampling temperature of generation."""
+LONG_WORK_TOKENS: Final = 1024
+"""The most tokens a pretrained-model pass may run over and still be short work, not long.
+
+Counted as the pass runs them: for one input (``sequence_index``), its prompt tokens plus
+``max_new_tokens`` (plus its decoder targets); for a whole batch, the padded batch's
+B x L tokens (plus its targets'). A request over it whose pass is not kept already takes
+the long computations' share of the compute pool (:func:`.executor.long_slot`), as a
+head atlas does: SmolLM2-135M's grid at 1024 tokens takes 6.5 s on two CPU cores
+(docs/performance.md), a sentence's a fraction of a second.
+"""
 __all__ = [
+    "LONG_WORK_TOKENS",
     "MAX_ATLAS_TEXTS",
     "MAX_BATCH",
     "MAX_BODY_BYTES",

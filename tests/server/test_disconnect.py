@@ -8,6 +8,11 @@ outside, in CPU-seconds of the server process (/proc): the server was working wh
 client left, and within a second it has stopped (under 0.4 CPU-s in the 2 s after that),
 where before it ran the request to its end. Each heavy plain route: the pretrained maps
 (a long input's pooled grid) and the head atlas (one pass per text).
+
+Long work (an atlas not cached, a pass over LONG_WORK_TOKENS tokens, a gradient method)
+runs on all compute workers but one: a short request is answered within 2 s while two
+long ones run (one computing, one waiting), and a third long one is refused with 503 and
+Retry-After (tests/server/test_long_share.py: which requests are long).
 """
 
 from __future__ import annotations
@@ -143,3 +148,96 @@ def test_a_short_request_is_answered_while_two_atlases_run(server: tuple[str, in
     for thread in atlases:
         thread.join()
     assert ended == ["left", "left"]  # neither atlas was done before its client left
+
+
+GRID = (  # the streamed grid of the same long input: 2,000 tokens, over LONG_WORK_TOKENS
+    "/api/v1/models/attention/layers",
+    {"model": MODEL, "texts": [LONG_TEXT], "display_size": 64},
+)
+LONG_LEAVE_S = 6.0  # each long request's client leaves after this long without a byte
+
+
+def settle(pid: int, timeout_s: float = 20) -> None:
+    """Wait until the server is idle (under 0.1 CPU-s in 0.5 s): an earlier test's
+    computations stopped, its long computations' slots free."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        start = cpu_seconds(pid)
+        time.sleep(0.5)
+        if cpu_seconds(pid) - start < 0.1:
+            return
+    pytest.fail(f"the server was still computing after {timeout_s:g} s")
+
+
+def two_long_requests(url: str) -> tuple[list[threading.Thread], list[int | str]]:
+    """The maps and the streamed grid of a 2,000-token input, each in a thread of its own
+    (started): one computes, the other waits for a long computation's slot. Each client
+    leaves after LONG_LEAVE_S without a byte (the status, or "left", goes to the list)."""
+    ended: list[int | str] = []
+
+    def ask(path: str, body: dict[str, object]) -> None:
+        try:
+            response = httpx.post(
+                url + path, json=body, timeout=httpx.Timeout(60, read=LONG_LEAVE_S)
+            )
+            ended.append(response.status_code)
+        except httpx.ReadTimeout:
+            ended.append("left")
+
+    threads = [threading.Thread(target=ask, args=route) for route in (ROUTES["maps"], GRID)]
+    for thread in threads:
+        thread.start()
+    return threads, ended
+
+
+def test_a_short_request_is_answered_while_two_long_inputs_run(server: tuple[str, int]) -> None:
+    """A pretrained model's pass over more than LONG_WORK_TOKENS tokens is long work, as an
+    atlas is: two of them hold one compute worker (of 2) and wait for it, and a sentence
+    through the same model is answered at once on the other."""
+    url, pid = server
+    settle(pid)
+    before = cpu_seconds(pid)
+    threads, ended = two_long_requests(url)
+    time.sleep(2.5)  # both admitted: one computing, one waiting for its turn
+    assert cpu_seconds(pid) - before > 0.5 * 2.5, "the server was not computing"
+    started = time.monotonic()
+    short = httpx.post(
+        f"{url}/api/v1/models/attention",
+        json={"model": MODEL, "texts": ["the cat sat"], "sequence_index": 0},
+        timeout=30,
+    )
+    waited = time.monotonic() - started
+    assert short.status_code == 200, short.text
+    assert waited < 2.0, f"the short request waited {waited:.1f} s"
+    assert all(thread.is_alive() for thread in threads), f"a long one ended first: {ended}"
+    for thread in threads:
+        thread.join(60)
+    assert len(ended) == 2
+
+
+def test_a_third_long_request_is_refused_with_retry_after(server: tuple[str, int]) -> None:
+    """With one long request computing and one waiting (2 workers), a third (here a
+    gradient method, long whatever its length) is refused at once: 503, Retry-After,
+    type "busy", naming texts."""
+    url, pid = server
+    settle(pid)
+    threads, ended = two_long_requests(url)
+    time.sleep(2.5)  # both admitted: one computing, one waiting for its turn
+    started = time.monotonic()
+    third = httpx.post(
+        f"{url}/api/v1/models/attention",
+        json={"model": MODEL, "texts": ["the cat sat"], "sequence_index": 0,
+              "method": "grad_rollout"},
+        timeout=10,
+    )  # fmt: skip
+    assert time.monotonic() - started < 2.0  # refused, not queued
+    assert third.status_code == 503, third.text
+    assert third.headers["retry-after"] == "30"
+    detail = third.json()["detail"][0]
+    assert detail["type"] == "busy"
+    assert detail["loc"] == ["body", "texts"]
+    assert "the grad_rollout maps can be asked again in 30 s" in detail["msg"]
+    assert all(thread.is_alive() for thread in threads), f"a long one ended first: {ended}"
+    for thread in threads:
+        thread.join(60)
+    assert len(ended) == 2

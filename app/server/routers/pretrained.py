@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,12 +21,13 @@ from ...pretrained.analysis import (
 )
 from ...pretrained.blocks import Block
 from ...pretrained.loading import PRETRAINED_EXTRA
-from ...pretrained.methods import with_method
+from ...pretrained.methods import GRADIENT_METHODS, with_method
 from ...pretrained.recordings import RecordingCache
 from ..checks import check_cells, check_limit
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
 from ..executor import computed, held_while_sent
+from ..limits import LONG_WORK_TOKENS
 from ..payloads.pretrained import (
     batch_payload,
     downsample,
@@ -166,10 +168,18 @@ async def answered(
     registry: ModelRegistry,
     recordings: RecordingCache,
 ) -> Response:
-    """Admit a request (model ready, batch within bounds), then compute its response.
+    """Admit a request (model ready, batch and tokens within bounds), then compute it.
 
-    The response is computed on the pool within the time budget, holding a large-request
-    slot while it is sent.
+    Whether it is long work (:func:`long_share`) is decided first, off the event loop (a
+    thread of its own, not a compute worker: the texts are tokenised, milliseconds with
+    the fast tokenizers, and again by ``respond_with``). The response is computed on the
+    pool within the time budget, holding a large-request slot while it is sent, and long
+    work a long computation's slot too.
+
+    Raises:
+        HTTPException: 422 or 413 naming the field (:func:`tokenized`); 503 with
+            Retry-After, type "busy", naming texts, for long work while the long
+            computations' share is full and as many wait (:func:`..executor.long_slot`).
     """
     model = ready_model(registry, request.model)
     assert isinstance(model, PretrainedModel)  # a text model: ready_model required it
@@ -181,6 +191,7 @@ async def answered(
             "sequence_index",
             f"{b} is not below {len(request.texts)}",
         )
+    share = await asyncio.to_thread(long_share, model, request, settings, recordings)
     return await held_while_sent(
         computed(
             "texts",
@@ -191,8 +202,63 @@ async def answered(
             request,
             settings,
             recordings,
-        )
+        ),
+        long=share,
     )
+
+
+def long_share(
+    model: PretrainedModel,
+    request: PretrainedAttentionRequest,
+    settings: Settings,
+    recordings: RecordingCache,
+) -> tuple[str, str] | None:
+    """Whether a request is long work, run in the long computations' share of the pool.
+
+    Long (:func:`..executor.long_slot`, as :func:`..executor.held_while_sent` takes it):
+
+    * a gradient method (a backward pass per input) or value zeroing (a pass per layer
+      with each token's value zeroed), for one input (``sequence_index``; a whole batch
+      asking for one of these one-input methods is refused with 422, and is not long);
+    * a forward pass over more than :data:`..limits.LONG_WORK_TOKENS` tokens: one
+      input's prompt + ``max_new_tokens`` (+ its targets), a whole batch's B x L padded
+      tokens (+ its targets'), unless the one input's pass is kept in ``recordings``
+      already (a click on one head after the grid reuses the grid's pass: no pass runs).
+      A pass after a generation (``max_new_tokens``) or with heads switched off
+      (``ablate``) is counted as one to run: it is kept by the generated tokens, not
+      known before the generation, or by the heads off, beside the intact one.
+
+    Args:
+        model: the request's model.
+        request: the request, its checks passed (sequence_index below the batch size).
+        settings: the bounds its texts are checked against (:func:`tokenized`).
+        recordings: the kept passes (read, nothing run).
+
+    Returns:
+        ("texts", what the 503 calls the work), or None for short work.
+
+    Raises:
+        HTTPException: as :func:`tokenized` (422, 413), before any slot is taken.
+    """
+    b = request.sequence_index
+    if b is not None and (request.method in GRADIENT_METHODS or request.method == "value_zeroing"):
+        return ("texts", f"the {request.method} maps")
+    batch, targets, _ = tokenized(model, request, settings)
+    if b is None:
+        count = batch.input_ids.numel() + (0 if targets is None else targets.input_ids.numel())
+        return ("texts", "a long batch's maps") if count > LONG_WORK_TOKENS else None
+    alone = batch.select(b)
+    alone_targets = None if targets is None else targets.select(b)
+    count = alone.input_ids.shape[1] + request.max_new_tokens
+    if alone_targets is not None:
+        count += alone_targets.input_ids.shape[1]
+    if count <= LONG_WORK_TOKENS:
+        return None
+    if not request.max_new_tokens and not request.ablate:
+        kept = recordings.kept(model, alone, alone_targets, device=request.device)
+        if kept is not None:
+            return None
+    return ("texts", "a long input's maps")
 
 
 def stream_response(
