@@ -59,6 +59,10 @@ MAX_MODEL_DISPLAY_SIZE: Final = 1024
 MAX_REQUEST_BYTES: Final = 3 * 2**30
 """The most memory one pretrained-model request may need at its peak, estimated before it
 runs (ATTNVIZ_MAX_REQUEST_BYTES's default), in bytes."""
+MAX_DOWNLOAD_BYTES: Final = 2 * 2**30
+"""The largest file of exact maps POST /api/v1/models/attention/download sends
+(ATTNVIZ_MAX_DOWNLOAD_BYTES's default), in bytes: a head of 8,192 tokens is 256 MiB of
+float32, a layer of SmolLM2's 9 heads at 4,096 tokens 576 MiB."""
 MAX_NEW_TOKENS: Final = 64
 """The most tokens a decoder generates for one request."""
 MAX_TEMPERATURE: Final = 10.0
@@ -80,6 +84,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_DECODING_TOKENS",
     "MAX_DISPLAY_SIZE",
+    "MAX_DOWNLOAD_BYTES",
     "MAX_D_FF",
     "MAX_D_MODEL",
     "MAX_HISTOGRAM_BINS",

@@ -25,7 +25,16 @@ from .middleware import AccessLogMiddleware, BodyLimitMiddleware, SecurityHeader
 from .openapi import install_openapi
 from .presets import DEFAULT_PRESET
 from .response_cache import RESPONSES
-from .routers import attention, heads, health, lessons, media, pages, presets, pretrained
+from .routers import (
+    attention,
+    heads,
+    health,
+    lessons,
+    media,
+    pages,
+    presets,
+    pretrained,
+)
 from .schemas import REQUEST_SCHEMAS
 from .settings import get_settings
 

@@ -17,6 +17,7 @@ from .limits import (
     MAX_BATCH,
     MAX_BODY_BYTES,
     MAX_D_MODEL,
+    MAX_DOWNLOAD_BYTES,
     MAX_LAYERS,
     MAX_NUM_HEADS,
     MAX_REQUEST_BYTES,
@@ -94,6 +95,10 @@ class Settings(BaseSettings):
             estimated over it is refused with 413 naming texts or max_new_tokens, the
             estimate and the limit in the message. The default, 3 GiB, admits SmolLM2's
             longest input (4,096 tokens, generation included).
+        max_download_bytes: the largest file of exact, unpooled maps one download (POST
+            /api/v1/models/attention/download) may send, in bytes (default 2 GiB: one
+            head at SmolLM2's 8,192 tokens, or a layer of its 9 heads at 4,096); a larger
+            one is refused with 413 naming layer_index, saying to download a head.
         cache_dir: where models dequantized from GGUF are kept as Hugging Face folders
             (default $XDG_CACHE_HOME/attnviz or ~/.cache/attnviz).
         dtype: the dtype pretrained models are loaded in: auto (the checkpoint's own on
@@ -136,6 +141,7 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default_factory=default_cache_dir)
     recording_cache_bytes: int = Field(RECORDING_CACHE_BYTES, ge=0)
     max_request_bytes: int = Field(MAX_REQUEST_BYTES, ge=1)
+    max_download_bytes: int = Field(MAX_DOWNLOAD_BYTES, ge=1)
     dtype: DType = "auto"
     device_map: str = ""
     max_memory: str = ""

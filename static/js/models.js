@@ -32,6 +32,7 @@ import { renderTokens, selectToken } from "./models/selection.js";
 import { page, state } from "./models/state.js";
 import { VIEWS } from "./models/views.js";
 import { bindHeadJump, headSetting } from "./models/heads.js";
+import { bindNumbers } from "./models/numbers.js";
 import { bindAtlas } from "./models/views/atlas.js";
 import { queryRequest, selectQuery } from "./models/views/generation.js";
 
@@ -67,6 +68,7 @@ Object.assign(page, { renderView, compute, views: VIEWS });
 bindMedia(mediaElements, () => compute());
 bindAtlas();
 bindHeadJump();
+bindNumbers();
 form.addEventListener("submit", (event) => {
   event.preventDefault();
   compute();

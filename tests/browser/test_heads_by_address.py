@@ -150,6 +150,37 @@ def test_every_map_has_its_largest_weights_as_text(page, server_url) -> None:  #
     assert page.errors == []
 
 
+def test_the_thumbnail_grids_have_each_maps_largest_weight_as_text(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    """The model view's 6 x 12 grid and the layer view's 12 heads, against the API's maps."""
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    for view, grid in (("model", "#model-grid"), ("layer", "#layer-grid")):
+        if view != "model":
+            redraw(page, view, lambda v=view: page.click(f".tabs button[data-view={v}]"))
+        div = page.locator(grid)
+        assert div.get_attribute("role") == "img"
+        table = page.locator("#" + div.get_attribute("aria-describedby"))
+        assert table.evaluate("(t) => t.parentElement.className") == "visually-hidden"
+        rows = table.locator("tbody tr")
+        heads = (
+            [(n, h) for n in range(6) for h in range(12)]
+            if view == "model"
+            else [(0, h) for h in range(12)]
+        )
+        assert rows.count() == len(heads)
+        for k in (0, len(heads) - 1, len(heads) // 2):
+            n, h = heads[k]
+            cells = rows.nth(k).locator("th, td").all_text_contents()
+            z = response["attentions"][n][0][h]
+            value, i, j = max((v, i, j) for i, row in enumerate(z) for j, v in enumerate(row))
+            assert cells[0] == f"L{n}.H{h}"
+            assert float(cells[1]) == pytest.approx(value, abs=5e-5)
+            assert cells[2].startswith(f"{i}: ") and cells[3].startswith(f"{j}: ")
+            assert float(cells[4]) == pytest.approx(sum(map(max, z)) / len(z), abs=5e-5)
+    assert page.errors == []
+
+
 def test_the_phone_grid_says_it_scrolls_sideways(browser, server_url) -> None:  # type: ignore[no-untyped-def]
     page = new_page(browser, 390, 844)
     page.goto(server_url + "/models")

@@ -27,6 +27,7 @@ that case for every field, deterministically.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -36,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 from attnviz.pretrained import MODELS
 from attnviz.server.main import create_app
@@ -379,6 +381,18 @@ def encode_query(params: dict[str, str]) -> str:
     return "&".join(f"{quote(k)}={quote(v)}" for k, v in params.items())
 
 
+def read_file(content: bytes, context: str) -> Any:
+    """A file of exact maps (POST .../attention/download), read by numpy or safetensors."""
+    if content.startswith(b"\x93NUMPY"):
+        return np.load(io.BytesIO(content))
+    from safetensors.numpy import load
+
+    try:
+        return load(content)
+    except Exception as error:
+        raise AssertionError(f"neither .npy nor safetensors: {error}\n{context}") from error
+
+
 def send(
     api: TestClient, op: Operation, raw: bytes, query: dict[str, str] | None = None
 ) -> tuple[Any, dict[str, Any]]:
@@ -397,6 +411,9 @@ def send(
     if currently_in_test_context():
         event(f"status {response.status_code}")  # --hypothesis-show-statistics
     assert response.status_code < 500, context
+    if response.headers["content-type"] == "application/octet-stream":  # a file of maps
+        assert response.status_code == 200, context
+        return response.status_code, read_file(response.content, context)
     lines = response.headers["content-type"].startswith("application/x-ndjson")
     assert lines or response.headers["content-type"].startswith("application/json"), context
     assert not (lines and response.status_code >= 400), f"an error as NDJSON\n{context}"

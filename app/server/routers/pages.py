@@ -28,6 +28,7 @@ from plotly.offline import get_plotlyjs_version
 from ...pretrained.methods import GRADIENT_METHODS, METHOD_LABELS, page_methods
 from ...pretrained.results import TOP_K
 from ...resources import STATIC_DIR, TEMPLATES_DIR
+from ..dependencies import SettingsDep
 from ..limits import (
     MAX_DECODING_TOKENS,
     MAX_LAYERS,
@@ -37,6 +38,7 @@ from ..limits import (
 )
 from ..middleware import docs_content_security_policy
 from ..presets import DEFAULT_PRESET, PRESETS
+from ..settings import Settings
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 
@@ -123,18 +125,20 @@ def read_index(request: Request) -> HTMLResponse:
 
 
 @router.get("/models", response_class=HTMLResponse, include_in_schema=False)
-def read_models_page(request: Request) -> HTMLResponse:
+def read_models_page(request: Request, settings: SettingsDep) -> HTMLResponse:
     """The pretrained-model page: a typed sentence, every layer's and head's attention."""
-    return templates.TemplateResponse(request, "models.html", {**models_page(), **page_context()})
+    context = {**models_page(settings), **page_context()}
+    return templates.TemplateResponse(request, "models.html", context)
 
 
-def models_page() -> dict[str, Any]:
+def models_page(settings: Settings) -> dict[str, Any]:
     """What /models takes from the server, not repeated in its script.
 
     The methods on offer, as the method registry describes them
     (:func:`attnviz.pretrained.methods.page_methods`: label, note, citation, what one
     number is, per head or gradient, the views that draw it), and the request schema's
-    bounds of its inputs.
+    bounds of its inputs, and the largest file of exact maps the server sends
+    (ATTNVIZ_MAX_DOWNLOAD_BYTES).
     """
     return {
         "methods": METHOD_LABELS,
@@ -146,6 +150,7 @@ def models_page() -> dict[str, Any]:
             "max_new_tokens": MAX_NEW_TOKENS,
             "max_display_size": MAX_MODEL_DISPLAY_SIZE,
             "max_top_k": TOP_K,
+            "max_download_bytes": settings.max_download_bytes,
         },
     }
 

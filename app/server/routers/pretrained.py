@@ -28,6 +28,7 @@ from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
 from ..executor import computed, held_while_sent
 from ..limits import LONG_WORK_TOKENS
+from ..payloads.files import maps_file
 from ..payloads.pretrained import (
     batch_payload,
     downsample,
@@ -42,6 +43,7 @@ from ..schemas.pretrained import (
     ModelListResponse,
     PretrainedAttentionRequest,
     PretrainedAttentionResponse,
+    PretrainedDownloadRequest,
     PretrainedLayersRequest,
 )
 from ..settings import Settings
@@ -159,6 +161,48 @@ async def stream_model_attention(
     ``{"type": "error", "detail": ...}``.
     """
     return await answered(stream_response, request, settings, registry, recordings)
+
+
+@router.post(
+    "/attention/download",
+    responses={
+        **ERROR_RESPONSES,
+        200: {
+            "description": "The file: .npy (float32, (L_q, L_k) for a head, (H, L_q, L_k) for "
+            "a layer) or .safetensors (the same tensor, the tokens in its metadata).",
+            "content": {"application/octet-stream": {}},
+        },
+    },
+    response_class=StreamingResponse,
+    summary="One input's exact, unpooled maps of a layer or head, as .npy or safetensors",
+)
+async def download_model_attention(
+    request: PretrainedDownloadRequest,
+    settings: SettingsDep,
+    registry: RegistryDep,
+    recordings: RecordingsDep,
+) -> Response:
+    """The maps of ``layer_index`` (one head with ``head_index``) of one input, as a file.
+
+    The input runs alone (``sequence_index``, default 0) with the options of POST
+    /attention (chat, generation, heads off, hidden special tokens, merged words, a
+    per-head method); the maps are never pooled: the numbers behind the page's pictures.
+    Its pass is reused when kept (the page's grid ran it). A file over
+    ATTNVIZ_MAX_DOWNLOAD_BYTES is refused before anything runs: 413 naming layer_index
+    for a layer (download its heads one at a time), texts for one head.
+    """
+    return await answered(download_response, request, settings, registry, recordings)
+
+
+def download_response(
+    model: PretrainedModel,
+    request: PretrainedDownloadRequest,
+    settings: Settings,
+    recordings: RecordingCache,
+) -> Response:
+    """The blocking part of :func:`download_model_attention`: tokenise, then the file."""
+    batch, targets, block = tokenized(model, request, settings)
+    return maps_file(model, request, batch, targets, block, settings, recordings)
 
 
 async def answered(

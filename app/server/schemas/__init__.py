@@ -26,6 +26,7 @@ from .pretrained import (
     ModelListResponse,
     PretrainedAttentionRequest,
     PretrainedAttentionResponse,
+    PretrainedDownloadRequest,
     PretrainedLayersRequest,
 )
 
@@ -36,6 +37,7 @@ REQUEST_SCHEMAS: Final[tuple[type[BaseModel], ...]] = (
     TransformerRequest,
     PretrainedAttentionRequest,
     PretrainedLayersRequest,
+    PretrainedDownloadRequest,
 )
 """Every request body of the API (their integer bounds are kept exact in /openapi.json)."""
 
@@ -53,6 +55,7 @@ __all__ = [
     "Preset",
     "PretrainedAttentionRequest",
     "PretrainedAttentionResponse",
+    "PretrainedDownloadRequest",
     "PretrainedLayersRequest",
     "ScalingRequest",
     "ScalingResponse",

@@ -13,6 +13,7 @@ from pydantic import (
 )
 
 from ...attention.engine import DeviceName
+from ...attention.errors import AttentionInputError
 from ...pretrained.analysis import ViewOptions, check_view_options
 from ...pretrained.blocks import Block
 from ...pretrained.methods import Method, method_description
@@ -350,6 +351,60 @@ class PretrainedLayersRequest(PretrainedAttentionRequest):
         ge=0,
         description="The input whose grid is streamed; must be below B (else 422).",
     )
+
+
+class PretrainedDownloadRequest(PretrainedAttentionRequest):
+    """One input's exact maps of one layer or head as a file (POST .../attention/download).
+
+    The fields of POST /api/v1/models/attention, of one input (``sequence_index``,
+    default 0), with ``layer_index`` required and nothing pooled: the same maps the
+    page draws, at full resolution.
+    """
+
+    model_config = ConfigDict(
+        protected_namespaces=(),
+        json_schema_extra={
+            "examples": [
+                {"texts": ["The cat sat on the mat."], "layer_index": 2, "head_index": 5},
+                {
+                    "model": "SmolLM2-135M-Instruct",
+                    "texts": ["Why is the sky blue?"],
+                    "chat": True,
+                    "layer_index": 3,
+                    "format": "safetensors",
+                },
+            ]
+        },
+    )
+
+    sequence_index: int = Field(
+        0, ge=0, description="The input whose maps are sent; must be below B (else 422)."
+    )
+    layer_index: int = Field(
+        ge=0, description="The layer sent; must be below the model's layers (else 422)."
+    )
+    format: Literal["npy", "safetensors"] = Field(
+        "npy",
+        description="'npy': NumPy's .npy of float32 (np.load), (L_q, L_k) for a head, "
+        "(H, L_q, L_k) for a layer. 'safetensors': the same array as tensor "
+        "'attn_weights' (or the method's name), with the tokens, model, layer, head and "
+        "method in its metadata (safetensors.torch.load_file, safe_open(...).metadata()).",
+    )
+
+    @model_validator(mode="after")
+    def _exact_maps_only(self) -> Self:
+        """Refuse the display options a file of exact maps does not take (422 naming one)."""
+        given = {
+            "display_size": self.display_size is not None,
+            "query_index": self.query_index is not None,
+            "top_k": self.top_k > 0,
+            "neuron": self.neuron,
+        }
+        for name in (name for name, set_ in given.items() if set_):
+            raise AttentionInputError(
+                name, "a download holds the exact maps of a layer or head: leave it out"
+            )
+        return self
 
 
 class PretrainedDownsample(BaseModel):

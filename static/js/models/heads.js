@@ -7,6 +7,7 @@ import { headJump, layerSelect, showError } from "./elements.js";
 import { ablatedHeads } from "./form.js";
 import { keyTokens, queryTokens } from "./response.js";
 import { displayTokens } from "../lib/display.js";
+import { labelNumbers } from "./numbers.js";
 import { page, state } from "./state.js";
 
 // "L18.H6", "18.6", "l18 h6", "18:6", "18/6" -> [18, 6]; anything else null.
@@ -34,6 +35,7 @@ export function takeLinkedHead(res) {
 export function rememberHead(l, h) {
   state.enlargedHead = [l, h];
   writeLinkSettings(state.view);
+  labelNumbers();
 }
 
 // The jump box: Enter (or a change) with "L18.H6" selects layer 18 and enlarges its head 6
@@ -96,6 +98,59 @@ export async function markAblated(grid, res) {
 }
 
 const DESCRIBED_WEIGHTS = 10; // the largest weights a map's text alternative lists
+
+// A grid's text alternative (the model view's layers × heads, the layer view's heads):
+// one row per map with its largest value, the query and key tokens where it lies, and the
+// mean of its rows' largest values (how sharp the head is), as a visually hidden table
+// the grid's aria-describedby names. `maps` is [[name, matrix], ...]; `factor` and
+// `keyFactor` are tokens per row and column of pooled maps.
+export function describeGrid(div, res, maps, title, factor = 1, keyFactor = 1) {
+  const queries = displayTokens(queryTokens(res));
+  const keys = displayTokens(keyTokens(res));
+  const name = (tokens, k, f) => (f > 1
+    ? `tokens ${k * f}–${Math.min((k + 1) * f, tokens.length) - 1}` : `${k}: ${tokens[k]}`);
+  const table = document.createElement("table");
+  table.className = "map-description";
+  table.id = `${div.id || "grid"}-description`;
+  table.createCaption().textContent = `${title}: each map's largest value`;
+  const head = table.createTHead().insertRow();
+  for (const text of ["map", "largest value", "query", "key", "mean of row maxima"]) {
+    const th = document.createElement("th");
+    th.scope = "col";
+    th.textContent = text;
+    head.append(th);
+  }
+  const body = table.createTBody();
+  for (const [label, z] of maps) {
+    let [best, bi, bj, rowMaxSum, counted] = [-Infinity, 0, 0, 0, 0];
+    z.forEach((row, i) => {
+      let rowMax = -Infinity;
+      row.forEach((v, j) => {
+        if (v === null || v === undefined) return;
+        if (v > rowMax) rowMax = v;
+        if (v > best) [best, bi, bj] = [v, i, j];
+      });
+      if (rowMax > -Infinity) [rowMaxSum, counted] = [rowMaxSum + rowMax, counted + 1];
+    });
+    const row = body.insertRow();
+    const th = document.createElement("th");
+    th.scope = "row";
+    th.textContent = label;
+    row.append(th);
+    row.insertCell().textContent = counted ? best.toFixed(4) : "–";
+    row.insertCell().textContent = counted ? name(queries, bi, factor) : "–";
+    row.insertCell().textContent = counted ? name(keys, bj, keyFactor) : "–";
+    row.insertCell().textContent = counted ? (rowMaxSum / counted).toFixed(4) : "–";
+  }
+  div.setAttribute("role", "img");
+  div.setAttribute("aria-label", title);
+  div.setAttribute("aria-describedby", table.id);
+  const box = document.createElement("div");
+  box.className = "visually-hidden";
+  box.append(table);
+  div.after(box);
+  return table;
+}
 
 // A text alternative of a drawn map `div` of `res`'s input ({z, factor, keyFactor}): the
 // div is an image labelled by `title`, described by a table (visually hidden) of its

@@ -8,6 +8,7 @@ import {
 } from "./elements.js";
 import { fillTargets, updateStale } from "./form.js";
 import { describe, noteFor, showAblation } from "./notes.js";
+import { labelNumbers } from "./numbers.js";
 import { outlineView, showTokenBox } from "./selection.js";
 import { state } from "./state.js";
 import { layerProgress, overview } from "./stream.js";
@@ -69,6 +70,7 @@ export async function renderView() {
     allDrawnMs: drawn - received,
   };
   section.dataset.drawn = "true";
+  labelNumbers();
   return true;
 }
 
@@ -91,6 +93,7 @@ export function clearResults() {
   displayNote.textContent = "";
   showAblation(null);
   updateStale();
+  labelNumbers();
 }
 
 // The model, layer and averages views: the overview, then the view.

@@ -7,7 +7,7 @@ import { headName, kvGroups, queryTokens, thumbnailHover } from "../response.js"
 import { shadeBy } from "../selection.js";
 import { state } from "../state.js";
 import { MAP_SIDES, layerMaps } from "../stream.js";
-import { firstHead } from "../heads.js";
+import { describeGrid, firstHead } from "../heads.js";
 
 // Every head of one layer at once, compact (CircuitsVis's attention_patterns): one figure of
 // small maps on one colour scale, a row per key/value head with grouped-query attention
@@ -65,6 +65,8 @@ export async function renderLayerView(section, res, l) {
     },
   });
   grid.id = "layer-grid";
+  const heads = Array.from({ length: H }, (_, h) => [`L${l}.H${h}`, maps.attentions[h]]);
+  describeGrid(grid, res, heads, `Layer ${l}: ${H} heads`, maps.factor, maps.keyFactor);
   await grid.drawn;
   if (ticket !== state.ticket) return; // another layer or view was asked for meanwhile
   state.shownAt = performance.now();

@@ -7,9 +7,9 @@ import { NARROW_GRID, reveal, showEnlarged } from "../figures.js";
 import { GRADIENT_FORMAT } from "../methods.js";
 import { colourMode, valueName } from "../form.js";
 import { SCALE_NOTES, addHint, describe, noteFor, targetText } from "../notes.js";
-import { headName, keyTokens, kvGroups, queryTokens, thumbnailHover } from "../response.js";
+import { headName, keyTokens, kvGroups, poolFactors, queryTokens, thumbnailHover } from "../response.js";
 import { shadeBy } from "../selection.js";
-import { firstHead, markAblated } from "../heads.js";
+import { describeGrid, firstHead, markAblated } from "../heads.js";
 import { state } from "../state.js";
 
 // The model view's thumbnails on a narrow screen (modelGrid): at least MIN_THUMB_PX wide
@@ -181,6 +181,12 @@ export async function renderModelView(section, res, watcher = null) {
   // and its decoding here would otherwise share the CPU with the grid's drawing.
   await gridDrawn;
   await markAblated(grid, res);
+  const [factor, keyFactor] = poolFactors(res.downsample);
+  const maps = [];
+  for (let l = 0; l < res.num_layers; l += 1) {
+    for (let h = 0; h < res.num_heads; h += 1) maps.push([`L${l}.H${h}`, res.attentions[l][0][h]]);
+  }
+  describeGrid(grid, res, maps, `Layers × heads of ${res.model}`, factor, keyFactor);
   await showImportance(importanceBox, res, enlarged);
   const [l, h] = firstHead(res, [0, 0]);
   if (l !== 0 || h !== 0) shadeBy(res, l, h);

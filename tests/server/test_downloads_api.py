@@ -1,0 +1,161 @@
+"""POST /api/v1/models/attention/download: a layer's or head's exact maps as .npy or safetensors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from attnviz.server.settings import Settings, get_settings
+from fastapi.testclient import TestClient
+from safetensors import safe_open
+
+from tests.support.api import decode
+
+pytestmark = pytest.mark.usefixtures("pretrained_extra")
+
+URL = "/api/v1/models/attention/download"
+TEXT = "The cat sat on the mat because it was tired."
+
+
+def reference_layer(reference_bert, client: TestClient, text: str, layer: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """(H, L, L) transformers' eager output_attentions of ``layer`` for one text."""
+    tokenizer_ids = client.post(
+        "/api/v1/models/attention", json={"texts": [text], "layer_index": 0, "sequence_index": 0}
+    ).json()["input_ids"]
+    with torch.no_grad():
+        out = reference_bert(input_ids=torch.tensor(tokenizer_ids), output_attentions=True)
+    return out.attentions[layer][0].numpy()
+
+
+def test_a_head_downloads_as_npy_equal_to_transformers(client: TestClient, reference_bert) -> None:  # type: ignore[no-untyped-def]
+    response = client.post(URL, json={"texts": [TEXT], "layer_index": 2, "head_index": 5})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-disposition"] == (
+        'attachment; filename="all-MiniLM-L6-v2-input0-layer2-head5.npy"'
+    )
+    assert int(response.headers["content-length"]) == len(response.content)
+    head = np.load(io.BytesIO(response.content))
+    expected = reference_layer(reference_bert, client, TEXT, 2)[5]
+    assert head.dtype == np.float32 and head.shape == expected.shape
+    np.testing.assert_allclose(head, expected, atol=1e-5)
+
+
+def test_a_layer_downloads_as_safetensors_with_its_tokens(
+    client: TestClient, reference_bert, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    response = client.post(URL, json={"texts": [TEXT], "layer_index": 4, "format": "safetensors"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-disposition"].endswith('-layer4.safetensors"')
+    path = tmp_path / "layer.safetensors"
+    path.write_bytes(response.content)
+    with safe_open(str(path), "pt") as opened:  # the library's own reader
+        assert list(opened.keys()) == ["attn_weights"]
+        layer = opened.get_tensor("attn_weights").numpy()
+        metadata = opened.metadata()
+    expected = reference_layer(reference_bert, client, TEXT, 4)
+    assert layer.shape == expected.shape == (12, *expected.shape[1:])
+    np.testing.assert_allclose(layer, expected, atol=1e-5)
+    tokens = json.loads(metadata["query_tokens"])
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and len(tokens) == layer.shape[1]
+    assert json.loads(metadata["key_tokens"]) == tokens
+    assert (metadata["model"], metadata["layer_index"], metadata["head_index"]) == (
+        "all-MiniLM-L6-v2",
+        "4",
+        "",
+    )
+    assert (metadata["method"], metadata["shape"]) == ("attention", "(H, L_q, L_k)")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"hide_special_tokens": True, "merge_words": True},
+        {"ablate": [[0, 3], [1, 7]]},
+        {"method": "norm"},
+    ],
+    ids=["hidden-merged", "heads-off", "norm"],
+)
+def test_the_file_holds_the_views_maps_unpooled(client: TestClient, options: dict) -> None:
+    """What the page draws with the same options, at full resolution (the JSON route's)."""
+    body = {"texts": [TEXT, "A second input, longer than the first one by far."], **options}
+    selection = {"sequence_index": 1, "layer_index": 3}
+    shown = client.post(
+        "/api/v1/models/attention", json={**body, **selection, "encoding": "base64_float32"}
+    )
+    assert shown.status_code == 200, shown.text
+    expected = decode(shown.json()["attentions"])[0, 0]  # (H, L_q, L_k)
+    npy = client.post(URL, json={**body, **selection})
+    assert npy.status_code == 200, npy.text
+    layer = np.load(io.BytesIO(npy.content))
+    np.testing.assert_array_equal(layer, expected)
+    head = np.load(
+        io.BytesIO(client.post(URL, json={**body, **selection, "head_index": 2}).content)
+    )
+    np.testing.assert_array_equal(head, expected[2])
+    if options.get("method") == "norm":
+        assert npy.headers["content-disposition"].endswith('-layer3-norm.npy"')
+        safetensors = client.post(URL, json={**body, **selection, "format": "safetensors"})
+        size = int.from_bytes(safetensors.content[:8], "little")
+        assert list(json.loads(safetensors.content[8 : 8 + size])) == ["__metadata__", "norm"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"display_size": 64}, "display_size"),
+        ({"query_index": 0}, "query_index"),
+        ({"layer_index": None}, "layer_index"),
+        ({"layer_index": 6}, "layer_index"),
+        ({"head_index": 12}, "head_index"),
+        ({"format": "csv"}, "format"),
+    ],
+)
+def test_a_bad_download_is_a_422_naming_the_field(
+    client: TestClient, extra: dict, field: str
+) -> None:
+    body = {"texts": [TEXT], "layer_index": 1, **extra}
+    body = {k: v for k, v in body.items() if v is not None}
+    response = client.post(URL, json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"][-1] == field
+
+
+def test_a_file_over_the_limit_is_a_413_saying_to_take_a_head(client: TestClient) -> None:
+    # 12 heads x 12 x 12 float32 = 6,912 bytes; one head 576
+    client.app.dependency_overrides[get_settings] = lambda: Settings(max_download_bytes=4000)  # type: ignore[attr-defined]
+    try:
+        layer = client.post(URL, json={"texts": [TEXT], "layer_index": 1})
+        head = client.post(URL, json={"texts": [TEXT], "layer_index": 1, "head_index": 0})
+    finally:
+        client.app.dependency_overrides.clear()  # type: ignore[attr-defined]
+    assert layer.status_code == 413, layer.text
+    (detail,) = layer.json()["detail"]
+    assert detail["loc"][-1] == "layer_index"
+    assert "ATTNVIZ_MAX_DOWNLOAD_BYTES" in detail["msg"] and "head_index" in detail["msg"]
+    assert head.status_code == 200, head.text
+
+
+def test_a_decoders_chat_and_generation_are_in_the_file(client: TestClient) -> None:
+    """SmolLM2 with its chat template and 4 new tokens: the head of prompt + new tokens."""
+    body = {
+        "model": "SmolLM2-135M-Instruct",
+        "texts": ["Why is the sky blue?"],
+        "chat": True,
+        "max_new_tokens": 4,
+        "layer_index": 7,
+        "head_index": 3,
+    }
+    shown = client.post("/api/v1/models/attention", json={**body, "sequence_index": 0})
+    assert shown.status_code == 200, shown.text
+    data = shown.json()
+    expected = np.asarray(data["attentions"], dtype=np.float32)[0, 0, 0]
+    assert len(data["generation"]["tokens"]) == 4 and expected.shape[0] == len(data["tokens"][0])
+    response = client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+    head = np.load(io.BytesIO(response.content))
+    np.testing.assert_array_equal(head, expected)
+    assert np.allclose(np.triu(head, 1), 0)  # causal: no weight on a later token
