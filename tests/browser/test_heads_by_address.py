@@ -178,6 +178,14 @@ def test_the_thumbnail_grids_have_each_maps_largest_weight_as_text(page, server_
             assert float(cells[1]) == pytest.approx(value, abs=5e-5)
             assert cells[2].startswith(f"{i}: ") and cells[3].startswith(f"{j}: ")
             assert float(cells[4]) == pytest.approx(sum(map(max, z)) / len(z), abs=5e-5)
+    # The averages' strip of head means, the line view's heads: a row per map.
+    for view, selector, count in (
+        ("averages", "#layer-strip", 6),
+        ("lines", "#view-lines svg.line-view", 12),
+    ):
+        redraw(page, view, lambda v=view: page.click(f".tabs button[data-view={v}]"))
+        described = page.locator(selector).get_attribute("aria-describedby")
+        assert page.locator(f"#{described} tbody tr").count() == count
     assert page.errors == []
 
 

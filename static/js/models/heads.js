@@ -103,15 +103,16 @@ const DESCRIBED_WEIGHTS = 10; // the largest weights a map's text alternative li
 // one row per map with its largest value, the query and key tokens where it lies, and the
 // mean of its rows' largest values (how sharp the head is), as a visually hidden table
 // the grid's aria-describedby names. `maps` is [[name, matrix], ...]; `factor` and
-// `keyFactor` are tokens per row and column of pooled maps.
-export function describeGrid(div, res, maps, title, factor = 1, keyFactor = 1) {
+// `keyFactor` are tokens per row and column of pooled maps; `query`, the query position of
+// maps of one row each (the token explorer's rows of one token in every head).
+export function describeGrid(div, res, maps, title, { factor = 1, keyFactor = 1, query = null } = {}) {
   const queries = displayTokens(queryTokens(res));
   const keys = displayTokens(keyTokens(res));
   const name = (tokens, k, f) => (f > 1
     ? `tokens ${k * f}–${Math.min((k + 1) * f, tokens.length) - 1}` : `${k}: ${tokens[k]}`);
   const table = document.createElement("table");
   table.className = "map-description";
-  table.id = `${div.id || "grid"}-description`;
+  table.id = `${div.id || "grid"}-description-${(describeGrid.count = (describeGrid.count ?? 0) + 1)}`;
   table.createCaption().textContent = `${title}: each map's largest value`;
   const head = table.createTHead().insertRow();
   for (const text of ["map", "largest value", "query", "key", "mean of row maxima"]) {
@@ -138,7 +139,7 @@ export function describeGrid(div, res, maps, title, factor = 1, keyFactor = 1) {
     th.textContent = label;
     row.append(th);
     row.insertCell().textContent = counted ? best.toFixed(4) : "–";
-    row.insertCell().textContent = counted ? name(queries, bi, factor) : "–";
+    row.insertCell().textContent = counted ? name(queries, query ?? bi, factor) : "–";
     row.insertCell().textContent = counted ? name(keys, bj, keyFactor) : "–";
     row.insertCell().textContent = counted ? (rowMaxSum / counted).toFixed(4) : "–";
   }

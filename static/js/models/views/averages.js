@@ -6,6 +6,7 @@ import { clearPlots, thumbnailGrid } from "../../heatmap.js";
 import { displayToken } from "../../lib/display.js";
 import { layerSelect } from "../elements.js";
 import { addMap } from "../figures.js";
+import { describeGrid } from "../heads.js";
 import { colourMode, perHeadMethod, valueName, weightsMethod } from "../form.js";
 import { methodFigure } from "../methods.js";
 import { addHint, targetText } from "../notes.js";
@@ -51,6 +52,9 @@ export async function renderAverages(section, res, l) {
     },
   });
   strip.id = "layer-strip";
+  const [factor, keyFactor] = poolFactors(res.downsample);
+  describeGrid(strip, res, res.head_mean.map((mean, n) => [`L${n}`, mean[0]]),
+    "Head average of each layer", { factor, keyFactor });
   const grid = document.createElement("div");
   grid.className = "heads";
   body.append(grid);

@@ -8,6 +8,7 @@ import { family, modelInfo } from "../catalog.js";
 import { CONFIG, displayNote, summary } from "../elements.js";
 import { fillTargets, rememberSpecials, valueName, viewRequest } from "../form.js";
 import { requestAttention } from "../listing.js";
+import { describeGrid } from "../heads.js";
 import { addHint, describeQuery, noteForQuery, targetText } from "../notes.js";
 import { methodRow } from "../methods.js";
 import { headName, keyTokens, queryTokens } from "../response.js";
@@ -194,6 +195,11 @@ async function drawQuery(section, res, q) {
   div.dataset.query = String(q);
   div.dataset.rows = String(rows);
   div.dataset.cols = String(cols);
+  const heads = [];
+  res.query_attentions.forEach((layer, n) => layer.forEach((row, h) => {
+    heads.push([`L${n}.H${h}`, [row.slice(0, cols)]]);
+  }));
+  describeGrid(div, res, heads, `Row of token ${q} in every layer and head`, { query: q });
   nextTokensTable(section.querySelector(".next-tokens"), res, q);
   const drawn = [div.drawn];
   const methodRowOf = methodRow(res);

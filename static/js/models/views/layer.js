@@ -66,7 +66,8 @@ export async function renderLayerView(section, res, l) {
   });
   grid.id = "layer-grid";
   const heads = Array.from({ length: H }, (_, h) => [`L${l}.H${h}`, maps.attentions[h]]);
-  describeGrid(grid, res, heads, `Layer ${l}: ${H} heads`, maps.factor, maps.keyFactor);
+  describeGrid(grid, res, heads, `Layer ${l}: ${H} heads`,
+    { factor: maps.factor, keyFactor: maps.keyFactor });
   await grid.drawn;
   if (ticket !== state.ticket) return; // another layer or view was asked for meanwhile
   state.shownAt = performance.now();

@@ -4,6 +4,7 @@ import { lineView } from "../../tokenviews.js";
 import { displayTokens } from "../../lib/display.js";
 import { blockLabels, keyTokens, queryTokens } from "../response.js";
 import { selectToken } from "../selection.js";
+import { describeGrid } from "../heads.js";
 import { lineHeads, page, state } from "../state.js";
 import { MAP_SIDES, layerMaps } from "../stream.js";
 
@@ -30,6 +31,11 @@ export async function renderLineView(section, res, l) {
       page.renderView();
     },
   });
+  const svg = body.querySelector("svg.line-view");
+  if (svg) {
+    const heads = maps.attentions.map((z, h) => [`L${l}.H${h}`, z]);
+    describeGrid(svg, res, heads, `Layer ${l}: the lines of its ${heads.length} heads`, { factor, keyFactor });
+  }
   if (factor > 1 || keyFactor > 1) {
     const note = paragraph(body, "hint line-pooled", `${queryTokens(res).length} tokens: each ` +
       `row is a block of ${factor} tokens (keys ${keyFactor}), each line the largest weight ` +

@@ -186,7 +186,7 @@ export async function renderModelView(section, res, watcher = null) {
   for (let l = 0; l < res.num_layers; l += 1) {
     for (let h = 0; h < res.num_heads; h += 1) maps.push([`L${l}.H${h}`, res.attentions[l][0][h]]);
   }
-  describeGrid(grid, res, maps, `Layers × heads of ${res.model}`, factor, keyFactor);
+  describeGrid(grid, res, maps, `Layers × heads of ${res.model}`, { factor, keyFactor });
   await showImportance(importanceBox, res, enlarged);
   const [l, h] = firstHead(res, [0, 0]);
   if (l !== 0 || h !== 0) shadeBy(res, l, h);
