@@ -134,6 +134,8 @@ class MethodSpec:
         map_is_rollout: its ``method_map`` is the view's rollout (sent once, as
             ``rollout``, when the client does not ask for it by name).
         sends_head_importance: the response carries ``head_importance``.
+        long_work: costs many passes at any length (a backward pass, a pass per token):
+            the server runs it in the long computations' share of its pool.
         bound: its length bound (:data:`Bound`), checked before anything runs.
         compute: what it adds to a response (:class:`MethodMaps`), after the pass.
     """
@@ -153,6 +155,7 @@ class MethodSpec:
     views: tuple[str, ...] | None = None
     map_is_rollout: bool = False
     sends_head_importance: bool = False
+    long_work: bool = False
     bound: Bound | None = None
     compute: Callable[[MethodRun], MethodMaps] | None = None
 
@@ -361,6 +364,7 @@ METHODS: Final[dict[str, MethodSpec]] = {
             gradient=True,
             needs_states=True,
             views=("averages", "generation"),
+            long_work=True,
             bound=_gradient_bound,
             compute=_grad_rollout,
         ),
@@ -382,6 +386,7 @@ METHODS: Final[dict[str, MethodSpec]] = {
             needs_states=True,
             views=("model",),
             sends_head_importance=True,
+            long_work=True,
             bound=_gradient_bound,
             compute=_head_importance,
         ),
@@ -407,6 +412,7 @@ METHODS: Final[dict[str, MethodSpec]] = {
             one_input=True,
             needs_states=True,
             views=("averages",),
+            long_work=True,
             bound=_zeroing_bound,
             compute=_value_zeroing,
         ),

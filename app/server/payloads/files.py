@@ -114,8 +114,8 @@ def maps_file(
     parts = [model.name, f"input{b}", f"layer{request.layer_index}"]
     if request.head_index is not None:
         parts.append(f"head{request.head_index}")
-    if walk.method != "attention":
-        parts.append(walk.method)
+    if spec.per_head:  # the maps hold the method's quantity, not the weights
+        parts.append(spec.name)
     filename = _UNSAFE.sub("_", "-".join(parts)) + f".{request.format}"
     if request.format == "npy":
         header, chunks = npy_parts(array)

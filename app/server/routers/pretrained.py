@@ -21,7 +21,7 @@ from ...pretrained.analysis import (
 )
 from ...pretrained.blocks import Block
 from ...pretrained.loading import PRETRAINED_EXTRA
-from ...pretrained.methods import GRADIENT_METHODS, with_method
+from ...pretrained.methods import method_spec, with_method
 from ...pretrained.recordings import RecordingCache
 from ..checks import check_cells, check_limit
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
@@ -285,7 +285,7 @@ def long_share(
         HTTPException: as :func:`tokenized` (422, 413), before any slot is taken.
     """
     b = request.sequence_index
-    if b is not None and (request.method in GRADIENT_METHODS or request.method == "value_zeroing"):
+    if b is not None and method_spec(request.method).long_work:
         return ("texts", f"the {request.method} maps")
     batch, targets, _ = tokenized(model, request, settings)
     if b is None:
