@@ -1,12 +1,16 @@
 """Shared by the API tests."""
 
+import asyncio
 import json
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -80,3 +84,23 @@ def output_projections(kind: str, model: Any) -> dict[str, list[Any]]:
         "decoder": [layer.self_attn.out_proj for layer in model.model.decoder.layers],
         "cross": [layer.encoder_attn.out_proj for layer in model.model.decoder.layers],
     }
+
+
+def run_in_a_thread(scenario: Callable[[], Awaitable[T]]) -> T:
+    """``asyncio.run(scenario())`` in a thread of its own (asyncio.run needs a thread with no
+    loop running, and a test may run beside another's loop); its error re-raised here."""
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(asyncio.run(scenario()))
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results[0]

@@ -23,6 +23,7 @@ from fastapi import HTTPException
 
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
+from tests.server.support import run_in_a_thread
 
 MODEL = "long-llama"
 LONG_INPUT = ("texts", "a long input's maps")
@@ -162,7 +163,7 @@ def test_the_share_counts_the_workers_the_pool_was_started_with() -> None:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("ATTNVIZ_COMPUTE_WORKERS", "2")
             get_settings.cache_clear()
-            assert asyncio.run(scenario()) == [False, False, True, False]
+            assert run_in_a_thread(scenario) == [False, False, True, False]
     finally:
         get_settings.cache_clear()
         executor.stop_executor()

@@ -14,18 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.pretrained.tiny import TEXTS, save_tiny
-from tests.server.support import serving
-
-T = TypeVar("T")
+from tests.server.support import run_in_a_thread, serving
 
 SLOW_LAYER_S = 0.15
 
@@ -41,26 +38,6 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     }
     with serving(env) as served:
         yield served
-
-
-def run_in_a_thread(scenario: Callable[[], Awaitable[T]]) -> T:
-    """``asyncio.run(scenario())`` in a thread of its own (asyncio.run needs a thread with no
-    loop running, and a test may run beside another's loop); its error re-raised here."""
-    results: list[T] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            results.append(asyncio.run(scenario()))
-        except BaseException as error:
-            errors.append(error)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return results[0]
 
 
 def test_check_cancelled_is_silent_outside_and_raises_once_cancelled() -> None:
