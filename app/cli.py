@@ -1,10 +1,11 @@
-"""The ``attnviz`` command: serve, compute, export, models.
+"""The ``attnviz`` command: serve, compute, export, models, atlas.
 
     attnviz serve [--host H] [--port P] [--workers N] [--reload]
     attnviz compute (--json FILE | --sequence TEXT ...) [options] [--output FILE]
     attnviz export  (--json FILE | --sequence TEXT ...) [options] --output FILE
     attnviz export  --model NAME --text TEXT [--layer L [--head H]] [--method M] --output FILE
     attnviz models  (load the pretrained models the server would offer; list them)
+    attnviz atlas   MODEL --corpus FILE --out DIR [--shards N] [--top-k K] [--max-tokens T]
     attnviz --version
 
 ``compute`` and ``export`` take the same inputs as POST /api/v1/attention, from flags
@@ -12,6 +13,9 @@ or from a JSON file of that request (flags then override it). A ``--sequence`` w
 tokens are all integers is token ids; otherwise it is words (as on the page).
 ``export --model`` runs a pretrained model on ``--text`` instead (:func:`attnviz.show`).
 The output's suffix chooses the format: .html (standalone, offline), .png, .svg or .pdf.
+``atlas`` scores every head of a text model over a corpus file (.txt, a passage a line,
+or .jsonl with a ``text`` field), keeping each head's best passages
+(:mod:`attnviz.pretrained.atlas.shards`).
 """
 
 from __future__ import annotations
@@ -321,6 +325,65 @@ def cmd_models(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def cmd_atlas(args: argparse.Namespace) -> None:
+    """Score every head over a corpus in shards and write the atlas and its examples.
+
+    ``DIR/atlas.json`` (the scores in the shape of POST /api/v1/models/heads's ``atlas``,
+    plus ``top_k``, ``examples`` and the ``passages`` they name), ``DIR/scores.csv`` (a
+    row per head) and ``DIR/examples.csv`` (a row per kept passage, its text included).
+    A progress bar counts the forward passes on stderr.
+    """
+    import time
+
+    from tqdm import tqdm  # the pretrained extra's (huggingface_hub's) progress bar
+
+    from .attention import AttentionInputError
+    from .pretrained.atlas import plan_atlas
+    from .pretrained.atlas.shards import atlas_of, example_rows, merged, read_corpus, run_shard
+    from .pretrained.atlas.shards import shards as split
+    from .views.show import text_model
+
+    started = time.perf_counter()
+    try:
+        texts = read_corpus(args.corpus)
+        model = text_model(args.model)
+        plan = plan_atlas(
+            model, texts, repeat_length=None, max_tokens=args.max_tokens, device=args.device
+        )
+        with tqdm(total=len(plan.passes), unit="pass", desc="atlas", file=sys.stderr) as bar:
+            parts = [
+                run_shard(plan, indices, top_k=args.top_k, progress=bar.update)
+                for indices in split(args.shards, len(plan.passes))
+            ]
+    except AttentionInputError as error:
+        raise SystemExit(f"attnviz: {error}") from None
+    shard = merged(parts)
+    scores = atlas_of(plan, shard, (time.perf_counter() - started) * 1000.0)
+    rows = example_rows(plan, shard)
+    args.out.mkdir(parents=True, exist_ok=True)
+    named = sorted({r["passage"] for r in rows if r["text"] is not None})
+    atlas = {
+        **scores.to_dict(),
+        "top_k": args.top_k,
+        "examples": [{k: v for k, v in r.items() if k != "text"} for r in rows],
+        "passages": {str(p): plan.corpus.texts[p] for p in named},
+    }
+    (args.out / "atlas.json").write_text(json.dumps(atlas, ensure_ascii=False))
+    (args.out / "scores.csv").write_text(scores.to_csv())
+    with (args.out / "examples.csv").open("w", newline="", encoding="utf-8") as file:
+        import csv
+
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]) if rows else ["score"])
+        writer.writeheader()
+        writer.writerows(rows)
+    print(
+        f"{scores.model}: {scores.num_layers} layers x {scores.num_heads} heads over "
+        f"{len(texts)} passages ({len(plan.passes)} passes, {len(parts)} shards) in "
+        f"{scores.compute_ms / 1000:.1f} s; wrote {args.out}/atlas.json, scores.csv and "
+        "examples.csv"
+    )
+
+
 class _CommandsShown(_DefaultsShown, argparse.RawDescriptionHelpFormatter):
     """The main help: the usage lines of the description kept as written."""
 
@@ -411,6 +474,32 @@ def parser() -> argparse.ArgumentParser:
         "local directory (added to ATTNVIZ_MODELS)",
     )
     models.set_defaults(run=cmd_models)
+
+    atlas = commands.add_parser(
+        "atlas",
+        formatter_class=formatter,
+        help="score every head of a text model over a corpus and keep each head's best "
+        "passages (the head atlas of /models, at scale)",
+    )
+    atlas.add_argument(
+        "model", metavar="MODEL", help="a packaged name, a local directory or a Hugging Face id"
+    )
+    atlas.add_argument(
+        "--corpus", type=Path, required=True,
+        help="the passages: .txt (one a line) or .jsonl (a 'text' field a line)",
+    )  # fmt: skip
+    atlas.add_argument("--out", type=Path, required=True, help="the folder written")
+    atlas.add_argument(
+        "--shards", type=int, default=1,
+        help="run the passes in this many shards, merged exactly (the reduction a pool of "
+        "workers uses)",
+    )  # fmt: skip
+    atlas.add_argument("--top-k", type=int, default=8, help="passages kept per head and score")
+    atlas.add_argument(
+        "--max-tokens", type=int, default=256, help="tokens per passage at most (cut)"
+    )
+    atlas.add_argument("--device", choices=DEVICE_NAMES, default="auto")
+    atlas.set_defaults(run=cmd_atlas)
     for action in commands._choices_actions:  # each command's --help opens with its summary
         command = commands.choices[action.dest]
         command.description = command.description or f"attnviz {action.dest}: {action.help}."

@@ -74,7 +74,7 @@ def test_the_main_help_lists_every_command_in_plain_text() -> None:
     result = attnviz("--help")
     assert result.returncode == 0
     commands = parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    assert set(commands) == {"serve", "compute", "export", "models"}
+    assert set(commands) == {"serve", "compute", "export", "models", "atlas"}
     listed = result.stdout.split("positional arguments:", 1)[1]
     for name in commands:
         assert f"\n    {name} " in listed, name  # each with its one-line summary

@@ -29,6 +29,10 @@ class HeadScoreObserver:
     summed over the batch and the rows, in float64 on the chunk's device, into (H,)
     sums, which move to the CPU when the layer is done (:meth:`layer_done`).
 
+    With ``examples``, each pass also keeps, per input of its batch, the sums of its own
+    counted queries and the query where each head's term is largest (:meth:`pass_stats`:
+    the atlas's examples, :mod:`.shards`).
+
     Attributes:
         sums: score -> (N, H) float64, the sums over every counted query so far.
         counts: score -> the counted queries so far (the same for every layer and head).
@@ -41,8 +45,15 @@ class HeadScoreObserver:
         *,
         block: Block,
         block_of: Callable[[nn.Module], Block] | None = None,
+        examples: bool = False,
     ) -> None:
         self.num_layers, self.num_heads = num_layers, num_heads
+        self.examples = examples
+        # With examples: the pass's (B, N, H) sums and peak positions per score, its (B,)
+        # counted queries, and the layer's (B, H) sums, peak terms and positions so far.
+        self._pass: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._pass_counted = np.zeros(0, dtype=np.int64)
+        self._layer_pass: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.block, self.block_of = block, block_of
         self.sums: dict[str, np.ndarray] = {}
         self.counts: dict[str, int] = {}
@@ -71,6 +82,26 @@ class HeadScoreObserver:
         for rule in rules:
             self.sums.setdefault(rule.name, np.zeros((self.num_layers, self.num_heads)))
             self.counts[rule.name] = self.counts.get(rule.name, 0) + int(counted.sum())
+        if self.examples:
+            shape = (counted.shape[0], self.num_layers, self.num_heads)
+            self._pass = {
+                rule.name: (np.zeros(shape), np.zeros(shape, dtype=np.int64)) for rule in rules
+            }
+            self._pass_counted = counted.sum(dim=1).numpy().astype(np.int64)
+
+    def pass_stats(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The last pass's score ``name`` per input (with ``examples``).
+
+        Returns:
+            (B, N, H) float64 sums over each input's counted queries, (B, N, H) int64 the
+            counted query where each head's term is largest (the first of equals), and
+            (B,) int64 the counted queries of each input.
+
+        Raises:
+            KeyError: the pass did not add to ``name``, or the observer keeps no examples.
+        """
+        sums, positions = self._pass[name]
+        return sums, positions, self._pass_counted
 
     def end(self) -> None:
         """Check that the pass observed every layer of the block.
@@ -163,9 +194,36 @@ class HeadScoreObserver:
             total = torch.einsum("bhr,br->h", read, counted)  # (H,)
             before = self._layer_sums.get(rule.name)
             self._layer_sums[rule.name] = total if before is None else before + total
+            if self.examples:
+                self._take_examples(rule.name, read, counted, start)
+
+    def _take_examples(
+        self, name: str, read: torch.Tensor, counted: torch.Tensor, start: int
+    ) -> None:
+        """Each input's (B, H) sum and peak over the chunk's counted rows, kept for the layer."""
+        per_input = torch.einsum("bhr,br->bh", read, counted)
+        masked = read.masked_fill(counted[:, None, :] == 0, float("-inf"))
+        peak, where = masked.max(dim=-1)  # (B, H); a chunk with no counted row: -inf
+        where = where + start
+        before = self._layer_pass.get(name)
+        if before is None:
+            self._layer_pass[name] = (per_input, peak, where)
+            return
+        sums, best, at = before
+        higher = peak > best  # an equal peak keeps the earlier query
+        self._layer_pass[name] = (
+            sums + per_input,
+            torch.where(higher, peak, best),
+            torch.where(higher, where, at),
+        )
 
     def layer_done(self) -> None:
         """The layer's (H,) sums to the CPU, into :attr:`sums`."""
         for name, total in self._layer_sums.items():
             self.sums[name][self._layer] += total.cpu().double().numpy()
         self._layer_sums = {}
+        for name, (sums, _, where) in self._layer_pass.items():
+            kept_sums, kept_positions = self._pass[name]
+            kept_sums[:, self._layer] = sums.cpu().double().numpy()
+            kept_positions[:, self._layer] = where.cpu().numpy()
+        self._layer_pass = {}
