@@ -361,13 +361,7 @@ def cmd_atlas(args: argparse.Namespace) -> None:
     scores = atlas_of(plan, shard, (time.perf_counter() - started) * 1000.0)
     rows = example_rows(plan, shard)
     args.out.mkdir(parents=True, exist_ok=True)
-    named = sorted({r["passage"] for r in rows if r["text"] is not None})
-    atlas = {
-        **scores.to_dict(),
-        "top_k": args.top_k,
-        "examples": [{k: v for k, v in r.items() if k != "text"} for r in rows],
-        "passages": {str(p): plan.corpus.texts[p] for p in named},
-    }
+    atlas = scores.to_dict()
     (args.out / "atlas.json").write_text(json.dumps(atlas, ensure_ascii=False))
     (args.out / "scores.csv").write_text(scores.to_csv())
     with (args.out / "examples.csv").open("w", newline="", encoding="utf-8") as file:

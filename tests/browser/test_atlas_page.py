@@ -84,10 +84,32 @@ def test_the_atlas_draws_every_score_and_a_click_opens_the_head(page, server_url
     )
     assert layers == sorted(layers)
 
-    # A click on the table's first row opens that head's map on the form's input.
+    # A click on the table's first row lists that head's best passages (the atlas's
+    # examples: each score's, best first), and opens its map on the form's input.
     first = page.locator(".atlas-table tr[data-layer]").first
     layer, head = int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))
-    redraw(page, "layer", lambda: first.click())
+    first.click()
+    panel = page.locator("#view-atlas .atlas-examples")
+    panel.wait_for(state="visible")
+    assert (panel.get_attribute("data-layer"), panel.get_attribute("data-head")) == (
+        str(layer),
+        str(head),
+    )
+    mine = [
+        r
+        for r in atlas["examples"]
+        if (r["layer"], r["head"], r["score"]) == (layer, head, "previous_token")
+    ]
+    listed = panel.locator("li[data-score=previous_token]")
+    assert listed.count() == len(mine) == atlas["top_k"]
+    assert [int(p) for p in listed.evaluate_all("(li) => li.map((x) => x.dataset.passage)")] == [
+        r["passage"] for r in mine
+    ]
+    assert float(listed.first.locator("b").text_content()) == pytest.approx(
+        mine[0]["value"], abs=1e-3
+    )
+    assert atlas["passages"][str(mine[0]["passage"])][:40] in listed.first.text_content()
+    redraw(page, "layer", lambda: panel.locator(".atlas-open-input").click())
     page.wait_for_function(
         f"document.querySelector('#view-layer .enlarged').dataset.head === '{head}'"
     )
@@ -143,4 +165,35 @@ def test_on_your_texts_the_random_token_scores_say_so(page, server_url) -> None:
     assert random == {"induction", "duplicate_token"}
     for name, title in titles.items():
         assert title.endswith("(random tokens, not your texts)") == (name in random), title
+    assert page.errors == []
+
+
+def test_a_heads_best_passage_opens_that_head_on_that_passage(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    atlas = open_atlas(page)
+    row = page.locator(".atlas-table tr[data-layer]").nth(1)
+    layer, head = int(row.get_attribute("data-layer")), int(row.get_attribute("data-head"))
+    row.click()
+    best = next(
+        r
+        for r in atlas["examples"]
+        if (r["layer"], r["head"], r["score"], r["rank"]) == (layer, head, "self", 0)
+    )
+    fold = page.locator("#view-atlas .atlas-examples details[data-score=self]")
+    assert fold.get_attribute("open") is None  # the first score's fold alone is open
+    fold.locator("summary").click()
+    opened = fold.locator("li .atlas-open-passage")
+    redraw(page, "layer", lambda: opened.first.click())
+    page.wait_for_function(
+        f"document.querySelector('#view-layer .enlarged').dataset.head === '{head}'"
+    )
+    passage = " ".join(line.strip() for line in atlas["passages"][str(best["passage"])].split("\n"))
+    assert page.input_value("#texts") == passage.strip()  # one input: its lines as spaces
+    assert page.input_value("#layer-index") == str(layer)
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    assert response["tokens"][0][best["position"]] == best["token"]  # the atlas's tokens
+    page.wait_for_function(  # the peak token selected, its row outlined
+        f"document.getElementById('view-layer').dataset.selected === '{best['position']}'"
+    )
     assert page.errors == []

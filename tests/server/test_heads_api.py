@@ -82,6 +82,32 @@ def test_the_atlas_is_every_score_of_every_head_as_the_library_computes_it(
     assert all(math.isfinite(v) for rows in body["scores"].values() for r in rows for v in r)
 
 
+def test_the_atlas_carries_each_heads_best_passages(atlas_api: tuple[Any, Path]) -> None:
+    """The examples of the library's run (itself checked by brute force), kept on disk too."""
+    client, _ = atlas_api
+    texts = [*TEXTS, "the bird sang", "a red house and a big tree and the cat"]
+    body = post(client, model="tiny-llama", texts=texts).json()
+    model = MODELS.get("tiny-llama")
+    reference = head_scores(model, texts, repeat_length=repeat_length(model))
+    assert body["top_k"] == reference.top_k == 8
+    assert body["examples"] == [
+        {**row, "value": pytest.approx(row["value"], rel=1e-9)} for row in reference.examples
+    ]
+    heads = {(r["score"], r["layer"], r["head"]) for r in body["examples"]}
+    assert len(heads) == len(SCORES) * body["num_layers"] * body["num_heads"]
+    for row in body["examples"]:
+        if row["kind"] == "corpus":
+            text = body["passages"][str(row["passage"])]
+            assert text == texts[row["passage"]]
+            ids = model.tokenizer(text)["input_ids"]
+            assert row["token"] == model.token_strings([ids[row["position"]]])[0]
+    best = [r for r in body["examples"] if (r["score"], r["layer"], r["head"]) == ("self", 0, 0)]
+    assert [r["rank"] for r in best] == list(range(len(best)))
+    assert [r["value"] for r in best] == sorted((r["value"] for r in best), reverse=True)
+    cached = post(client, model="tiny-llama", texts=texts).json()
+    assert cached["cached"] is True and cached["examples"] == body["examples"]
+
+
 def test_a_second_request_reads_the_atlas_from_disk(atlas_api: tuple[Any, Path]) -> None:
     client, cache = atlas_api
     texts = ["one more corpus, its own key", "and a second line of it"]

@@ -61,6 +61,8 @@ def read_cached(path: Path) -> HeadScores | None:
             np.shape(values) != shape for values in scores.scores.values()
         ):
             raise ValueError(f"not every score of {shape} heads")
+        if scores.examples is None:
+            raise ValueError("no examples (written before atlases kept them)")
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
         if path.exists():
             logger.warning("head atlas cache %s ignored: %s", path, error)

@@ -13,30 +13,26 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ...attention.cancellation import Cancellation, cancellable, check_cancelled
+from ...attention.cancellation import Cancellation
 from ...attention.errors import AttentionInputError
 from ..blocks import Block
 from ..model import LoadedModel, PretrainedModel
 from .definitions import (
-    DEFINITIONS,
     INDUCTION_BATCH,
     INDUCTION_SEQUENCES,
     MAX_TOKENS,
     REPEAT_LENGTH,
-    SCORES,
     Rule,
     natural_rules,
     repeated_rules,
 )
 from .inputs import (
     Corpus,
-    decoder_start,
     natural_queries,
     natural_tokens,
     random_vocabulary,
@@ -46,9 +42,7 @@ from .inputs import (
     shipped_corpus,
     text_model,
     texts_corpus,
-    unpadded_batch,
 )
-from .observer import HeadScoreObserver
 from .table import CorpusInfo, HeadScores, work_fingerprint
 
 
@@ -232,6 +226,7 @@ def head_scores(
     device: str = "auto",
     progress: Callable[[int, int], object] | None = None,
     cancel: Cancellation | None = None,
+    top_k: int = 8,
 ) -> HeadScores:
     """Score every head of a model's self-attention (:data:`.definitions.DEFINITIONS`).
 
@@ -241,6 +236,8 @@ def head_scores(
         progress: called as ``progress(done, total)`` after each forward pass.
         cancel: the computation stops (ComputeCancelledError) at the next layer or chunk
             once it is cancelled; None: only an enclosing :func:`cancellable`'s.
+        top_k: the passages kept per head and score, the examples behind the scores
+            (:mod:`.shards`: each head's best passages and where it peaks).
 
     Returns:
         :class:`.table.HeadScores` of the plan's block: (N, H) float64 per score.
@@ -254,33 +251,15 @@ def head_scores(
             plan, texts, repeat_length=repeat_length, induction_sequences=induction_sequences,
             seed=seed, max_tokens=max_tokens, device=device,
         )  # fmt: skip
-    model, block = plan.model, plan.block
-    _, runner = model.placed_on(plan.device)
-    observer = HeadScoreObserver(
-        model.block_layers(block),
-        model.block_heads(block),
-        block=block,
-        block_of=model.block_of(runner) if model.family == "encoder-decoder" else None,
-    )
-    encoder_decoder = model.family == "encoder-decoder"
-    with cancellable(cancel) if cancel is not None else nullcontext():
-        for done, work in enumerate(plan.passes, start=1):
-            check_cancelled()
-            observer.begin(work.counted, work.rules)
-            batch = unpadded_batch(model, work.ids)
-            targets = decoder_start(model, len(work.ids)) if encoder_decoder else None
-            model.run(batch, targets, device=plan.device, observer=observer, record=False)
-            observer.end()
-            if progress is not None:
-                progress(done, len(plan.passes))
-    means = observer.means()
-    return HeadScores(
-        scores={name: means[name] for name in SCORES},
-        definitions=dict(DEFINITIONS),
-        corpus=plan.info,
-        num_layers=observer.num_layers,
-        num_heads=observer.num_heads,
-        model=model.name,
-        block=block,
-        compute_ms=(time.perf_counter() - started) * 1000.0,
-    )
+    from .shards import atlas_of, run_shard  # shards runs plans: imported when run
+
+    done = 0
+
+    def counted(step: int) -> None:
+        nonlocal done
+        done += step
+        if progress is not None:
+            progress(done, len(plan.passes))
+
+    shard = run_shard(plan, range(len(plan.passes)), top_k=top_k, progress=counted, cancel=cancel)
+    return atlas_of(plan, shard, (time.perf_counter() - started) * 1000.0)

@@ -165,7 +165,11 @@ class AtlasShard:
         means = {}
         for name in SCORES:
             if not self.counts.get(name):
-                raise AttentionInputError("texts", f"no passage has a query for {name!r}")
+                raise AttentionInputError(
+                    "texts",
+                    f"no text has a query for {name!r}: each needs a token after its first "
+                    "that is not a special token",
+                )
             means[name] = self.sums[name] / self.counts[name]
         return means
 
@@ -251,6 +255,9 @@ def shards(count: int, total: int) -> list[list[int]]:
 def atlas_of(plan: AtlasPlan, shard: AtlasShard, compute_ms: float) -> HeadScores:
     """The :class:`.table.HeadScores` of a shard that ran every pass of ``plan``.
 
+    With its examples (:func:`example_rows`, less the texts) and the corpus passages they
+    name (``passages``).
+
     Raises:
         ValueError: the shard did not run every pass exactly once.
     """
@@ -259,6 +266,7 @@ def atlas_of(plan: AtlasPlan, shard: AtlasShard, compute_ms: float) -> HeadScore
             f"the shards ran {len(shard.passes)} of the plan's {len(plan.passes)} passes"
         )
     means = shard.means()
+    rows = example_rows(plan, shard)
     return HeadScores(
         scores={name: means[name] for name in SCORES},
         definitions=dict(DEFINITIONS),
@@ -268,6 +276,9 @@ def atlas_of(plan: AtlasPlan, shard: AtlasShard, compute_ms: float) -> HeadScore
         model=plan.model.name,
         block=plan.block,
         compute_ms=compute_ms,
+        top_k=next(iter(shard.examples.values())).k,
+        examples=tuple({k: v for k, v in row.items() if k != "text"} for row in rows),
+        passages={str(r["passage"]): r["text"] for r in rows if r["text"] is not None},
     )
 
 

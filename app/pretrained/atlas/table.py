@@ -104,6 +104,11 @@ class HeadScores:
         block: the scored block ("decoder", or "encoder" for encoders and encoder-decoders).
         compute_ms: wall time of the whole computation, in milliseconds.
         definition_version: :data:`DEFINITION_VERSION`.
+        top_k: passages kept per head and score (:mod:`.shards`), None without examples.
+        examples: one dict per kept passage, best first per head and score: score, layer,
+            head, rank, passage, value, position, kind ("corpus" or "random tokens"),
+            token (:func:`.shards.example_rows`); None when not kept.
+        passages: the corpus passages the examples name, by index (as a string).
     """
 
     scores: dict[str, np.ndarray]
@@ -115,6 +120,9 @@ class HeadScores:
     block: Block
     compute_ms: float
     definition_version: int = DEFINITION_VERSION
+    top_k: int | None = None
+    examples: tuple[dict[str, Any], ...] | None = None
+    passages: dict[str, str] | None = None
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One row per head, layer-major: ``{"layer", "head", <score>: float, ...}``.
@@ -169,6 +177,15 @@ class HeadScores:
             "scores": {name: values.tolist() for name, values in self.scores.items()},
             "definitions": {name: asdict(d) for name, d in self.definitions.items()},
             "corpus": {**asdict(self.corpus), "fingerprint": self.corpus.fingerprint},
+            **(
+                {}
+                if self.examples is None
+                else {
+                    "top_k": self.top_k,
+                    "examples": list(self.examples),
+                    "passages": self.passages or {},
+                }
+            ),
         }
 
     @classmethod
@@ -189,4 +206,7 @@ class HeadScores:
             block=data["block"],
             compute_ms=float(data["compute_ms"]),
             definition_version=int(data["definition_version"]),
+            top_k=None if data.get("top_k") is None else int(data["top_k"]),
+            examples=None if data.get("examples") is None else tuple(data["examples"]),
+            passages=None if data.get("passages") is None else dict(data["passages"]),
         )

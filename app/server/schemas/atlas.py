@@ -54,6 +54,22 @@ class HeadScoreDefinition(BaseModel):
     unit: Literal["weight", "nats"]
 
 
+class AtlasExample(BaseModel):
+    """One passage where a head scores high on one score (attnviz.pretrained.atlas.shards)."""
+
+    score: str
+    layer: int
+    head: int
+    rank: int = Field(description="0 for the head's best passage on this score.")
+    passage: int = Field(
+        description="Its index: in the corpus (kind 'corpus'), else among the random sequences."
+    )
+    value: float = Field(description="The passage's own mean of the score.")
+    position: int = Field(description="The counted query where the head's term peaks.")
+    kind: Literal["corpus", "random tokens"]
+    token: str = Field(description="The token at that position.")
+
+
 class HeadAtlasResponse(BaseModel):
     """Every layer's and head's scores, their definitions, and what they were computed on."""
 
@@ -78,4 +94,13 @@ class HeadAtlasResponse(BaseModel):
         description="What they were computed on: the corpus's name, version and SHA-256, "
         "sequences, tokens, queries, max_tokens, the seed, repeat_length (R), "
         "induction_sequences and their tokens."
+    )
+    top_k: int | None = Field(None, description="Passages kept per head and score.")
+    examples: list[AtlasExample] | None = Field(
+        None,
+        description="The examples behind the scores: for every head and score, the top_k "
+        "passages where that head scores highest, best first (ties to the lower passage).",
+    )
+    passages: dict[str, str] | None = Field(
+        None, description="The corpus passages the examples name, by passage index."
     )

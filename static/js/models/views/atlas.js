@@ -1,5 +1,6 @@
 // The head atlas (atlas.js): the chosen model's heads scored over the shipped corpus, or
-// over the form's texts; a click on a head opens it in the layer view on the input.
+// over the form's texts; a click on a head lists its best passages (views/examples.js),
+// each opening that head on that passage, or opens it in the layer view on the input.
 import { writeUrlState } from "../../api.js";
 import { clearPlots } from "../../heatmap.js";
 import { drawAtlas, fetchAtlas, saveAtlas } from "../../atlas.js";
@@ -9,6 +10,7 @@ import {
 import { reveal } from "../figures.js";
 import { page, state } from "../state.js";
 import { drawProgress } from "../stream.js";
+import { showExamples } from "./examples.js";
 
 export async function renderAtlas(section, ticket) {
   const body = section.querySelector(".view-body");
@@ -72,7 +74,12 @@ export async function renderAtlas(section, ticket) {
   state.atlasRequest = request;
   window.attnvizModels.lastAtlas = atlas;
   section.dataset.cached = String(atlas.cached);
-  await drawAtlas(body, atlas, openHead);
+  const panel = section.querySelector(".atlas-examples");
+  panel.hidden = true;
+  await drawAtlas(body, atlas, (l, h) => {
+    showExamples(panel, atlas, l, h, () => openHead(l, h));
+    reveal(panel);
+  });
   return true;
 }
 
