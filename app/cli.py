@@ -333,13 +333,14 @@ def cmd_atlas(args: argparse.Namespace) -> None:
     row per head) and ``DIR/examples.csv`` (a row per kept passage, its text included).
     A progress bar counts the forward passes on stderr.
     """
+    import csv
     import time
 
     from tqdm import tqdm  # the pretrained extra's (huggingface_hub's) progress bar
 
     from .attention import AttentionInputError
     from .pretrained.atlas import plan_atlas
-    from .pretrained.atlas.shards import atlas_of, example_rows, merged, read_corpus, run_shard
+    from .pretrained.atlas.shards import atlas_of, merged, read_corpus, run_shard
     from .pretrained.atlas.shards import shards as split
     from .views.show import text_model
 
@@ -359,14 +360,16 @@ def cmd_atlas(args: argparse.Namespace) -> None:
         raise SystemExit(f"attnviz: {error}") from None
     shard = merged(parts)
     scores = atlas_of(plan, shard, (time.perf_counter() - started) * 1000.0)
-    rows = example_rows(plan, shard)
+    passages = scores.passages or {}
+    rows = [  # the examples with their passages' texts (the random sequences have none)
+        {**r, "text": passages[str(r["passage"])] if r["kind"] == "corpus" else None}
+        for r in scores.examples or ()
+    ]
     args.out.mkdir(parents=True, exist_ok=True)
     atlas = scores.to_dict()
     (args.out / "atlas.json").write_text(json.dumps(atlas, ensure_ascii=False))
     (args.out / "scores.csv").write_text(scores.to_csv())
     with (args.out / "examples.csv").open("w", newline="", encoding="utf-8") as file:
-        import csv
-
         writer = csv.DictWriter(file, fieldnames=list(rows[0]) if rows else ["score"])
         writer.writeheader()
         writer.writerows(rows)

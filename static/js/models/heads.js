@@ -99,6 +99,40 @@ export async function markAblated(grid, res) {
 
 const DESCRIBED_WEIGHTS = 10; // the largest weights a map's text alternative lists
 
+// Row or column k of a map whose rows start at token `first`, `f` tokens each (pooled):
+// "12: cat", or "tokens 12–15" for a block.
+function tokenName(tokens, k, f, first = 0) {
+  const p = first + k * f;
+  return f > 1 ? `tokens ${p}–${Math.min(p + f, tokens.length) - 1}` : `${p}: ${tokens[p]}`;
+}
+
+// The text alternative of `div`, an image labelled `title`: a table (captioned `caption`,
+// headed by `columns`) in a visually hidden box after it, which its aria-describedby
+// names. Returns the table's body, for the caller's rows.
+function descriptionBody(div, title, caption, columns) {
+  const table = document.createElement("table");
+  table.className = "map-description";
+  descriptionBody.count = (descriptionBody.count ?? 0) + 1;
+  table.id = `${div.id || "map"}-description-${descriptionBody.count}`;
+  table.createCaption().textContent = caption;
+  const head = table.createTHead().insertRow();
+  for (const text of columns) {
+    const th = document.createElement("th");
+    th.scope = "col";
+    th.textContent = text;
+    head.append(th);
+  }
+  div.setAttribute("role", "img");
+  div.setAttribute("aria-label", title);
+  div.setAttribute("aria-describedby", table.id);
+  // In a hidden box, not hidden itself: a table is never narrower than its contents.
+  const box = document.createElement("div");
+  box.className = "visually-hidden";
+  box.append(table);
+  div.after(box);
+  return table.createTBody();
+}
+
 // A grid's text alternative (the model view's layers × heads, the layer view's heads):
 // one row per map with its largest value, the query and key tokens where it lies, and the
 // mean of its rows' largest values (how sharp the head is), as a visually hidden table
@@ -108,20 +142,8 @@ const DESCRIBED_WEIGHTS = 10; // the largest weights a map's text alternative li
 export function describeGrid(div, res, maps, title, { factor = 1, keyFactor = 1, query = null } = {}) {
   const queries = displayTokens(queryTokens(res));
   const keys = displayTokens(keyTokens(res));
-  const name = (tokens, k, f) => (f > 1
-    ? `tokens ${k * f}–${Math.min((k + 1) * f, tokens.length) - 1}` : `${k}: ${tokens[k]}`);
-  const table = document.createElement("table");
-  table.className = "map-description";
-  table.id = `${div.id || "grid"}-description-${(describeGrid.count = (describeGrid.count ?? 0) + 1)}`;
-  table.createCaption().textContent = `${title}: each map's largest value`;
-  const head = table.createTHead().insertRow();
-  for (const text of ["map", "largest value", "query", "key", "mean of row maxima"]) {
-    const th = document.createElement("th");
-    th.scope = "col";
-    th.textContent = text;
-    head.append(th);
-  }
-  const body = table.createTBody();
+  const body = descriptionBody(div, title, `${title}: each map's largest value`,
+    ["map", "largest value", "query", "key", "mean of row maxima"]);
   for (const [label, z] of maps) {
     let [best, bi, bj, rowMaxSum, counted] = [-Infinity, 0, 0, 0, 0];
     z.forEach((row, i) => {
@@ -139,18 +161,10 @@ export function describeGrid(div, res, maps, title, { factor = 1, keyFactor = 1,
     th.textContent = label;
     row.append(th);
     row.insertCell().textContent = counted ? best.toFixed(4) : "–";
-    row.insertCell().textContent = counted ? name(queries, query ?? bi, factor) : "–";
-    row.insertCell().textContent = counted ? name(keys, bj, keyFactor) : "–";
+    row.insertCell().textContent = counted ? tokenName(queries, query ?? bi, factor) : "–";
+    row.insertCell().textContent = counted ? tokenName(keys, bj, keyFactor) : "–";
     row.insertCell().textContent = counted ? (rowMaxSum / counted).toFixed(4) : "–";
   }
-  div.setAttribute("role", "img");
-  div.setAttribute("aria-label", title);
-  div.setAttribute("aria-describedby", table.id);
-  const box = document.createElement("div");
-  box.className = "visually-hidden";
-  box.append(table);
-  div.after(box);
-  return table;
 }
 
 // A text alternative of a drawn map `div` of `res`'s input ({z, factor, keyFactor}): the
@@ -174,35 +188,12 @@ export function describeMap(div, res, map, title) {
   const queries = displayTokens(queryTokens(res));
   const keys = displayTokens(keyTokens(res));
   // Row k is position first + k * f (first: a window's start, method_window).
-  const name = (tokens, k, f) => {
-    const p = first + k * f;
-    return f > 1 ? `tokens ${p}–${Math.min(p + f, tokens.length) - 1}` : `${p}: ${tokens[p]}`;
-  };
-  const table = document.createElement("table");
-  table.className = "map-description";
-  table.id = `${div.id || "map"}-description-${(describeMap.count = (describeMap.count ?? 0) + 1)}`;
-  table.createCaption().textContent = `The ${best.length} largest values of ${title}`;
-  const head = table.createTHead().insertRow();
-  for (const text of ["query", "key", "value"]) {
-    const th = document.createElement("th");
-    th.scope = "col";
-    th.textContent = text;
-    head.append(th);
-  }
-  const body = table.createTBody();
+  const body = descriptionBody(div, title, `The ${best.length} largest values of ${title}`,
+    ["query", "key", "value"]);
   for (const [v, i, j] of best) {
     const row = body.insertRow();
-    row.insertCell().textContent = name(queries, i, factor);
-    row.insertCell().textContent = name(keys, j, keyFactor);
+    row.insertCell().textContent = tokenName(queries, i, factor, first);
+    row.insertCell().textContent = tokenName(keys, j, keyFactor, first);
     row.insertCell().textContent = v.toFixed(4);
   }
-  div.setAttribute("role", "img");
-  div.setAttribute("aria-label", title);
-  div.setAttribute("aria-describedby", table.id);
-  // In a hidden box, not hidden itself: a table is never narrower than its contents.
-  const box = document.createElement("div");
-  box.className = "visually-hidden";
-  box.append(table);
-  div.after(box);
-  return table;
 }
