@@ -32,7 +32,7 @@ case "${1:-}" in
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     nvidia-smi -L
     python3 -m pytest -q -p no:cacheprovider -m cuda -rA tests/attention/test_engine.py \
-      tests/packaging/test_gpu_check.py | tail -15 | tee "$out/cuda-tests.log"
+      tests/packaging/test_gpu_check.py tests/pretrained/test_atlas_shards.py | tail -15 | tee "$out/cuda-tests.log"
     timeout "${BENCH_TIMEOUT:-500}" python3 -m benchmarks.gpu | tee "$out/gpu-bench.log"
     ;;
   *)

@@ -212,3 +212,29 @@ def test_the_atlas_command_writes_the_atlas_and_its_examples(
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert bad.returncode != 0 and "corpus" in bad.stderr and "no such file" in bad.stderr
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_atlas_and_its_examples_on_the_gpu_are_the_cpus(folders: dict[str, Path]) -> None:
+    # The observer keeps each input's sums and peaks on the layer's device: on CUDA the
+    # reduction and the kept passages are those of the CPU (float32 arithmetic apart).
+    from attnviz.pretrained.placement import Placement
+
+    atlases = {}
+    for device in ("cpu", "cuda"):
+        placement = Placement(dtype="float32", device_map=device)
+        model = load_model_dir("llama", folders["llama"], placement=placement)
+        assert model.home.type == device
+        plan = plan_of(model)
+        atlases[device] = merged(
+            [run_shard(plan, s, top_k=TOP) for s in shards(2, len(plan.passes))]
+        )
+    cpu, gpu = atlases["cpu"], atlases["cuda"]
+    assert cpu.counts == gpu.counts
+    for score in SCORES:
+        np.testing.assert_allclose(gpu.sums[score], cpu.sums[score], rtol=1e-4, atol=1e-6)
+        np.testing.assert_array_equal(gpu.examples[score].passages, cpu.examples[score].passages)
+        # A query's peak can flip between two terms equal to float32 rounding (saturated heads).
+        same = gpu.examples[score].positions == cpu.examples[score].positions
+        assert same.mean() >= 0.95, (score, same.mean())
