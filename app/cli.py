@@ -326,14 +326,18 @@ def cmd_models(args: argparse.Namespace) -> None:
 
 
 def cmd_atlas(args: argparse.Namespace) -> None:
-    """Score every head over a corpus in shards and write the atlas and its examples.
+    """Score every head over a corpus and write the atlas and its examples.
 
-    ``DIR/atlas.json`` (the scores in the shape of POST /api/v1/models/heads's ``atlas``,
-    plus ``top_k``, ``examples`` and the ``passages`` they name), ``DIR/scores.csv`` (a
-    row per head) and ``DIR/examples.csv`` (a row per kept passage, its text included).
+    In one process (in ``--shards`` shards), or with ``--ray`` on a Ray Data pool of
+    ``--workers`` actors that each hold the model (:mod:`attnviz.pretrained.atlas.on_ray`);
+    either way the shards' sums merge exactly. ``DIR/atlas.json`` (the scores in the shape
+    of POST /api/v1/models/heads's ``atlas``, plus ``top_k``, ``examples`` and the
+    ``passages`` they name), ``DIR/scores.csv`` (a row per head), ``DIR/examples.csv`` (a
+    row per kept passage, its text included) and the same two tables as Parquet
+    (``scores.parquet``, ``examples.parquet``) where pyarrow is installed (the ray extra).
     A progress bar counts the forward passes on stderr.
     """
-    import csv
+    import functools
     import time
 
     from tqdm import tqdm  # the pretrained extra's (huggingface_hub's) progress bar
@@ -344,41 +348,95 @@ def cmd_atlas(args: argparse.Namespace) -> None:
     from .pretrained.atlas.shards import shards as split
     from .views.show import text_model
 
+    if args.ray is None and (args.workers is not None or args.gpus_per_worker):
+        raise SystemExit("attnviz: --workers and --gpus-per-worker need --ray")
+    for option in ("shards", "workers", "threads", "top_k", "max_tokens"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            raise SystemExit(f"attnviz: --{option.replace('_', '-')}: {value} is below 1")
     started = time.perf_counter()
+    options = {"repeat_length": None, "max_tokens": args.max_tokens, "device": args.device}
     try:
         texts = read_corpus(args.corpus)
+        if args.ray is not None:
+            from .pretrained.atlas.on_ray import connect
+
+            connect(args.ray)  # before the model: the driver's threads are its own
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
         model = text_model(args.model)
-        plan = plan_atlas(
-            model, texts, repeat_length=None, max_tokens=args.max_tokens, device=args.device
-        )
+        plan = plan_atlas(model, texts, **options)
         with tqdm(total=len(plan.passes), unit="pass", desc="atlas", file=sys.stderr) as bar:
-            parts = [
-                run_shard(plan, indices, top_k=args.top_k, progress=bar.update)
-                for indices in split(args.shards, len(plan.passes))
-            ]
+            if args.ray is not None:
+                from .pretrained.atlas.on_ray import run_on_ray
+
+                shard = run_on_ray(
+                    plan,
+                    functools.partial(text_model, args.model),
+                    options,
+                    workers=args.workers or 1,
+                    threads=args.threads,
+                    gpus=args.gpus_per_worker,
+                    top_k=args.top_k,
+                    progress=bar.update,
+                )
+                how = f"{args.workers or 1} Ray workers"
+            else:
+                parts = [
+                    run_shard(plan, indices, top_k=args.top_k, progress=bar.update)
+                    for indices in split(args.shards, len(plan.passes))
+                ]
+                shard = merged(parts)
+                how = f"{len(parts)} shards"
     except AttentionInputError as error:
         raise SystemExit(f"attnviz: {error}") from None
-    shard = merged(parts)
+    except (ImportError, ConnectionError) as error:
+        raise SystemExit(f"attnviz: {error}") from None
     scores = atlas_of(plan, shard, (time.perf_counter() - started) * 1000.0)
+    written = _write_atlas(scores, args.out)
+    print(
+        f"{scores.model}: {scores.num_layers} layers x {scores.num_heads} heads over "
+        f"{len(texts)} passages ({len(plan.passes)} passes, {how}) in "
+        f"{scores.compute_ms / 1000:.1f} s; wrote {args.out}/: {', '.join(written)}"
+    )
+
+
+def _write_atlas(scores: Any, out: Path) -> list[str]:
+    """Write ``scores`` (a HeadScores with examples) into ``out``; the names written.
+
+    atlas.json, scores.csv and examples.csv; scores.parquet and examples.parquet too
+    where pyarrow is installed (the ray extra).
+    """
+    import csv
+
     passages = scores.passages or {}
-    rows = [  # the examples with their passages' texts (the random sequences have none)
+    examples = [  # the examples with their passages' texts (the random sequences have none)
         {**r, "text": passages[str(r["passage"])] if r["kind"] == "corpus" else None}
         for r in scores.examples or ()
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    atlas = scores.to_dict()
-    (args.out / "atlas.json").write_text(json.dumps(atlas, ensure_ascii=False))
-    (args.out / "scores.csv").write_text(scores.to_csv())
-    with (args.out / "examples.csv").open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]) if rows else ["score"])
-        writer.writeheader()
-        writer.writerows(rows)
-    print(
-        f"{scores.model}: {scores.num_layers} layers x {scores.num_heads} heads over "
-        f"{len(texts)} passages ({len(plan.passes)} passes, {len(parts)} shards) in "
-        f"{scores.compute_ms / 1000:.1f} s; wrote {args.out}/atlas.json, scores.csv and "
-        "examples.csv"
-    )
+    tables = {"scores": scores.to_rows(), "examples": examples}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "atlas.json").write_text(json.dumps(scores.to_dict(), ensure_ascii=False))
+    written = ["atlas.json"]
+    for name, rows in tables.items():
+        with (out / f"{name}.csv").open("w", newline="", encoding="utf-8") as file:
+            writer = csv.DictWriter(
+                file, fieldnames=list(rows[0]) if rows else ["score"], lineterminator="\n"
+            )
+            writer.writeheader()
+            writer.writerows(rows)
+        written.append(f"{name}.csv")
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return written
+    for name, rows in tables.items():
+        pq.write_table(pa.Table.from_pylist(rows), out / f"{name}.parquet")
+        written.append(f"{name}.parquet")
+    return written
 
 
 class _CommandsShown(_DefaultsShown, argparse.RawDescriptionHelpFormatter):
@@ -483,13 +541,31 @@ def parser() -> argparse.ArgumentParser:
     )
     atlas.add_argument(
         "--corpus", type=Path, required=True,
-        help="the passages: .txt (one a line) or .jsonl (a 'text' field a line)",
+        help="the passages: .txt (one a line), .jsonl (a 'text' field a line) or .parquet "
+        "(a 'text' column)",
     )  # fmt: skip
     atlas.add_argument("--out", type=Path, required=True, help="the folder written")
     atlas.add_argument(
         "--shards", type=int, default=1,
-        help="run the passes in this many shards, merged exactly (the reduction a pool of "
-        "workers uses)",
+        help="in one process: run the passes in this many shards, merged exactly",
+    )  # fmt: skip
+    atlas.add_argument(
+        "--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+        help="run on a Ray Data pool of actors that each hold the model: on the cluster at "
+        "ADDRESS ('auto', HOST:PORT or ray://HOST:10001), or on a local Ray started for the "
+        "purpose (no ADDRESS); needs pip install 'attnviz[ray]'",
+    )  # fmt: skip
+    atlas.add_argument(
+        "--workers", type=int, default=None, help="with --ray: actors in the pool (default 1)"
+    )
+    atlas.add_argument(
+        "--threads", type=int, default=None,
+        help="torch threads (with --ray: per worker, and the CPUs each reserves; default "
+        "this machine's cores over the workers)",
+    )  # fmt: skip
+    atlas.add_argument(
+        "--gpus-per-worker", type=float, default=0,
+        help="with --ray: GPUs each actor reserves; its device map places the model within them",
     )  # fmt: skip
     atlas.add_argument("--top-k", type=int, default=8, help="passages kept per head and score")
     atlas.add_argument(

@@ -313,17 +313,24 @@ def example_rows(plan: AtlasPlan, shard: AtlasShard) -> list[dict[str, Any]]:
 
 
 def read_corpus(path: str | Path) -> list[str]:
-    """The passages of a corpus file: ``.txt`` (one a line), ``.jsonl`` (``text`` fields).
+    """The passages of a corpus file: ``.txt``, ``.jsonl`` or ``.parquet``.
 
-    Blank lines are skipped.
+    ``.txt``: one a line; ``.jsonl``: a ``text`` field a line; ``.parquet``: a ``text``
+    column (read with pyarrow, which the ray extra installs). Blank passages are skipped.
 
     Raises:
         AttentionInputError: (field ``corpus``) no such file, another format, a JSON
-            line without a string ``text``, or no passage.
+            line without a string ``text``, a Parquet file without a string ``text``
+            column (or no pyarrow to read it), or no passage.
     """
     file = Path(path)
     if not file.is_file():
         raise AttentionInputError("corpus", f"{file}: no such file")
+    if file.suffix == ".parquet":
+        texts = [text for text in _parquet_texts(file) if text.strip()]
+        if not texts:
+            raise AttentionInputError("corpus", f"{file}: no passage in it")
+        return texts
     lines = file.read_text(encoding="utf-8").splitlines()
     if file.suffix == ".txt":
         texts = [line for line in lines if line.strip()]
@@ -342,11 +349,44 @@ def read_corpus(path: str | Path) -> list[str]:
                 texts.append(text)
     else:
         raise AttentionInputError(
-            "corpus", f"{file}: a .txt (a passage a line) or .jsonl (a 'text' field a line)"
+            "corpus",
+            f"{file}: a .txt (a passage a line), .jsonl (a 'text' field a line) or .parquet "
+            "(a 'text' column)",
         )
     if not texts:
         raise AttentionInputError("corpus", f"{file}: no passage in it")
     return texts
+
+
+def _parquet_texts(file: Path) -> list[str]:
+    """The ``text`` column of a Parquet file, nulls as empty passages.
+
+    Raises:
+        AttentionInputError: (``corpus``) no pyarrow, not Parquet, or no string column
+            ``text``.
+    """
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise AttentionInputError(
+            "corpus", f"{file}: reading Parquet needs pyarrow (pip install 'attnviz[ray]')"
+        ) from None
+    try:
+        schema = pq.read_schema(file)
+        if "text" not in schema.names:
+            raise AttentionInputError(
+                "corpus", f"{file}: no 'text' column (it has {', '.join(schema.names)})"
+            )
+        kind = schema.field("text").type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise AttentionInputError(
+                "corpus", f"{file}: the 'text' column holds {kind}, not strings"
+            )
+        column = pq.read_table(file, columns=["text"]).column("text")
+    except (pa.ArrowException, OSError) as error:
+        raise AttentionInputError("corpus", f"{file}: not a Parquet file ({error})") from None
+    return [text or "" for text in column.to_pylist()]
 
 
 def merged(parts: Sequence[AtlasShard]) -> AtlasShard:
