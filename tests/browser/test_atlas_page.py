@@ -197,3 +197,60 @@ def test_a_heads_best_passage_opens_that_head_on_that_passage(page, server_url) 
         f"document.getElementById('view-layer').dataset.selected === '{best['position']}'"
     )
     assert page.errors == []
+
+
+def test_an_atlas_file_from_the_command_opens_in_the_tab(page, server_url, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # attnviz atlas's atlas.json (its own corpus) drawn in place of the server's atlas, its
+    # passages opening on the page's model; a file of a model not served lists them only.
+    import json
+    import subprocess
+    import sys
+
+    texts = [
+        "The quick brown fox jumps over the lazy dog near the river bank.",
+        "Attention heads often attend to the previous token or to the first one.",
+        "Paris is the capital of France, and Rome is the capital of Italy.",
+    ]
+    (tmp_path / "corpus.txt").write_text("\n".join(texts) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "attnviz.cli", "atlas", "all-MiniLM-L6-v2", "--corpus",
+         str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "out"), "--top-k", "2",
+         "--max-tokens", "32"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads((tmp_path / "out" / "atlas.json").read_text())
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    (tmp_path / "bad.json").write_text('{"model": "x"}')
+    page.set_input_files("#atlas-file", str(tmp_path / "bad.json"))
+    page.wait_for_selector("#error:not([hidden])")
+    assert "bad.json is not a head atlas" in page.inner_text("#error")
+    page.set_input_files("#atlas-file", str(tmp_path / "out" / "atlas.json"))
+    atlas = open_atlas(page)  # drawn from the file: no atlas is computed
+    assert atlas["scores"] == written["scores"] and atlas["examples"] == written["examples"]
+    assert "from atlas.json" in page.inner_text("#summary")
+    assert page.is_visible("#view-atlas .atlas-file-close")
+    row = page.locator(".atlas-table tr[data-layer]").first
+    layer, head = int(row.get_attribute("data-layer")), int(row.get_attribute("data-head"))
+    row.click()
+    best = next(
+        r
+        for r in written["examples"]
+        if (r["layer"], r["head"], r["score"], r["rank"]) == (layer, head, "self", 0)
+    )
+    fold = page.locator("#view-atlas .atlas-examples details[data-score=self]")
+    fold.locator("summary").click()
+    redraw(page, "layer", lambda: fold.locator("li .atlas-open-passage").first.click())
+    assert page.input_value("#texts") == written["passages"][str(best["passage"])]
+    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    assert response["tokens"][0][best["position"]] == best["token"]
+    # Another model's file (not served here): drawn, its passages listed but not opened.
+    (tmp_path / "other.json").write_text(json.dumps({**written, "model": "gpt2"}))
+    page.set_input_files("#atlas-file", str(tmp_path / "other.json"))
+    open_atlas(page)
+    assert "gpt2 is not served here" in page.inner_text("#summary")
+    page.locator(".atlas-table tr[data-layer]").first.click()
+    assert page.locator("#view-atlas .atlas-examples .atlas-open-passage").count() == 0
+    assert "not served here" in page.inner_text("#view-atlas .atlas-not-served")
+    assert page.errors == []

@@ -32,6 +32,7 @@ export const state = {
   // The head atlas: atlases by request (JSON), the one shown and its request.
   atlases: new Map(), atlas: null, atlasRequest: null,
   atlasFetch: null, // the atlas being computed: {key, controller, progress, promise}
+  atlasFile: null, // an opened atlas file, {name, atlas}: shown while its model is the page's
 };
 
 // The owner of the streamed overview's progress box (stream.js layerProgress): the stream

@@ -20,12 +20,23 @@ export function showExamples(panel, atlas, l, h, onInput) {
   panel.dataset.head = String(h);
   const heading = document.createElement("h3");
   heading.textContent = `L${l}.H${h}: the passages where it scores highest`;
-  const own = document.createElement("button");
-  own.type = "button";
-  own.className = "secondary atlas-open-input";
-  own.textContent = `Open L${l}.H${h} on your input`;
-  own.addEventListener("click", onInput);
-  panel.append(heading, own);
+  panel.append(heading);
+  // An atlas file of a model this server does not serve: its passages are listed only.
+  const openable = atlas.model === state.request.model;
+  if (openable) {
+    const own = document.createElement("button");
+    own.type = "button";
+    own.className = "secondary atlas-open-input";
+    own.textContent = `Open L${l}.H${h} on your input`;
+    own.addEventListener("click", onInput);
+    panel.append(own);
+  } else {
+    const note = document.createElement("p");
+    note.className = "hint atlas-not-served";
+    note.textContent = `${atlas.model} is not served here: its passages are listed, not ` +
+      `opened (attnviz serve --model ${atlas.model} serves it).`;
+    panel.append(note);
+  }
   const rows = (atlas.examples || []).filter((r) => r.layer === l && r.head === h);
   if (!rows.length) {
     const note = document.createElement("p");
@@ -75,7 +86,8 @@ export function showExamples(panel, atlas, l, h, onInput) {
       open.textContent = "Open";
       open.title = `Layer ${l}'s head ${h} on this passage, token ${row.position} selected`;
       open.addEventListener("click", () => openPassage(text, l, h, row));
-      item.append(value, where, quote, " ", open);
+      item.append(value, where, quote);
+      if (openable) item.append(" ", open);
       list.append(item);
     }
     fold.append(list);
