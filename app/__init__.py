@@ -17,7 +17,7 @@ offline::
 __version__ = "0.1.0"
 
 from .attention import AttentionResult, LayerConfig, compute_attention
-from .views.atlas import atlas_view, head_scores
+from .views.atlas import atlas_view, head_examples, head_scores, read_atlas
 from .views.figure import attention_figure
 from .views.notebook import (
     AttentionView,
@@ -36,10 +36,12 @@ __all__ = [
     "atlas_view",
     "attention_figure",
     "compute_attention",
+    "head_examples",
     "head_scores",
     "head_view",
     "init_notebook",
     "model_view",
+    "read_atlas",
     "show",
     "token_view",
 ]

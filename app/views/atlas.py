@@ -16,8 +16,10 @@ definitions, the corpus and the model; without pandas it is the
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .show import text_model
@@ -96,8 +98,72 @@ def as_table(scores: Any) -> Any:
         corpus=data["corpus"],
         definition_version=scores.definition_version,
         compute_ms=scores.compute_ms,
+        top_k=scores.top_k,
+        examples=list(scores.examples or ()),
+        passages=dict(scores.passages or {}),
     )
     return table
+
+
+def read_atlas(path: str | Path) -> Any:
+    """An atlas file as :func:`head_scores` returns it (a DataFrame with pandas).
+
+    The files: ``attnviz atlas``'s ``atlas.json`` (one process or ``--ray``), and the
+    page's "Download atlas JSON"; :func:`atlas_view` and :func:`head_examples` take the
+    result.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not JSON, or not an atlas (its missing field named).
+    """
+    from ..pretrained.atlas import HeadScores
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+        return as_table(HeadScores.from_dict(data))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{path}: not a head atlas (no {error})") from None
+
+
+def head_examples(atlas: Any) -> Any:
+    """The examples behind an atlas's scores: a row per kept passage, best first per head.
+
+    Columns: score, layer, head, rank (0 the best), passage (its index in the corpus, or
+    among the random sequences), value (the passage's own mean of the score; entropy in
+    nats), position (the query where the head's term peaks), kind ("corpus" or "random
+    tokens"), token (at ``position``) and text (the passage; None for random tokens).
+    :func:`attnviz.pretrained.atlas.shards.example_rows` defines them.
+
+    Args:
+        atlas: what :func:`head_scores` or :func:`read_atlas` returned (a DataFrame or
+            :class:`attnviz.pretrained.atlas.HeadScores`), or an atlas file's path.
+
+    Returns:
+        A ``pandas.DataFrame`` when pandas is installed, else a list of row dicts.
+
+    Raises:
+        ValueError: an atlas computed before examples were kept (or not an atlas).
+    """
+    if isinstance(atlas, str | Path):
+        atlas = read_atlas(atlas)
+    if hasattr(atlas, "attrs"):
+        examples, passages = atlas.attrs.get("examples"), atlas.attrs.get("passages", {})
+    else:
+        examples, passages = getattr(atlas, "examples", None), getattr(atlas, "passages", {})
+    if not examples:
+        raise ValueError("this atlas keeps no examples (computed before they were kept)")
+    rows = [
+        {**r, "text": (passages or {}).get(str(r["passage"])) if r["kind"] == "corpus" else None}
+        for r in examples
+    ]
+    try:
+        import pandas as pd  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return rows
+    return pd.DataFrame(rows)
 
 
 def atlas_data(table: Any) -> dict[str, Any]:
@@ -155,7 +221,8 @@ def atlas_view(table: Any) -> Any:
         layer, head = atlas.head
 
     Args:
-        table: what :func:`head_scores` returned.
+        table: what :func:`head_scores` or :func:`read_atlas` returned, or an atlas
+            file's path (``attnviz atlas``'s ``atlas.json``).
 
     Returns:
         An :class:`attnviz.views.widget.AtlasWidget`.
@@ -170,4 +237,6 @@ def atlas_view(table: Any) -> Any:
         raise ImportError(
             "the interactive atlas needs anywidget: pip install 'attnviz[notebook]'"
         ) from error
+    if isinstance(table, str | Path):
+        table = read_atlas(table)
     return AtlasWidget(atlas_data(table))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import traitlets
-from attnviz import atlas_view, head_scores
+from attnviz import atlas_view, head_examples, head_scores, read_atlas
 from attnviz.pretrained.atlas import SCORES, HeadScores, repeat_length
 from attnviz.pretrained.atlas import head_scores as compute
 
@@ -104,6 +104,50 @@ def test_the_atlas_widget_holds_the_atlas_and_checks_the_head(tiny: Any) -> None
     if hasattr(head_scores(tiny, TEXTS), "attrs"):  # pandas keeps attrs through head()
         with pytest.raises(ValueError, match="every one of the"):
             atlas_view(head_scores(tiny, TEXTS).head(3))
+
+
+def test_an_atlas_file_reads_back_with_its_examples(tiny: Any, tmp_path: Path) -> None:
+    # What attnviz atlas writes (HeadScores.to_dict() as atlas.json), read from Python: the
+    # scores, the examples with their passages' texts (a DataFrame), and the widget.
+    import json
+
+    from attnviz.pretrained.atlas import plan_atlas
+    from attnviz.pretrained.atlas.shards import example_rows, run_shard
+
+    plan = plan_atlas(tiny, TEXTS, repeat_length=repeat_length(tiny))
+    scores = compute(plan, top_k=3)
+    path = tmp_path / "atlas.json"
+    path.write_text(json.dumps(scores.to_dict()))
+    table = read_atlas(path)
+    for name in SCORES:
+        grid = np.zeros((scores.num_layers, scores.num_heads))
+        for row in table.to_dict("records") if hasattr(table, "to_dict") else table.to_rows():
+            grid[row["layer"], row["head"]] = row[name]
+        np.testing.assert_allclose(grid, scores.scores[name], rtol=1e-12)
+    expected = example_rows(plan, run_shard(plan, range(len(plan.passes)), top_k=3))
+    for given in (path, table, scores):
+        examples = head_examples(given)
+        rows = examples.to_dict("records") if hasattr(examples, "to_dict") else examples
+        assert len(rows) == len(expected) > 0
+        for row, want in zip(rows, expected, strict=True):
+            assert {k: row[k] for k in ("score", "layer", "head", "rank", "passage", "kind")} == {
+                k: want[k] for k in ("score", "layer", "head", "rank", "passage", "kind")
+            }
+            assert row["value"] == pytest.approx(want["value"], rel=1e-12)
+            text = row["text"] if isinstance(row["text"], str) else None  # pandas: NaN
+            assert text == want["text"] and row["token"] == want["token"]
+    shown = atlas_view(path).atlas  # the notebook extra's widget (make install has it)
+    np.testing.assert_allclose(shown["scores"]["self"], scores.scores["self"], rtol=1e-12)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        read_atlas(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text('{"scores": {}}')
+    with pytest.raises(ValueError, match="not a head atlas"):
+        read_atlas(tmp_path / "other.json")
+    old = {k: v for k, v in scores.to_dict().items() if k not in ("examples", "passages")}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="keeps no examples"):
+        head_examples(tmp_path / "old.json")
 
 
 def test_the_atlas_widget_draws_the_page_atlas_and_syncs_a_click(tiny: Any, browser: Any) -> None:
