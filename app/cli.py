@@ -177,9 +177,38 @@ def serve(
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    """Serve the page and the API with uvicorn; ``--model`` models come first (the default)."""
-    _name_models(args.model)
-    serve(args.host, args.port, args.workers, args.reload)
+    """Serve the page and the API; ``--model`` models come first (the default).
+
+    With uvicorn, or with ``--ray`` on Ray Serve (:func:`attnviz.server.ray_serve.serve_on_ray`:
+    ``--replicas`` replicas of ``--num-cpus`` CPUs and ``--num-gpus`` GPUs each).
+    """
+    ray_only = {"replicas": args.replicas, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus}
+    if args.ray is None:
+        given = [f"--{k.replace('_', '-')}" for k, v in ray_only.items() if v is not None]
+        if given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise SystemExit(f"attnviz: {' and '.join(given)} {verb} --ray")
+        _name_models(args.model)
+        serve(args.host, args.port, args.workers, args.reload)
+        return
+    if args.workers != 1 or args.reload:
+        raise SystemExit("attnviz: with --ray, --replicas replaces --workers (and no --reload)")
+    _name_models(args.model)  # the replicas get ATTNVIZ_MODELS with every ATTNVIZ_* setting
+    from .server.ray_serve import serve_on_ray
+    from .server.settings import get_settings
+
+    settings = get_settings()
+    try:
+        serve_on_ray(
+            args.ray or None,
+            replicas=1 if args.replicas is None else args.replicas,
+            host=args.host or settings.host,
+            port=args.port or settings.port,
+            num_cpus=1 if args.num_cpus is None else args.num_cpus,
+            num_gpus=args.num_gpus or 0,
+        )
+    except (ValueError, ImportError, ConnectionError, RuntimeError) as error:
+        raise SystemExit(f"attnviz: {error}") from None
 
 
 def _name_models(models: list[str] | None) -> None:
@@ -477,6 +506,24 @@ def parser() -> argparse.ArgumentParser:
         "a packaged name or a local directory (added to ATTNVIZ_MODELS)",
     )
     serve.add_argument("--reload", action="store_true", help="restart on code changes")
+    serve.add_argument(
+        "--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+        help="serve on Ray Serve: replicas on the cluster at ADDRESS ('auto', HOST:6379 or "
+        "ray://HOST:10001) or on a local Ray started for the purpose (no ADDRESS), behind "
+        "Serve's HTTP proxy on --host/--port; needs pip install 'attnviz[ray]'",
+    )  # fmt: skip
+    serve.add_argument(
+        "--replicas", type=int, default=None, help="with --ray: replicas (default 1)"
+    )
+    serve.add_argument(
+        "--num-cpus", type=float, default=None,
+        help="with --ray: CPUs each replica reserves, and its torch threads (default 1)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--num-gpus", type=float, default=None,
+        help="with --ray: GPUs each replica reserves; over 1, one placement group on one "
+        "node, the model placed across them by ATTNVIZ_DEVICE_MAP (default 0)",
+    )  # fmt: skip
     serve.set_defaults(run=cmd_serve)
 
     compute = commands.add_parser(

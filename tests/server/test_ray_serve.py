@@ -171,19 +171,19 @@ def test_the_builder_and_the_module_app_are_serve_applications() -> None:
 
 
 @pytest.mark.slow
-def test_serve_on_ray_starts_a_local_ray_serves_and_stops_on_ctrl_c() -> None:
-    """What ``attnviz serve --ray`` runs: a Ray of its own, the URL printed, Ctrl-C stops
-    Serve and that Ray (run before the module's Ray starts: one Ray at a time here)."""
+def test_attnviz_serve_ray_starts_a_local_ray_serves_and_stops_on_ctrl_c() -> None:
+    """``attnviz serve --ray`` (serve_on_ray): a Ray of its own, the URL printed, Ctrl-C
+    stops Serve and that Ray (run before the module's Ray starts: one Ray at a time here)."""
     pytest.importorskip("ray", reason="Ray is the optional extra attnviz[ray]")
     port = free_port()
-    code = (
-        "from attnviz.server.ray_serve import serve_on_ray; "
-        f"serve_on_ray(None, 1, '127.0.0.1', {port}, 0.5, 0)"
-    )
+    command = [
+        sys.executable, "-m", "attnviz.cli", "serve", "--ray", "--replicas", "1",
+        "--host", "127.0.0.1", "--port", str(port), "--num-cpus", "0.5",
+    ]  # fmt: skip
     env = {**os.environ, "ATTNVIZ_PACKAGED_MODELS": "false", "ATTNVIZ_ACCESS_LOG": "false"}
     env.pop("RAY_ADDRESS", None)
     process = subprocess.Popen(
-        [sys.executable, "-c", code],
+        command,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -194,5 +194,8 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> None:
         return
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
-    else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+    else:  # "local": a new Ray, never a cluster `ray start` left on this machine
+        ray.init(
+            address="local", num_cpus=num_cpus, include_dashboard=False,
+            logging_level=logging.WARNING,
+        )  # fmt: skip
