@@ -14,6 +14,10 @@ from fastapi.testclient import TestClient
 from tests import REPO_ROOT
 from tests.pretrained.support import require_pretrained_extra
 
+# The local Rays the Ray tests start (tests/server/test_ray_serve.py,
+# tests/pretrained/test_atlas_ray.py) send no usage statistics: nothing leaves the machine.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 PACKAGED_MODEL_FIXTURES = frozenset(
     {
         ("tests.conftest", "client"),  # the app's lifespan loads every packaged model
