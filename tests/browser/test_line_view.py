@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from tests.support.browser import open_view, wait_drawn, wait_for_heads
+from tests.support.browser import compute_heads, open_view, wait_drawn, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -41,8 +41,7 @@ def compute(page, num_heads: int, d_model: int, text: str = WORDS) -> None:  # t
     page.fill("#sequences", text)
     page.fill("#d_model", str(d_model))
     page.fill("#num_heads", str(num_heads))
-    page.click("#compute")
-    wait_for_heads(page, num_heads)
+    compute_heads(page, num_heads)
 
 
 def page_weights(page) -> list[list[list[float | None]]]:  # type: ignore[no-untyped-def]

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from attnviz.attention.tutorials import TUTORIAL_BATCH
 
-from tests.support.browser import HEADS, new_page, open_view, wait_for_heads
+from tests.support.browser import HEADS, compute_heads, new_page, open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -71,8 +71,7 @@ def test_api_error_shows_next_to_the_form_and_keeps_the_input(page, server_url) 
     assert page.input_value("#num_heads") == "3"
     # Fixing the field computes the words batch.
     page.fill("#num_heads", "4")
-    page.click("#compute")
-    wait_for_heads(page, 4)
+    compute_heads(page, 4)
     assert error.is_hidden()
     labels = page.evaluate("() => window.attnviz.lastResponse.key_labels[1]")
     assert labels == ["on", "the", "mat"]
@@ -201,8 +200,7 @@ def test_the_url_reproduces_the_view_and_downloads_work(page, server_url) -> Non
     page.fill("#sequences", "the cat sat\non the mat")
     page.fill("#num_heads", "4")
     page.uncheck("#mask-causal")
-    page.click("#compute")
-    wait_for_heads(page, 4)
+    compute_heads(page, 4)
     page.click(".tabs button[data-view=summary]")
     page.wait_for_function("document.getElementById('view-summary').dataset.drawn === 'true'")
     shared = page.url
@@ -310,8 +308,7 @@ def test_a_refused_request_leaves_no_earlier_results_and_no_badge(page, server_u
     # Fixing the field draws again.
     page.click(".tabs button[data-view=heads]")
     page.fill("#num_heads", "2")
-    page.click("#compute")
-    wait_for_heads(page, 2)
+    compute_heads(page, 2)
     assert page.locator("#verify-badge").is_visible()
     assert page.locator("#error").is_hidden()
     assert page.errors == []
@@ -393,8 +390,7 @@ def test_a_refused_field_is_marked_beside_it_and_the_message_is_in_view(
     page.fill("#sequences", "1 2 3\n4 5 6")
     assert page.locator("#sequences").get_attribute("aria-invalid") is None
     assert page.locator("#sequences-error").count() == 0
-    page.click("#compute")
-    wait_for_heads(page, 2)
+    compute_heads(page, 2)
     assert error.is_hidden()
     assert page.errors == []
     page.context.close()

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tests.support.browser import open_view, wait_for_heads
+from tests.support.browser import compute_heads, open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -73,8 +73,7 @@ def test_a_sequence_over_the_decoding_limit_is_a_note_in_that_lesson(page, serve
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
     page.fill("#sequences", " ".join(f"w{i % 40}" for i in range(300)))
-    page.click("#compute")
-    wait_for_heads(page, 2)
+    compute_heads(page, 2)
     open_view(page, "decoding")
     note = page.locator("#view-decoding .lesson-limit-note")
     assert "has 300 tokens" in note.text_content() and "up to 128" in note.text_content()
@@ -88,8 +87,7 @@ def test_compare_with_one_sequence_asks_for_a_second(page, server_url) -> None: 
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
     page.fill("#sequences", "the cat sat on the mat")
-    page.click("#compute")
-    wait_for_heads(page, 2)
+    compute_heads(page, 2)
     open_view(page, "compare")
     assert page.locator("#view-compare .compare-plot").count() == 0
     assert "needs a second sequence" in page.locator("#view-compare .compare-ask").text_content()
@@ -179,8 +177,7 @@ def test_views_follow_the_users_own_input(page, server_url) -> None:  # type: ig
     page.fill("#sequences", "the cat sat on the mat")
     page.fill("#d_model", "16")
     page.fill("#num_heads", "4")
-    page.click("#compute")
-    wait_for_heads(page, 4)
+    compute_heads(page, 4)
     open_view(page, "decoding")
     ticks = page.evaluate(
         "() => document.querySelector('#view-decoding .decoding-plot').layout.xaxis.ticktext"
@@ -203,8 +200,7 @@ def compute_words(page, text: str = WORDS, d_model: int = 16, num_heads: int = 4
     page.fill("#sequences", text)
     page.fill("#d_model", str(d_model))
     page.fill("#num_heads", str(num_heads))
-    page.click("#compute")
-    wait_for_heads(page, num_heads)
+    compute_heads(page, num_heads)
 
 
 def test_head_summary_bars_are_the_api_numbers_on_a_numeric_axis(page, server_url) -> None:  # type: ignore[no-untyped-def]

@@ -26,6 +26,14 @@ def wait_for_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
     )
 
 
+def compute_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
+    """Press Compute on / and wait until the new response's ``count`` heads are drawn (the
+    heads of the last response stay drawn, and counted, until the new one arrives)."""
+    page.evaluate("document.getElementById('heads').dataset.drawnHeads = 'stale'")
+    page.click("#compute")
+    wait_for_heads(page, count)
+
+
 def wait_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
     """Until ``count`` heads are drawn, waited for as elements (60 s: long link inputs)."""
     page.locator(f"{HEADS} .main-svg").nth(count - 1).wait_for(timeout=60_000)
