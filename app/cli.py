@@ -440,12 +440,7 @@ def _write_atlas(scores: Any, out: Path) -> list[str]:
     """
     import csv
 
-    passages = scores.passages or {}
-    examples = [  # the examples with their passages' texts (the random sequences have none)
-        {**r, "text": passages[str(r["passage"])] if r["kind"] == "corpus" else None}
-        for r in scores.examples or ()
-    ]
-    tables = {"scores": scores.to_rows(), "examples": examples}
+    tables = {"scores": scores.to_rows(), "examples": scores.example_rows()}
     out.mkdir(parents=True, exist_ok=True)
     (out / "atlas.json").write_text(json.dumps(scores.to_dict(), ensure_ascii=False))
     written = ["atlas.json"]

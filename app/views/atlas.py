@@ -147,6 +147,8 @@ def head_examples(atlas: Any) -> Any:
     Raises:
         ValueError: an atlas computed before examples were kept (or not an atlas).
     """
+    from ..pretrained.atlas.table import examples_with_texts
+
     if isinstance(atlas, str | Path):
         atlas = read_atlas(atlas)
     if hasattr(atlas, "attrs"):
@@ -155,10 +157,7 @@ def head_examples(atlas: Any) -> Any:
         examples, passages = getattr(atlas, "examples", None), getattr(atlas, "passages", {})
     if not examples:
         raise ValueError("this atlas keeps no examples (computed before they were kept)")
-    rows = [
-        {**r, "text": (passages or {}).get(str(r["passage"])) if r["kind"] == "corpus" else None}
-        for r in examples
-    ]
+    rows = examples_with_texts(examples, passages or {})
     try:
         import pandas as pd  # type: ignore[import-untyped,unused-ignore]
     except ImportError:

@@ -6,7 +6,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -140,6 +140,10 @@ class HeadScores:
             for head in range(self.num_heads)
         ]
 
+    def example_rows(self) -> list[dict[str, Any]]:
+        """The examples with their passages' texts (:func:`examples_with_texts`)."""
+        return examples_with_texts(self.examples or (), self.passages or {})
+
     def to_csv(self) -> str:
         """:meth:`to_rows` as CSV text, a header line first (layer, head, then the scores)."""
         buffer = io.StringIO()
@@ -210,3 +214,17 @@ class HeadScores:
             examples=None if data.get("examples") is None else tuple(data["examples"]),
             passages=None if data.get("passages") is None else dict(data["passages"]),
         )
+
+
+def examples_with_texts(
+    examples: Iterable[Mapping[str, Any]], passages: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """Each example row with its ``text``.
+
+    A corpus passage's text by its index in ``passages``; None for the random sequences
+    (``kind`` "random tokens"), which have none.
+    """
+    return [
+        {**r, "text": passages.get(str(r["passage"])) if r["kind"] == "corpus" else None}
+        for r in examples
+    ]
