@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import csv
 import json
+import pickle
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,7 @@ import torch
 from attnviz.attention import AttentionInputError
 from attnviz.pretrained import PretrainedModel
 from attnviz.pretrained.atlas import SCORES, HeadScores, head_scores, plan_atlas, repeated_tokens
+from attnviz.pretrained.atlas.on_ray import AtlasWorker
 from attnviz.pretrained.atlas.shards import (
     REPEATED_SCORES,
     atlas_of,
@@ -32,6 +36,7 @@ from attnviz.pretrained.atlas.shards import (
     shards,
 )
 from attnviz.pretrained.loading import load_model_dir
+from attnviz.pretrained.model import LoadedModel
 
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
@@ -85,6 +90,46 @@ def test_shards_merge_into_the_one_process_atlas(folders: dict[str, Path], name:
         _ = parts[0] + run_shard(plan, parts[0].passes[:1], top_k=TOP)
     with pytest.raises(ValueError, match="ran 3 of the plan's"):
         atlas_of(plan, run_shard(plan, [0, 1, 2]), 0.0)
+
+
+def test_a_ray_worker_loads_and_runs_in_the_thread_that_runs_its_batches(
+    folders: dict[str, Path],
+) -> None:
+    # Ray Data calls an actor's batches in a thread other than the one that built it; a
+    # model loaded in the building thread would leave two OpenMP thread teams in the
+    # process, and libgomp then stops spin-waiting (measured about 30% slower on 2 cores).
+    # Plain threads stand in for Ray here: the worker class is Ray's only by its calls.
+    loaded_in: list[int] = []
+
+    def load() -> LoadedModel:
+        loaded_in.append(threading.get_ident())
+        return load_model_dir("llama", folders["llama"])
+
+    options = {
+        "repeat_length": REPEAT, "induction_sequences": SEQUENCES, "seed": 1,
+        "max_tokens": MAX_TOKENS,
+    }  # fmt: skip
+    plan = plan_atlas(load(), TEXTS, **options)
+    loaded_in.clear()
+    worker = AtlasWorker(load, TEXTS, options, plan.key, TOP, torch.get_num_threads())
+    assert loaded_in == []  # the constructor loads nothing
+    half = len(plan.passes) // 2
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        parts = [
+            pool.submit(worker, {"index": np.arange(start, stop)}).result()
+            for start, stop in ((0, half), (half, len(plan.passes)))
+        ]
+        batches_in = pool.submit(threading.get_ident).result()
+    assert loaded_in == [batches_in]  # once, in the batches' thread
+    shard = merged([pickle.loads(part["shard"][0]) for part in parts])
+    one = head_scores(plan, top_k=TOP)
+    result = atlas_of(plan, shard, 0.0)
+    for score in SCORES:
+        np.testing.assert_allclose(result.scores[score], one.scores[score], rtol=1e-9)
+    assert result.examples == one.examples
+    stranger = AtlasWorker(load, TEXTS[:-1], options, plan.key, TOP, torch.get_num_threads())
+    with pytest.raises(RuntimeError, match="is not the driver's"):
+        stranger({"index": np.arange(1)})
 
 
 def brute_passages(reference, model: PretrainedModel, plan) -> dict[str, list]:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ Ray is the optional extra ``attnviz[ray]``: this module imports it only when cal
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -52,9 +53,11 @@ class AtlasWorker:
         top_k: passages kept per head and score.
         threads: torch threads in this actor (the CPUs it reserves).
 
+    The model loads, and the plan is made, on the first batch (:attr:`plan`).
+
     Raises:
-        RuntimeError: the actor's plan differs from the driver's (another model or
-            tokenizer on this node).
+        RuntimeError: (on the first batch) the actor's plan differs from the driver's
+            (another model or tokenizer on this node).
     """
 
     def __init__(
@@ -66,16 +69,43 @@ class AtlasWorker:
         top_k: int,
         threads: int,
     ) -> None:
+        self._start = functools.partial(self._load, load, texts, plan_options, key, threads)
+        self._plan: AtlasPlan | None = None
+        self.top_k = top_k
+
+    @staticmethod
+    def _load(
+        load: Callable[[], LoadedModel],
+        texts: Sequence[str],
+        plan_options: dict[str, Any],
+        key: str,
+        threads: int,
+    ) -> AtlasPlan:
         import torch
 
         torch.set_num_threads(threads)
-        self.plan = plan_atlas(load(), texts, **plan_options)
-        if self.plan.key != key:
+        plan = plan_atlas(load(), texts, **plan_options)
+        if plan.key != key:
             raise RuntimeError(
-                f"this worker's atlas plan ({self.plan.key[:12]}) is not the driver's "
+                f"this worker's atlas plan ({plan.key[:12]}) is not the driver's "
                 f"({key[:12]}): another model or tokenizer on this node"
             )
-        self.top_k = top_k
+        return plan
+
+    @property
+    def plan(self) -> AtlasPlan:
+        """The actor's plan, made on the first batch (in the thread that runs batches).
+
+        All of an actor's torch work runs in that one thread. Ray Data calls a batch in a
+        thread of its own, not the thread that built the actor; had the model loaded in
+        the other, the process would hold two OpenMP thread teams, and libgomp, finding
+        more of its threads than CPUs, stops spin-waiting between parallel regions: with
+        as many torch threads as CPUs, the passes ran about 30% slower (measured on 2
+        cores, benchmarks/atlas_ray.py).
+        """
+        if self._plan is None:
+            self._plan = self._start()
+        return self._plan
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The shard of the batch's pass indices, pickled (an object array of one)."""
