@@ -27,16 +27,12 @@ from attnviz.pretrained.loading import load_model_dir
 
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
-from tests.pretrained.test_atlas_shards import MAX_TOKENS, REPEAT, SEQUENCES, TEXTS, TOP
+from tests.pretrained.test_atlas_shards import MAX_TOKENS, OPTIONS, TEXTS, TOP
 from tests.pretrained.test_heads import save_sharp
 
 ray = pytest.importorskip("ray", reason="the ray extra (pip install 'attnviz[ray]')")
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-OPTIONS = {
-    "repeat_length": REPEAT, "induction_sequences": SEQUENCES, "seed": 1,
-    "max_tokens": MAX_TOKENS,
-}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

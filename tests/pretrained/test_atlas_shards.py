@@ -55,6 +55,11 @@ MAX_TOKENS = 12
 REPEAT = 7
 SEQUENCES = 10  # two passes: 8 and 2 sequences
 TOP = 3
+OPTIONS = {
+    "repeat_length": REPEAT, "induction_sequences": SEQUENCES, "seed": 1,
+    "max_tokens": MAX_TOKENS,
+}  # fmt: skip
+"""plan_atlas's options of these tests, besides the model and texts."""
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +73,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def plan_of(model: PretrainedModel, texts: list[str] = TEXTS):  # type: ignore[no-untyped-def]
-    return plan_atlas(
-        model, texts, repeat_length=REPEAT, induction_sequences=SEQUENCES, seed=1,
-        max_tokens=MAX_TOKENS,
-    )  # fmt: skip
+    return plan_atlas(model, texts, **OPTIONS)
 
 
 @pytest.mark.parametrize("name", ["llama", "bert"])
@@ -105,13 +107,9 @@ def test_a_ray_worker_loads_and_runs_in_the_thread_that_runs_its_batches(
         loaded_in.append(threading.get_ident())
         return load_model_dir("llama", folders["llama"])
 
-    options = {
-        "repeat_length": REPEAT, "induction_sequences": SEQUENCES, "seed": 1,
-        "max_tokens": MAX_TOKENS,
-    }  # fmt: skip
-    plan = plan_atlas(load(), TEXTS, **options)
+    plan = plan_atlas(load(), TEXTS, **OPTIONS)
     loaded_in.clear()
-    worker = AtlasWorker(load, TEXTS, options, plan.key, TOP, torch.get_num_threads())
+    worker = AtlasWorker(load, TEXTS, OPTIONS, plan.key, TOP, torch.get_num_threads())
     assert loaded_in == []  # the constructor loads nothing
     half = len(plan.passes) // 2
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -127,7 +125,7 @@ def test_a_ray_worker_loads_and_runs_in_the_thread_that_runs_its_batches(
     for score in SCORES:
         np.testing.assert_allclose(result.scores[score], one.scores[score], rtol=1e-9)
     assert result.examples == one.examples
-    stranger = AtlasWorker(load, TEXTS[:-1], options, plan.key, TOP, torch.get_num_threads())
+    stranger = AtlasWorker(load, TEXTS[:-1], OPTIONS, plan.key, TOP, torch.get_num_threads())
     with pytest.raises(RuntimeError, match="is not the driver's"):
         stranger({"index": np.arange(1)})
 

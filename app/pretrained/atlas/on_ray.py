@@ -69,8 +69,7 @@ class AtlasWorker:
         top_k: int,
         threads: int,
     ) -> None:
-        self._start = functools.partial(self._load, load, texts, plan_options, key, threads)
-        self._plan: AtlasPlan | None = None
+        self._make_plan = functools.partial(self._load, load, texts, plan_options, key, threads)
         self.top_k = top_k
 
     @staticmethod
@@ -92,7 +91,7 @@ class AtlasWorker:
             )
         return plan
 
-    @property
+    @functools.cached_property
     def plan(self) -> AtlasPlan:
         """The actor's plan, made on the first batch (in the thread that runs batches).
 
@@ -103,9 +102,7 @@ class AtlasWorker:
         as many torch threads as CPUs, the passes ran about 30% slower (measured on 2
         cores, benchmarks/atlas_ray.py).
         """
-        if self._plan is None:
-            self._plan = self._start()
-        return self._plan
+        return self._make_plan()
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The shard of the batch's pass indices, pickled (an object array of one)."""
