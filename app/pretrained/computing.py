@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..attention.cancellation import check_cancelled
+from .mask_rules import rule_of
 from .calls import (
     POSITION_BIAS,
     AttentionCall,
@@ -24,6 +25,7 @@ from .calls import (
     WeightsRecording,
     eager_attention,
 )
+from .tiles import row_lse
 
 QUERY_CHUNK: Final = 512
 """Query rows per call of SDPA in a forward pass of a longer input whose mask is not plainly
@@ -155,6 +157,10 @@ def _plainly_causal(call: AttentionCall) -> bool:
     if not call.kwargs.get("is_causal", getattr(call.module, "is_causal", False)):
         return False
     verdict = getattr(mask, "_attnviz_causal", None)
+    rule = rule_of(mask)
+    if verdict is None and rule is not None and rule.causal:  # known from the mask's rule
+        verdict = True
+        mask._attnviz_causal = verdict  # type: ignore[attr-defined]
     if verdict is None:
         seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
         causal = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril_()
@@ -288,3 +294,64 @@ def replayed(observer: AttentionObserver, recording: AttentionRecording, index: 
         return
     with torch.inference_mode():
         observed_attention(observer, replace(call, value=call.value[..., :0]))
+
+
+def attention_with_lse(call: AttentionCall, dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """attn_output of a call and each row's log-sum-exp, from the kernel that computes the output.
+
+    On the CPU, where SDPA itself would run and nothing needs the model's eager attention,
+    PyTorch's flash kernel for the CPU (``aten._scaled_dot_product_flash_attention_for_cpu``,
+    the kernel SDPA dispatches to there) returns both at once, so keeping the LSE costs
+    nothing: a plainly causal call as one call with the causal flag, any other mask in
+    chunks of :data:`QUERY_CHUNK` rows (the mask's rows, in the query's dtype). Elsewhere
+    (another device, a softcap or sinks that need the model's eager attention, a position
+    bias) the output is :func:`computed`'s and the LSE is recomputed from the scores in
+    chunks of rows (:func:`.tiles.row_lse`): the same numbers, one more Q·Kᵀ.
+
+    LSE_i = log Σ_j exp(s_ij), s_ij the row's scores after scaling and every score term,
+    masked keys left out (FlashAttention's ``softmax_lse``, Dao et al. 2022, Algorithm 1;
+    with learned sinks, their logit is a term of the sum).
+
+    Returns:
+        attn_output (B, L_q, H, d_v) as transformers' ``sdpa_attention_forward``, and the
+        LSE (B, H, L_q) float32. A row that sees no key has an LSE of -inf (recomputed)
+        or the kernel's finite stand-in: its tile weights are 0 either way.
+    """
+    module, query, key, value = call.module, call.query, call.key, call.value
+    plain = (
+        query.device.type == "cpu"
+        and not needs_eager(module, call.kwargs)
+        and call.kwargs.get(POSITION_BIAS) is None
+        and dropout == 0.0
+        and query.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+        and key.shape[-1] == value.shape[-1]
+    )
+    if not plain:
+        output = computed(call, dropout)
+        return output, row_lse(call)
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    length = int(query.shape[2])
+    mask = call.attention_mask
+    if mask is not None and mask.dtype == torch.bool:  # the kernel takes an additive mask
+        mask = torch.zeros((), dtype=query.dtype).masked_fill(~mask, torch.finfo(query.dtype).min)
+    elif mask is not None:
+        mask = mask.to(query.dtype)
+    causal_flag = False
+    if mask is None:  # as sdpa_attention_forward: the module's causal flag, for a square call
+        causal_flag = length > 1 and bool(call.kwargs.get("is_causal", getattr(module, "is_causal", True)))
+    elif _plainly_causal(call):
+        mask, causal_flag = None, True
+    if causal_flag and int(key.shape[2]) > length:
+        key, value = key[:, :, :length], value[:, :, :length]
+    if mask is None or length <= QUERY_CHUNK:
+        output, lse = flash(query, key, value, 0.0, causal_flag, attn_mask=mask, scale=call.scaling)
+        return output.transpose(1, 2).contiguous(), lse.float()
+    outputs, lses = [], []
+    for start in range(0, length, QUERY_CHUNK):
+        check_cancelled()
+        rows = slice(start, start + QUERY_CHUNK)
+        part_mask = mask if mask.shape[-2] == 1 else mask[..., rows, :]
+        part, lse = flash(query[:, :, rows], key, value, 0.0, False, attn_mask=part_mask, scale=call.scaling)
+        outputs.append(part)
+        lses.append(lse.float())
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), torch.cat(lses, dim=2)

@@ -39,7 +39,8 @@ from .generation import GenerationMixin
 from .loaded import AttentionPath as AttentionPath
 from .loaded import LoadedModel as LoadedModel
 from .loaded import ModelFormatError as ModelFormatError
-from .recorder import ablate_heads, observe_attention, record_attention
+from .recorder import ablate_heads, keep_pass, observe_attention, record_attention
+from .tiles import KeptPass, TileError
 from .results import DecoderHead, PretrainedAttentions
 from .tokens import TokenizedBatch, TokenizerMixin
 
@@ -177,6 +178,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         ablate: dict[int, tuple[int, ...]] | None = None,
         observer: AttentionObserver | None = None,
         record: bool = True,
+        keep: bool = False,
     ) -> PretrainedAttentions:
         """One forward pass, recording every attention layer.
 
@@ -191,6 +193,9 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
                 them over (:class:`.computing.AttentionObserver`), or None.
             record: keep every call's query, key and value states (for views computed
                 after the pass); False keeps none (what the observer builds is the view).
+            keep: keep each call for exact tiles (:func:`.recorder.keep_pass`: q, k and
+                each row's log-sum-exp, :attr:`PretrainedAttentions.kept`); an observer
+                given with it is not handed the calls.
 
         Returns:
             A :class:`PretrainedAttentions` (its recording empty without ``record``).
@@ -201,20 +206,26 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
                 encoder-decoder or given to another family.
             ModelFormatError: the model's attention layers do not go through
                 transformers' attention interface (nothing was recorded).
+            TileError: ``keep`` for a model whose modules compute attention themselves
+                (no q or k reaches AttnViz; its class named).
         """
         run_on, model = self.placed_on(device)
         inputs = self.forward_inputs(batch, targets, run_on)
         if self.attention_path == "output_attentions":
+            if keep:
+                raise TileError(f"tiles: {output_attentions_note(self.name, model)}")
             return self._run_output_attentions(
                 model, batch, targets, inputs, run_on, ablate=ablate, observer=observer,
                 record=record,
             )  # fmt: skip
         start = time.perf_counter()
         recording = AttentionRecording()
+        kept = KeptPass() if keep else None
         with (
             torch.inference_mode(),
             record_attention(recording) if record else nullcontext(),
             ablate_heads(ablate),
+            keep_pass(kept) if kept is not None else nullcontext(),
             observe_attention(observer),
         ):
             _, decoder_head, final_hidden = self._forward(model, inputs)
@@ -236,6 +247,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             compute_ms=compute_ms,
             device=str(run_on),
             final_hidden=final_hidden,
+            kept=kept,
         )
 
     def forward_inputs(

@@ -15,7 +15,9 @@ function). A hook can
 - compute it itself, by the model's eager attention (:attr:`Hook.needs_eager`): in query
   chunks whose weights go to an observer (:func:`observe_attention`), or whole with its
   weights in the autograd graph and its heads gated (:func:`capture_gradients`);
-- change its output (:func:`ablate_heads` zeroes the heads it switches off).
+- change its output (:func:`ablate_heads` zeroes the heads it switches off);
+- keep what exact tiles of every map are recomputed from (:func:`keep_pass`: q, k and
+  each row's log-sum-exp from the kernel that computed the layer, :mod:`.tiles`).
 
 A new intervention is one :class:`Hook` and the context manager that installs it.
 """
@@ -33,7 +35,9 @@ from torch import nn
 
 from ..attention.cancellation import check_cancelled
 from .calls import AttentionCall, AttentionRecording, eager_attention
-from .computing import AttentionObserver, computed, observed_attention
+from .computing import AttentionObserver, attention_with_lse, computed, observed_attention
+from .mask_rules import recorder_mask
+from .tiles import KeptPass, kept_layer
 
 RECORDER: Final = "attnviz_recorder"
 """The name AttnViz's attention function is registered under (``attn_implementation``)."""
@@ -190,6 +194,20 @@ class _Observation(Hook):
         return observed_attention(self.observer, call)
 
 
+class _Keeping(Hook):
+    """Computes every call with its rows' log-sum-exp and keeps it for tiles (:func:`keep_pass`)."""
+
+    needs_eager = True
+
+    def __init__(self, kept: KeptPass) -> None:
+        self.kept = kept
+
+    def run(self, call: AttentionCall) -> torch.Tensor:
+        output, lse = attention_with_lse(call)
+        self.kept.layers.append(kept_layer(call, lse))
+        return output
+
+
 class _Gradients(Hook):
     """Computes every call with its weights in the graph and its heads gated (GradientCapture)."""
 
@@ -233,7 +251,8 @@ def use_recorder(model: nn.Module) -> None:
     """Make ``model`` call :func:`recording_attention` in every attention layer.
 
     Registers the function (and transformers' eager mask builder, so that every layer
-    gets an explicit (B, 1, L_q, L_k) mask rather than SDPA's implicit causal flag) under
+    gets an explicit (B, 1, L_q, L_k) mask rather than SDPA's implicit causal flag, with
+    the rule it was built from attached: :func:`.mask_rules.recorder_mask`) under
     :data:`RECORDER`, then sets the model's ``attn_implementation`` to it. Every module
     of the model also checks, before it runs, whether its computation was given up
     (:func:`attnviz.attention.cancellation.check_cancelled`): a pass over 4,000 tokens
@@ -244,10 +263,10 @@ def use_recorder(model: nn.Module) -> None:
             attention interface.
     """
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(RECORDER, recording_attention)
-    AttentionMaskInterface.register(RECORDER, eager_mask)
+    AttentionMaskInterface.register(RECORDER, recorder_mask)
     model.set_attn_implementation(RECORDER)  # type: ignore[operator]
     for module in model.modules():
         module.register_forward_pre_hook(_stop_if_cancelled)
@@ -325,3 +344,23 @@ def capture_gradients() -> Iterator[GradientCapture]:
     capture = GradientCapture()
     with _installed(_Gradients(capture)):
         yield capture
+
+
+@contextmanager
+def keep_pass(kept: KeptPass | None = None) -> Iterator[KeptPass]:
+    """Keep, for exact tiles, every attention call of the forward passes run inside the block.
+
+    Each call is computed with its rows' log-sum-exp (:func:`.computing.attention_with_lse`:
+    SDPA's own kernel on the CPU, which returns it) and kept as a :class:`.tiles.KeptLayer`
+    (q, k, the LSE, the score terms and the mask's rule; no value states, nothing
+    L_q x L_k), checked against the model's eager attention on a few rows
+    (:func:`.tiles.kept_layer`). Any block of any map is then :func:`.tiles.tile`.
+    Install it after :func:`ablate_heads` (heads switched off still keep their q and k:
+    what they would attend to); an observer installed with it is not handed the calls.
+
+    Args:
+        kept: where the layers go; default a new :class:`.tiles.KeptPass`.
+    """
+    kept = KeptPass() if kept is None else kept
+    with _installed(_Keeping(kept)):
+        yield kept

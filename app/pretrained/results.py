@@ -6,7 +6,7 @@ Shapes: N layers of a block, B inputs, H query heads, H_kv key/value heads, L to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -19,6 +19,7 @@ from .blocks import Block
 from .calls import AttentionRecording
 from .computing import AttentionObserver, replayed
 from .neuron import Neuron, neuron
+from .tiles import KeptPass, TileError, TileReduce, tile
 from .tokens import TokenizedBatch
 
 HEAD_CHUNK_FLOATS: Final = 4 * 2**20
@@ -191,6 +192,9 @@ class PretrainedAttentions:
             of :mod:`.methods` (:func:`.methods.with_method`).
         final_hidden: an encoder's last hidden states (B, L, d_model) float32 on the CPU,
             else None (head ablation compares them).
+        kept: what exact tiles of every map are recomputed from (:mod:`.tiles`), one
+            layer per call in the order of ``recording.calls``, for a pass run with
+            ``keep``; else None.
     """
 
     batch: TokenizedBatch
@@ -203,6 +207,31 @@ class PretrainedAttentions:
     memo: Memo = field(default_factory=Memo, compare=False, repr=False)
     method: str = "attention"
     final_hidden: torch.Tensor | None = None
+    kept: KeptPass | None = field(default=None, compare=False, repr=False)
+
+    def tile(
+        self,
+        block: Block,
+        layer: int,
+        heads: Sequence[int] | None = None,
+        rows: range | None = None,
+        cols: range | None = None,
+        reduce: TileReduce = "max",
+        factor: tuple[int, int] = (1, 1),
+    ) -> torch.Tensor:
+        """Exact weights of one layer of ``block`` over rows x columns: :func:`.tiles.tile`.
+
+        Returns:
+            (B, H', R', C') float32 on the CPU, as :func:`.tiles.tile`.
+
+        Raises:
+            TileError: the pass was not kept (run it with ``keep``), or the layer's
+                attention is not reproduced by tiles (its class named).
+            IndexError: no such layer, head, row or column.
+        """
+        if self.kept is None:
+            raise TileError("this pass was not kept for tiles: run it with keep=True")
+        return tile(self.kept, self._call(block, layer), heads, rows, cols, reduce, factor)
 
     @property
     def next_tokens(self) -> NextTokens | None:

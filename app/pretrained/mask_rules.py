@@ -1,0 +1,130 @@
+"""Which keys each query sees, kept as the model's own mask rule rather than a dense mask.
+
+transformers builds every attention mask from an index function (``masking_utils``:
+``causal_mask_function``, ``sliding_window_causal_mask_function``, the padding of the 2-D
+``attention_mask`` folded in by ``padding_mask_function``, Gemma 3's bidirectional
+blocks by ``or_masks``), then expands it to a dense (B, 1, L_q, L_k) tensor through the
+mask interface registered for the attention implementation. AttnViz registers
+:func:`recorder_mask` for its recorder: it builds the same dense mask as transformers'
+``eager_mask`` and attaches to it the :class:`MaskRule` it was made from, so that any
+tile of rows and columns (:mod:`.tiles`) is masked by the model's own rule, materialised
+for that tile only (rows x columns booleans, never L_q x L_k).
+
+Shapes: B batch, L_q queries, L_k keys. Booleans: True = attend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import torch
+
+RULE_ATTRIBUTE: Final = "_attnviz_rule"
+"""The attribute of a dense mask that holds the :class:`MaskRule` it was built from."""
+
+
+@dataclass(frozen=True)
+class MaskRule:
+    """A mask as transformers' index function: (batch, head, q_idx, kv_idx) -> attend.
+
+    Attributes:
+        batch_size: B.
+        q_length: L_q, the query rows of the call.
+        kv_length: L_k, the keys of the call.
+        q_offset: the position of query row 0 (the cache's length while generating).
+        kv_offset: the position of key 0.
+        mask_function: transformers' mask function with the padding folded in
+            (``and_masks(..., padding_mask_function(...))``), broadcasting index tensors;
+            None: every key is seen by every row.
+        causal: the rule is exactly causal with no padding (key j seen by query i iff
+            j <= i): SDPA's causal flag computes it.
+    """
+
+    batch_size: int
+    q_length: int
+    kv_length: int
+    q_offset: int
+    kv_offset: int
+    mask_function: Callable[..., torch.Tensor] | None
+    causal: bool = False
+
+    def visible(self, rows: range, cols: range, device: torch.device | str) -> torch.Tensor:
+        """Which of ``cols`` each of ``rows`` sees: (B, 1, len(rows), len(cols)) bool.
+
+        Args:
+            rows: query rows, a step-1 range within 0..L_q.
+            cols: key columns, a step-1 range within 0..L_k.
+            device: where the booleans are made.
+        """
+        shape = (self.batch_size, 1, len(rows), len(cols))
+        if self.mask_function is None:
+            return torch.ones(shape, dtype=torch.bool, device=device)
+        batch = torch.arange(self.batch_size, device=device)[:, None, None, None]
+        head = torch.zeros(1, dtype=torch.long, device=device)[None, :, None, None]
+        query = torch.arange(rows.start, rows.stop, device=device) + self.q_offset
+        key = torch.arange(cols.start, cols.stop, device=device) + self.kv_offset
+        seen = self.mask_function(batch, head, query[None, None, :, None], key[None, None, None, :])
+        return torch.as_tensor(seen, device=device).expand(shape)
+
+
+def rule_of(mask: torch.Tensor | None) -> MaskRule | None:
+    """The rule a mask built by :func:`recorder_mask` came from, else None (a dense mask only)."""
+    return getattr(mask, RULE_ATTRIBUTE, None)
+
+
+def recorder_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function: Callable[..., Any] | None = None,
+    attention_mask: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+    use_vmap: bool = False,
+    **kwargs: Any,
+) -> torch.Tensor | None:
+    """The mask interface of AttnViz's recorder: transformers' ``eager_mask``, its rule attached.
+
+    The dense (B, 1, L_q, L_k) additive mask (0 to attend, the dtype's lowest to mask) is
+    what the model's eager attention adds to its scores; the rule (:class:`MaskRule`,
+    :func:`rule_of`) is the index function it was expanded from, with the 2-D padding
+    mask folded in as ``sdpa_mask`` folds it. A vmapped custom mask keeps no rule.
+
+    Args:
+        As transformers' ``masking_utils.eager_mask`` (the other keyword arguments passed on).
+
+    Returns:
+        The dense mask, or None where transformers skips a mask that hides nothing.
+    """
+    from transformers.masking_utils import (
+        and_masks,
+        causal_mask_function,
+        eager_mask,
+        padding_mask_function,
+        prepare_padding_mask,
+    )
+
+    function = causal_mask_function if mask_function is None else mask_function
+    mask = eager_mask(
+        batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+        kv_offset=kv_offset, mask_function=function, attention_mask=attention_mask,
+        dtype=dtype, use_vmap=use_vmap, **kwargs,
+    )  # fmt: skip
+    if mask is None or use_vmap:
+        return mask
+    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+    causal = (
+        function is causal_mask_function
+        and q_offset == 0
+        and kv_offset == 0
+        and q_length == kv_length
+        and (padding is None or bool(padding[:, :kv_length].all()))
+    )
+    if padding is not None:
+        function = and_masks(function, padding_mask_function(padding.bool()))
+    rule = MaskRule(batch_size, q_length, kv_length, q_offset, kv_offset, function, causal)
+    setattr(mask, RULE_ATTRIBUTE, rule)
+    return mask

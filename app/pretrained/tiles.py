@@ -1,0 +1,407 @@
+"""Exact tiles of attention maps, recomputed from a kept pass: q, k and each row's log-sum-exp.
+
+A forward pass run inside :func:`.recorder.keep_pass` keeps, per attention layer, what
+every view of its maps needs and nothing L_q x L_k (:class:`KeptLayer`): the query and key
+states after position encoding (the model's dtype; keys per key/value head), each query
+row's log-sum-exp in float32 (from the kernel that computed the layer's output where it
+gives one: :func:`.computing.attention_with_lse`), the family's score terms and the mask
+as the model's own rule (:mod:`.mask_rules`). Any block of any head's weights is then
+
+    attn_weights[rows, cols] = exp(score(q[rows], k[cols]) - lse[rows])
+
+exactly the softmax the model computed (Vaswani et al. 2017, eq. 1; the LSE as
+FlashAttention keeps it for its backward pass, Dao et al. 2022, Algorithm 2), for the cost
+of those rows' Q·Kᵀ: :func:`tile`. The score terms are the ones transformers' eager
+attention functions apply, in their order: scaling, a position bias added (T5), a logit
+softcap (Gemma 2: tanh(s / cap) * cap), the mask; learned sinks (gpt-oss) are one more
+logit in each row's sum, so they are inside the LSE and the row's weights sum below 1.
+
+Each layer is checked against the model's own ``eager_attention_forward`` on a few rows
+when it is kept (:func:`kept_layer`); a layer whose eager attention computes something else
+(score terms AttnViz does not know) is kept with a refusal that names its class, and
+:func:`tile` raises it.
+
+Shapes: B batch, H query heads, H_kv key/value heads, L_q x L_k one layer's map, d_k.
+Tiles are pooled by blocks of ``factor`` rows x columns, reduced by their max or mean
+(:func:`attnviz.attention.pooling.block_reduce`): the max of a block is
+exp(max(s - lse)), one exp per block.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
+
+import torch
+
+from ..attention.cancellation import check_cancelled
+from ..attention.pooling import block_reduce
+from .calls import POSITION_BIAS, AttentionCall, eager_attention, query_row
+from .mask_rules import MaskRule, rule_of
+
+TileReduce = Literal["max", "mean"]
+
+TILE_FLOATS: Final = 2**23
+"""About how many scores (32 MB of float32) one chunk of a tile computes at once."""
+
+CHECK_TOLERANCE: Final = {torch.float32: 1e-4, torch.float64: 1e-4}
+"""Largest weight difference from the model's eager attention a kept layer may show on its
+checked rows, by the dtype of its states; 16-bit states: :data:`CHECK_TOLERANCE_HALF`."""
+CHECK_TOLERANCE_HALF: Final = 1e-2
+"""The same for bfloat16 and float16 states (their LSE comes from 16-bit inputs)."""
+
+KNOWN_KWARGS: Final = frozenset(
+    {
+        "sliding_window",  # in the mask's rule
+        "softcap",
+        POSITION_BIAS,
+        "is_causal",
+        "position_ids",
+        "output_attentions",
+        "use_cache",
+        "cache_position",
+        "layer_idx",
+    }
+)
+"""Keyword arguments of an attention call whose effect on the weights :func:`tile` knows.
+
+Another one (a score term of some family AttnViz has not met) does not stop a layer from
+being kept: its check against the model's eager attention decides."""
+
+
+class TileError(ValueError):
+    """A tile that cannot be computed exactly: the message names the layer's class and why."""
+
+
+@dataclass(frozen=True)
+class KeptLayer:
+    """What one attention layer's maps are recomputed from.
+
+    Attributes:
+        name: the attention module's class (``LlamaAttention``), for messages.
+        query: (B, H, L_q, d_k) query states after position encoding, the model's dtype.
+        key: (B, H_kv, L_k, d_k) key states; query head h reads key/value head
+            h // (H // H_kv) (transformers' ``repeat_kv``).
+        lse: (B, H, L_q) float32, each row's log-sum-exp over its seen keys (sinks in it).
+        scaling: the factor the scores are multiplied by.
+        softcap: Gemma 2's logit softcap (scores -> tanh(scores / cap) * cap), or None.
+        position_bias: T5's relative position bias (B or 1, H or 1, L_q, L_k), or None.
+        rule: which keys each row sees (:class:`.mask_rules.MaskRule`), or None with
+            ``dense_mask``.
+        dense_mask: the mask as the model built it, (B, 1, L_q or 1, L_k) additive (0 to
+            attend) or bool (True to attend), where no rule came with it; else None.
+        refusal: why tiles of this layer are not exact (its class named), or None.
+    """
+
+    name: str
+    query: torch.Tensor
+    key: torch.Tensor
+    lse: torch.Tensor
+    scaling: float
+    softcap: float | None = None
+    position_bias: torch.Tensor | None = None
+    rule: MaskRule | None = None
+    dense_mask: torch.Tensor | None = None
+    refusal: str | None = None
+
+    @property
+    def num_heads(self) -> int:
+        """H."""
+        return int(self.query.shape[1])
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head (H // H_kv)."""
+        return self.num_heads // int(self.key.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(B, H, L_q, L_k) of the layer's weights."""
+        size, heads, length_q = (int(n) for n in self.query.shape[:3])
+        return size, heads, length_q, int(self.key.shape[2])
+
+    def visible(self, rows: range, cols: range) -> torch.Tensor:
+        """(B, 1, len(rows), len(cols)) bool: which keys each row sees (True = attend)."""
+        device = self.query.device
+        if self.rule is not None:
+            return self.rule.visible(rows, cols, device)
+        size = int(self.query.shape[0])
+        shape = (size, 1, len(rows), len(cols))
+        mask = self.dense_mask
+        if mask is None:
+            return torch.ones(shape, dtype=torch.bool, device=device)
+        part = mask if mask.shape[-2] == 1 else mask[..., rows.start : rows.stop, :]
+        part = part[..., cols.start : cols.stop]
+        seen = part if part.dtype == torch.bool else part > torch.finfo(part.dtype).min / 2
+        return seen.expand(shape)
+
+    def shifted_scores(self, heads: Sequence[int], rows: range, cols: range) -> torch.Tensor:
+        """score - lse for ``heads`` (one key/value head's), -inf where a key is not seen.
+
+        Returns:
+            (B, len(heads), len(rows), len(cols)) float32; exp of it is the weights.
+        """
+        group = heads[0] // self.group_size
+        index = torch.tensor(list(heads), device=self.query.device)
+        query = self.query[:, index, rows.start : rows.stop].float()  # (B, n, r, d_k)
+        key = self.key[:, group : group + 1, cols.start : cols.stop].float()  # (B, 1, c, d_k)
+        scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling  # (B, n, r, c)
+        bias = self.position_bias
+        if bias is not None:
+            part = bias if bias.shape[1] == 1 else bias[:, index]
+            part = part if part.shape[-2] == 1 else part[..., rows.start : rows.stop, :]
+            scores = scores + part[..., cols.start : cols.stop].float()
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        scores = scores - self.lse[:, index, rows.start : rows.stop, None]
+        return scores.masked_fill_(~self.visible(rows, cols), float("-inf"))
+
+
+@dataclass
+class KeptPass:
+    """The kept layers of one forward pass, in the order the model ran them (layer 0 first).
+
+    Attributes:
+        layers: one :class:`KeptLayer` per attention call.
+    """
+
+    layers: list[KeptLayer] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the kept tensors hold, each storage once (a mask or bias shared by layers)."""
+        seen: set[int] = set()
+        total = 0
+        for layer in self.layers:
+            for tensor in (layer.query, layer.key, layer.lse, layer.position_bias, layer.dense_mask):
+                if tensor is None:
+                    continue
+                storage = tensor.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    total += storage.nbytes()
+        return total
+
+
+def _scaling(call: AttentionCall) -> float:
+    """The call's scaling, or the eager functions' default d_k**-0.5."""
+    return float(call.scaling) if call.scaling is not None else int(call.query.shape[-1]) ** -0.5
+
+
+def _bare_layer(call: AttentionCall, lse: torch.Tensor) -> KeptLayer:
+    """A call's states and score terms as a :class:`KeptLayer` with ``lse`` (not checked)."""
+    mask = call.attention_mask
+    rule = rule_of(mask)
+    softcap = call.kwargs.get("softcap")
+    bias = call.kwargs.get(POSITION_BIAS)
+    return KeptLayer(
+        name=type(call.module).__name__,
+        query=call.query.detach(),
+        key=call.key.detach(),
+        lse=lse,
+        scaling=_scaling(call),
+        softcap=None if softcap is None else float(softcap),
+        position_bias=bias.detach() if isinstance(bias, torch.Tensor) else None,
+        rule=rule,
+        dense_mask=None if rule is not None or mask is None else mask.detach(),
+    )
+
+
+def _row_chunk(length_q: int, per_row: int) -> int:
+    """Rows per chunk so that one chunk holds about :data:`TILE_FLOATS` scores (at least 1)."""
+    return max(1, min(length_q, TILE_FLOATS // max(1, per_row)))
+
+
+def row_lse(call: AttentionCall) -> torch.Tensor:
+    """Each query row's log-sum-exp of one call, recomputed from its scores in chunks of rows.
+
+    The scores with every term :class:`KeptLayer` applies (scaling, position bias, softcap,
+    the mask); a module's learned sinks (gpt-oss's ``module.sinks``, one logit per head) are
+    one more term of each row's sum.
+
+    Returns:
+        (B, H, L_q) float32; -inf for a row that sees no key (and has no sink).
+    """
+    size, heads, length_q = (int(n) for n in call.query.shape[:3])
+    length_k = int(call.key.shape[2])
+    zero = torch.zeros((size, heads, length_q), dtype=torch.float32, device=call.query.device)
+    layer = _bare_layer(call, zero)
+    lse = torch.empty_like(zero)
+    step = _row_chunk(length_q, size * layer.group_size * length_k)
+    cols = range(length_k)
+    for group in range(heads // layer.group_size):
+        members = list(range(group * layer.group_size, (group + 1) * layer.group_size))
+        for start in range(0, length_q, step):
+            check_cancelled()
+            rows = range(start, min(length_q, start + step))
+            scores = layer.shifted_scores(members, rows, cols)
+            lse[:, members[0] : members[-1] + 1, start : rows.stop] = scores.logsumexp(dim=-1)
+    sinks = getattr(call.module, "sinks", None)
+    if isinstance(sinks, torch.Tensor):
+        lse = torch.logaddexp(lse, sinks.detach().float().to(lse.device)[None, :, None])
+    return lse
+
+
+def kept_layer(call: AttentionCall, lse: torch.Tensor) -> KeptLayer:
+    """One call kept for tiles, checked against the model's own eager attention.
+
+    The weights :func:`tile` gives for a few rows (the first, middle and last) are compared
+    with the module's ``eager_attention_forward`` on those rows, in float32; rows that see
+    no key are left out (eager attention spreads them evenly, tiles give 0). A difference
+    over :data:`CHECK_TOLERANCE` keeps the layer with a refusal naming its class.
+
+    Args:
+        call: the call as the layer computed it.
+        lse: (B, H, L_q) float32, each row's log-sum-exp (:func:`.computing.attention_with_lse`).
+    """
+    layer = _bare_layer(call, lse.float())
+    unknown = sorted(set(call.kwargs) - KNOWN_KWARGS)
+    try:
+        eager = eager_attention(call.module)
+    except TypeError as error:
+        return replace(layer, refusal=f"{layer.name}: {error}")
+    _, heads, length_q, length_k = layer.shape
+    rows = sorted({0, length_q // 2, length_q - 1})
+    kwargs = dict(call.kwargs)
+    query = torch.cat([call.query[:, :, r : r + 1] for r in rows], dim=2).float()
+    mask = call.attention_mask
+    if mask is not None and mask.shape[-2] > 1:
+        mask = torch.cat([mask[..., r : r + 1, :] for r in rows], dim=-2)
+    bias = kwargs.get(POSITION_BIAS)
+    if isinstance(bias, torch.Tensor) and bias.shape[-2] > 1:
+        kwargs[POSITION_BIAS] = torch.cat([query_row(bias, r) for r in rows], dim=-2)  # type: ignore[misc]
+    key = call.key.float()
+    with torch.inference_mode():
+        _, expected = eager(
+            call.module, query, key, key[..., :0], mask, scaling=call.scaling, dropout=0.0,
+            **kwargs,
+        )  # fmt: skip
+    if expected is None:
+        return replace(layer, refusal=f"{layer.name}'s eager attention gave no weights")
+    got = torch.cat(
+        [_weights(layer, range(heads), range(r, r + 1), range(length_k)) for r in rows], dim=2
+    )
+    seen = torch.cat([layer.visible(range(r, r + 1), range(length_k)) for r in rows], dim=2)
+    real = seen.any(dim=-1, keepdim=True)  # (B, 1, rows, 1)
+    difference = float(((got - expected.float()).abs() * real).amax()) if got.numel() else 0.0
+    tolerance = CHECK_TOLERANCE.get(call.query.dtype, CHECK_TOLERANCE_HALF)
+    if not difference <= tolerance:
+        terms = f" (its call passes {', '.join(unknown)})" if unknown else ""
+        return replace(
+            layer,
+            refusal=(
+                f"{layer.name}: AttnViz's tiles do not reproduce this family's attention "
+                f"scores{terms}: {difference:.2g} from its eager attention, over {tolerance:g}"
+            ),
+        )
+    return layer
+
+
+def _weights(layer: KeptLayer, heads: Sequence[int], rows: range, cols: range) -> torch.Tensor:
+    """Exact weights of ``heads`` (any, grouped here by key/value head): (B, n, r, c) float32."""
+    size = int(layer.query.shape[0])
+    out = torch.empty((size, len(heads), len(rows), len(cols)), device=layer.query.device)
+    for members, places in _groups(layer, heads):
+        out[:, places] = layer.shifted_scores(members, rows, cols).exp_()
+    return out
+
+
+def _groups(layer: KeptLayer, heads: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """``heads`` by key/value head: (the heads, their places in ``heads``) per group."""
+    groups: dict[int, tuple[list[int], list[int]]] = {}
+    for place, head in enumerate(heads):
+        members, places = groups.setdefault(head // layer.group_size, ([], []))
+        members.append(head)
+        places.append(place)
+    return list(groups.values())
+
+
+def _span(value: range | None, length: int, name: str) -> range:
+    """``value`` checked as a step-1 range within 0..length (None: all of it)."""
+    if value is None:
+        return range(length)
+    if value.step != 1 or not 0 <= value.start < value.stop <= length:
+        raise IndexError(f"{name} {value.start}..{value.stop - 1} are not in 0..{length - 1}")
+    return value
+
+
+def tile(
+    kept: KeptPass,
+    layer: int,
+    heads: Sequence[int] | None = None,
+    rows: range | None = None,
+    cols: range | None = None,
+    reduce: TileReduce = "max",
+    factor: tuple[int, int] = (1, 1),
+) -> torch.Tensor:
+    """Exact attention weights of one layer's heads over rows x columns, block-pooled.
+
+    weights = exp(score(q[rows], k[cols]) - lse[rows]) with the layer's score terms (the
+    module docstring), computed in chunks of about :data:`TILE_FLOATS` scores whose rows
+    and columns start on block boundaries, so that pooling a chunk pools the whole tile.
+    A chunk no row of which sees any key is not computed. Block max is
+    exp(max(score - lse)) (one exp per block); block mean averages the block's cells,
+    masked ones as 0 (a partial last block: the cells it has), as the dense map pooled by
+    :func:`attnviz.attention.pooling.block_reduce` would.
+
+    Args:
+        kept: a kept pass (:func:`.recorder.keep_pass`).
+        layer: index into ``kept.layers`` (the call's index in the pass).
+        heads: query heads, each 0 <= h < H, in the order wanted; None for every head.
+        rows: query rows, a step-1 range within 0..L_q; None for all.
+        cols: key columns, a step-1 range within 0..L_k; None for all.
+        reduce: "max" or "mean" over each block.
+        factor: (rows, columns) per block; (1, 1) for the weights themselves.
+
+    Returns:
+        (B, len(heads), ceil(R / factor[0]), ceil(C / factor[1])) float32 on the CPU, R x C
+        the rows and columns asked for. Rows sum to 1 at factor 1 over every column (below
+        1 with sinks); a row that sees no key is 0.
+
+    Raises:
+        IndexError: no such layer, head, row or column.
+        ValueError: a factor below 1, or a reduction other than max or mean.
+        TileError: the layer's attention is not reproduced by tiles (its class named).
+    """
+    if not 0 <= layer < len(kept.layers):
+        raise IndexError(f"layer {layer} is not in 0..{len(kept.layers) - 1}")
+    kept_layer_ = kept.layers[layer]
+    if kept_layer_.refusal is not None:
+        raise TileError(kept_layer_.refusal)
+    size, num_heads, length_q, length_k = kept_layer_.shape
+    heads = list(range(num_heads)) if heads is None else [int(h) for h in heads]
+    if not heads or not all(0 <= h < num_heads for h in heads):
+        raise IndexError(f"heads {heads} are not in 0..{num_heads - 1}")
+    rows, cols = _span(rows, length_q, "rows"), _span(cols, length_k, "columns")
+    factor_q, factor_k = (int(f) for f in factor)
+    if factor_q < 1 or factor_k < 1:
+        raise ValueError(f"factor {factor}: tokens per block must be at least 1")
+    if reduce not in ("max", "mean"):
+        raise ValueError(f"reduce {reduce!r}: a tile is reduced by 'max' or 'mean'")
+    out = torch.zeros(
+        (size, len(heads), math.ceil(len(rows) / factor_q), math.ceil(len(cols) / factor_k))
+    )
+    for members, places in _groups(kept_layer_, heads):
+        per_block_row = size * len(members) * factor_q
+        col_step = max(factor_k, TILE_FLOATS // per_block_row // factor_k * factor_k)
+        col_step = min(col_step, -(-len(cols) // factor_k) * factor_k)
+        row_step = max(factor_q, TILE_FLOATS // (size * len(members) * col_step) // factor_q * factor_q)
+        index = torch.tensor(places)
+        for r0 in range(0, len(rows), row_step):
+            part_rows = range(rows.start + r0, min(rows.stop, rows.start + r0 + row_step))
+            for c0 in range(0, len(cols), col_step):
+                check_cancelled()
+                part_cols = range(cols.start + c0, min(cols.stop, cols.start + c0 + col_step))
+                if not bool(kept_layer_.visible(part_rows, part_cols).any()):
+                    continue  # every weight of the chunk is 0 (the causal future)
+                shifted = kept_layer_.shifted_scores(members, part_rows, part_cols)
+                if reduce == "max":
+                    pooled = block_reduce(shifted, factor_q, factor_k, "max").exp_()
+                else:
+                    pooled = block_reduce(shifted.exp_(), factor_q, factor_k, "mean")
+                block_rows = slice(r0 // factor_q, r0 // factor_q + pooled.shape[-2])
+                block_cols = slice(c0 // factor_k, c0 // factor_k + pooled.shape[-1])
+                out[:, index, block_rows, block_cols] = pooled.cpu()
+    return out
