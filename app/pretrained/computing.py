@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 from ..attention.cancellation import check_cancelled
-from .mask_rules import rule_of
 from .calls import (
     POSITION_BIAS,
     AttentionCall,
@@ -25,6 +24,7 @@ from .calls import (
     WeightsRecording,
     eager_attention,
 )
+from .mask_rules import rule_of
 from .tiles import row_lse
 
 QUERY_CHUNK: Final = 512
@@ -296,7 +296,9 @@ def replayed(observer: AttentionObserver, recording: AttentionRecording, index: 
         observed_attention(observer, replace(call, value=call.value[..., :0]))
 
 
-def attention_with_lse(call: AttentionCall, dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_with_lse(
+    call: AttentionCall, dropout: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """attn_output of a call and each row's log-sum-exp, from the kernel that computes the output.
 
     On the CPU, where SDPA itself would run and nothing needs the model's eager attention,
@@ -338,7 +340,9 @@ def attention_with_lse(call: AttentionCall, dropout: float = 0.0) -> tuple[torch
         mask = mask.to(query.dtype)
     causal_flag = False
     if mask is None:  # as sdpa_attention_forward: the module's causal flag, for a square call
-        causal_flag = length > 1 and bool(call.kwargs.get("is_causal", getattr(module, "is_causal", True)))
+        causal_flag = length > 1 and bool(
+            call.kwargs.get("is_causal", getattr(module, "is_causal", True))
+        )
     elif _plainly_causal(call):
         mask, causal_flag = None, True
     if causal_flag and int(key.shape[2]) > length:
@@ -351,7 +355,9 @@ def attention_with_lse(call: AttentionCall, dropout: float = 0.0) -> tuple[torch
         check_cancelled()
         rows = slice(start, start + QUERY_CHUNK)
         part_mask = mask if mask.shape[-2] == 1 else mask[..., rows, :]
-        part, lse = flash(query[:, :, rows], key, value, 0.0, False, attn_mask=part_mask, scale=call.scaling)
+        part, lse = flash(
+            query[:, :, rows], key, value, 0.0, False, attn_mask=part_mask, scale=call.scaling
+        )
         outputs.append(part)
         lses.append(lse.float())
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), torch.cat(lses, dim=2)

@@ -40,6 +40,7 @@ class MaskRule:
             None: every key is seen by every row.
         causal: the rule is exactly causal with no padding (key j seen by query i iff
             j <= i): SDPA's causal flag computes it.
+        full: every key is seen by every row (bidirectional, no padding).
     """
 
     batch_size: int
@@ -49,6 +50,22 @@ class MaskRule:
     kv_offset: int
     mask_function: Callable[..., torch.Tensor] | None
     causal: bool = False
+    full: bool = False
+
+    def coverage(self, rows: range, cols: range) -> bool | None:
+        """Whether every row of ``rows`` sees every key of ``cols`` (True), none (False), or some.
+
+        None where the rule cannot tell without materialising the chunk (:meth:`visible`).
+        """
+        if self.mask_function is None or self.full:
+            return True
+        if not self.causal:
+            return None
+        first_q, last_q = rows.start + self.q_offset, rows.stop - 1 + self.q_offset
+        first_k, last_k = cols.start + self.kv_offset, cols.stop - 1 + self.kv_offset
+        if last_k <= first_q:
+            return True
+        return False if first_k > last_q else None
 
     def visible(self, rows: range, cols: range, device: torch.device | str) -> torch.Tensor:
         """Which of ``cols`` each of ``rows`` sees: (B, 1, len(rows), len(cols)) bool.
@@ -101,6 +118,7 @@ def recorder_mask(
     """
     from transformers.masking_utils import (
         and_masks,
+        bidirectional_mask_function,
         causal_mask_function,
         eager_mask,
         padding_mask_function,
@@ -116,15 +134,19 @@ def recorder_mask(
     if mask is None or use_vmap:
         return mask
     padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+    unpadded = padding is None or bool(padding[:, kv_offset : kv_offset + kv_length].all())
     causal = (
         function is causal_mask_function
-        and q_offset == 0
-        and kv_offset == 0
+        and q_offset == kv_offset
         and q_length == kv_length
-        and (padding is None or bool(padding[:, :kv_length].all()))
+        and unpadded
     )
+    full = function is bidirectional_mask_function and unpadded
     if padding is not None:
         function = and_masks(function, padding_mask_function(padding.bool()))
-    rule = MaskRule(batch_size, q_length, kv_length, q_offset, kv_offset, function, causal)
+    rule = MaskRule(
+        batch_size, q_length, kv_length, q_offset, kv_offset, function,  # type: ignore[arg-type]
+        causal=causal, full=full,
+    )  # fmt: skip
     setattr(mask, RULE_ATTRIBUTE, rule)
     return mask

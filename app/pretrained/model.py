@@ -40,8 +40,8 @@ from .loaded import AttentionPath as AttentionPath
 from .loaded import LoadedModel as LoadedModel
 from .loaded import ModelFormatError as ModelFormatError
 from .recorder import ablate_heads, keep_pass, observe_attention, record_attention
-from .tiles import KeptPass, TileError
 from .results import DecoderHead, PretrainedAttentions
+from .tiles import KeptPass, TileError
 from .tokens import TokenizedBatch, TokenizerMixin
 
 if TYPE_CHECKING:
@@ -234,15 +234,17 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         compute_ms = (time.perf_counter() - start) * 1000.0
         if record and not recording.calls:
             raise UnrecordedError(unrecorded_message(self.name, model))
+        if record:
+            block_calls = self.block_calls(model, recording)
+        elif kept is not None:
+            block_calls = self.block_calls(model, kept)
+        else:
+            block_calls = {b: list(range(self.block_layers(b))) for b in self.blocks}
         return PretrainedAttentions(
             batch=batch,
             targets=targets,
             recording=recording,
-            block_calls=(
-                self.block_calls(model, recording)
-                if record
-                else {b: list(range(self.block_layers(b))) for b in self.blocks}
-            ),
+            block_calls=block_calls,
             decoder_head=decoder_head,
             compute_ms=compute_ms,
             device=str(run_on),
@@ -426,15 +428,19 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         return DecoderHead(outputs.last_hidden_state, head), outputs
 
     def block_calls(
-        self, model: PreTrainedModel, recording: AttentionRecording
+        self, model: PreTrainedModel, recording: AttentionRecording | KeptPass
     ) -> dict[Block, list[int]]:
-        """Split the recorded calls into the family's blocks by the modules that made them."""
+        """Split the recorded (or kept) calls into the family's blocks by their modules."""
+        if isinstance(recording, AttentionRecording):
+            modules = [call.module for call in recording.calls]
+        else:
+            modules = [layer.module for layer in recording.layers]
         if self.family != "encoder-decoder":
-            return {self.blocks[0]: list(range(len(recording.calls)))}
+            return {self.blocks[0]: list(range(len(modules)))}
         block = self.block_of(model)
         split: dict[Block, list[int]] = {name: [] for name in self.blocks}
-        for i, call in enumerate(recording.calls):
-            split[block(call.module)].append(i)
+        for i, module in enumerate(modules):
+            split[block(module)].append(i)
         return split
 
     def block_of(self, model: PreTrainedModel) -> Callable[[nn.Module], Block]:

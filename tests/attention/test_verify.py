@@ -137,7 +137,9 @@ def test_tolerance_is_derived_from_float32_and_a_long_correct_input_matches() ->
     result = compute_attention(ids, mask="padding_causal", verify=True)
     v = result.verification
     assert v is not None and v.matches, v
-    assert v.sdpa_output_max_abs_diff > 1e-6  # the old fixed tolerance said "differs"
+    # the old fixed 1e-6 is below the derived bound at this length (SDPA's kernels differ by
+    # 2e-7 to 1e-6 here by machine): the bound, not a constant, decides
+    assert v.output_tolerance > 100 * 1e-6
     assert v.sdpa_output_max_abs_diff < v.output_tolerance / 10
     # The bound: 2 * (exp(10 sqrt(n) u) - 1) * M, u = 2^-24; it grows like sqrt(n).
     u = 2.0**-24

@@ -95,6 +95,7 @@ def test_show_equals_the_api_with_every_setting(client: TestClient, case: str) -
             np.testing.assert_allclose(details["ablation"]["kl"], data["ablation"]["kl"], atol=1e-6)
 
 
+@pytest.mark.models  # show() loads the packaged MiniLM before it checks the settings
 def test_show_refuses_a_setting_the_model_does_not_take() -> None:
     from attnviz.attention import AttentionInputError
 

@@ -1,0 +1,243 @@
+"""Exact tiles from a kept pass (q, k, each row's log-sum-exp): every family equals eager.
+
+The reference is transformers' own model of the same folder, loaded apart with eager
+attention, and its ``output_attentions``: for every tiny family (encoders, decoders,
+encoder-decoders with cross attention, and the quirks: softcap, sinks, sliding windows,
+multi-query heads, other scalings, T5's position bias), on a padded batch, every layer's
+tile at factor 1 equals the eager weights to 1e-5, pooled tiles (block max and block
+mean, partial blocks, offset tiles) equal the eager weights pooled, and a tile computed in
+many small chunks equals one computed whole.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from attnviz.attention.errors import AttentionInputError
+from attnviz.attention.pooling import block_reduce
+from attnviz.pretrained import PretrainedModel
+from attnviz.pretrained import tiles as tiles_module
+from attnviz.pretrained.loading import load_model_dir
+from attnviz.pretrained.results import PretrainedAttentions
+from attnviz.pretrained.tiles import TileError
+
+from tests.pretrained import tiny
+from tests.pretrained.support import eager_model, require_transformers
+
+LONG = "the cat sat on the mat because it was tired and the dog ran to the park"
+NAMES = [*tiny.BUILDERS, *tiny.QUIRKS]
+
+
+@pytest.fixture(autouse=True)
+def _transformers() -> None:
+    require_transformers()
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    require_transformers()
+    root = tmp_path_factory.mktemp("tiny-tiles")
+    return {name: tiny.save_tiny(name, root / name) for name in [*NAMES, *tiny.OWN_ATTENTION]}
+
+
+@pytest.fixture(scope="module")
+def models(folders: dict[str, Path]) -> dict[str, PretrainedModel]:
+    return {name: load_model_dir(name, folders[name]) for name in NAMES}
+
+
+@pytest.fixture(scope="module")
+def passes(
+    models: dict[str, PretrainedModel], folders: dict[str, Path]
+) -> dict[str, tuple[PretrainedAttentions, Any]]:
+    """Each model's kept pass of a padded batch, and the eager reference's outputs."""
+    found = {}
+    for name, model in models.items():
+        batch = model.tokenize([LONG, "a dog ran"])
+        targets = model.decoder_inputs(tiny.TARGETS) if model.family == "encoder-decoder" else None
+        result = model.run(batch, targets, device="cpu", record=False, keep=True)
+        inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long()}
+        if model.family == "encoder" and model.architecture == "bert":
+            inputs["token_type_ids"] = batch.token_type_ids
+        if targets is not None:
+            inputs["decoder_input_ids"] = targets.input_ids
+            inputs["decoder_attention_mask"] = targets.attention_mask.long()
+        with torch.inference_mode():
+            expected = eager_model(folders[name], model.family)(**inputs, output_attentions=True)
+        found[name] = (result, expected)
+    return found
+
+
+def eager_maps(expected: Any, block: str) -> tuple[torch.Tensor, ...]:
+    if hasattr(expected, "encoder_attentions"):
+        return {  # type: ignore[no-any-return]
+            "encoder": expected.encoder_attentions,
+            "decoder": expected.decoder_attentions,
+            "cross": expected.cross_attentions,
+        }[block]
+    return expected.attentions  # type: ignore[no-any-return]
+
+
+def real_rows(result: PretrainedAttentions, block: str) -> torch.Tensor:
+    """(B, L_q) bool: the query rows that are tokens, not padding."""
+    return result.queries(block).attention_mask
+
+
+def as_tiles_give_them(maps: torch.Tensor) -> torch.Tensor:
+    """Eager (B, H, L_q, L_k) maps with the rows that see no key set to 0, as tiles give them.
+
+    Eager attention adds the dtype's lowest value to every hidden key, so a row that sees
+    none (a padding query outside a sliding window) comes out even over every key; every
+    other row is the softmax tiles reproduce, padding query rows included.
+    """
+    maps = maps.float()
+    even = (maps.amax(-1) == maps.amin(-1)) & (maps.shape[-1] > 1)
+    return maps.masked_fill(even[..., None], 0.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_tile_equals_eager_attention_at_factor_1_and_pooled(
+    name: str,
+    passes: dict[str, tuple[PretrainedAttentions, Any]],
+    models: dict[str, PretrainedModel],
+) -> None:
+    result, expected = passes[name]
+    model = models[name]
+    assert result.kept is not None
+    assert all(layer.refusal is None for layer in result.kept.layers)
+    for block in model.blocks:
+        for layer, weights in enumerate(eager_maps(expected, block)):
+            reference = as_tiles_give_them(weights)
+            got = result.tile(block, layer)
+            assert got.shape == reference.shape
+            torch.testing.assert_close(got, reference, atol=1e-5, rtol=0)
+            for factor in ((3, 2), (4, 4), (1, 5)):
+                for reduce in ("max", "mean"):
+                    pooled = result.tile(block, layer, reduce=reduce, factor=factor)
+                    want = block_reduce(reference, *factor, reduce)
+                    torch.testing.assert_close(pooled, want, atol=1e-5, rtol=0)
+            # An offset tile of some heads, in another order, is that part of the map.
+            length_q, length_k = reference.shape[-2:]
+            rows, cols = range(1, length_q), range(length_k // 2, length_k)
+            heads = [model.num_heads - 1, 0]
+            part = result.tile(block, layer, heads=heads, rows=rows, cols=cols)
+            torch.testing.assert_close(
+                part, reference[:, heads][:, :, 1:, length_k // 2 :], atol=1e-5, rtol=0
+            )
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss", "t5", "bart"])
+def test_a_tile_in_many_small_chunks_equals_one_computed_whole(
+    name: str,
+    passes: dict[str, tuple[PretrainedAttentions, Any]],
+    models: dict[str, PretrainedModel],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result, _ = passes[name]
+    block = models[name].blocks[-1]
+    whole = [result.tile(block, 0, reduce=r, factor=(2, 3)) for r in ("max", "mean")]
+    monkeypatch.setattr(tiles_module, "TILE_FLOATS", 40)  # a few cells a chunk
+    chunked = [result.tile(block, 0, reduce=r, factor=(2, 3)) for r in ("max", "mean")]
+    for a, b in zip(whole, chunked, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "bert", "gemma3_text"])
+def test_rows_sum_to_one_and_the_kept_pass_holds_nothing_l_by_l(
+    name: str,
+    passes: dict[str, tuple[PretrainedAttentions, Any]],
+    models: dict[str, PretrainedModel],
+) -> None:
+    result, _ = passes[name]
+    block = models[name].blocks[0]
+    real = real_rows(result, block)
+    weights = result.tile(block, 0)
+    sums = weights.sum(-1)[real[:, None, :].expand(-1, weights.shape[1], -1)]
+    torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=0)
+    assert result.kept is not None
+    for layer in result.kept.layers:  # the mask is a rule: no dense mask, no value states
+        assert layer.rule is not None and layer.dense_mask is None
+    q_k_lse = sum(
+        t.untyped_storage().nbytes()
+        for layer in result.kept.layers
+        for t in {id(x): x for x in (layer.query, layer.key, layer.lse)}.values()
+    )
+    assert result.kept.nbytes <= q_k_lse
+
+
+def test_sinks_take_their_share_of_every_row(
+    passes: dict[str, tuple[PretrainedAttentions, Any]],
+) -> None:
+    result, _ = passes["gpt_oss"]
+    weights = result.tile("decoder", 1)[0]  # the global layer, input 0 (not padded)
+    assert float(weights.sum(-1).max()) < 1 - 1e-3
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2", "bert"])
+def test_the_kept_pass_computes_the_same_outputs(
+    name: str, models: dict[str, PretrainedModel]
+) -> None:
+    """Keeping (the CPU flash kernel with its LSE, or eager and a recomputed LSE) changes
+    nothing the model computes: the last hidden states equal a plain pass's."""
+    model = models[name]
+    batch = model.tokenize([LONG, "a dog ran"])
+    real = batch.attention_mask
+    plain = model.run(batch, record=False)
+    kept = model.run(batch, record=False, keep=True)
+    if model.family == "encoder":
+        assert plain.final_hidden is not None and kept.final_hidden is not None
+        torch.testing.assert_close(
+            kept.final_hidden[real], plain.final_hidden[real], atol=1e-5, rtol=0
+        )
+    else:
+        assert plain.decoder_head is not None and kept.decoder_head is not None
+        torch.testing.assert_close(
+            kept.decoder_head.hidden[real], plain.decoder_head.hidden[real], atol=1e-5, rtol=0
+        )
+
+
+def test_an_attention_whose_scores_tiles_do_not_know_is_refused_by_name(
+    models: dict[str, PretrainedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A family whose eager attention adds a term of its own (here a linear position bias,
+    as ALiBi's) is kept with a refusal naming its class; its tiles raise it."""
+    import transformers.models.llama.modeling_llama as modeling
+
+    original = modeling.eager_attention_forward
+
+    def with_a_bias(module: Any, query: Any, key: Any, value: Any, mask: Any, **kwargs: Any) -> Any:
+        bias = -0.5 * torch.arange(key.shape[-2], dtype=query.dtype)
+        mask = bias if mask is None else mask + bias
+        return original(module, query, key, value, mask, **kwargs)
+
+    monkeypatch.setattr(modeling, "eager_attention_forward", with_a_bias)
+    model = models["llama"]
+    result = model.run(model.tokenize([LONG]), record=False, keep=True)
+    with pytest.raises(TileError, match="LlamaAttention: AttnViz's tiles do not reproduce"):
+        result.tile("decoder", 0)
+
+
+def test_a_model_whose_modules_compute_attention_themselves_cannot_be_kept(
+    folders: dict[str, Path],
+) -> None:
+    model = load_model_dir("bloom", folders["bloom"])
+    with pytest.raises(TileError, match=r"BloomAttention.*ALiBi"):
+        model.run(model.tokenize([LONG]), record=False, keep=True)
+
+
+def test_tiles_refuse_what_is_not_in_the_map(
+    passes: dict[str, tuple[PretrainedAttentions, Any]],
+) -> None:
+    result, _ = passes["llama"]
+    length = int(result.batch.input_ids.shape[1])
+    with pytest.raises(AttentionInputError, match="layer_index: 2 is not below 2"):
+        result.tile("decoder", 2)
+    with pytest.raises(IndexError, match=r"heads \[4\] are not in 0..3"):
+        result.tile("decoder", 0, heads=[4])
+    with pytest.raises(IndexError, match="rows"):
+        result.tile("decoder", 0, rows=range(0, length + 1))
+    with pytest.raises(ValueError, match="at least 1"):
+        result.tile("decoder", 0, factor=(0, 1))
+    unkept = result.__class__(**{**result.__dict__, "kept": None})
+    with pytest.raises(TileError, match="keep=True"):
+        unkept.tile("decoder", 0)
