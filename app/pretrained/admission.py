@@ -230,6 +230,27 @@ def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
     return total * dtype_bytes(model)
 
 
+def kept_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
+    """Bytes one pass kept for tiles holds (:mod:`.tiles`): q, k and each row's LSE.
+
+    N x (H x L_q + H_kv x L_k) x d_k numbers per block in the model's dtype, and N x H x L_q
+    float32 log-sum-exps, plus T5's position bias (H, L_q, L_k) per block, which its layers
+    share; no value states, no mask (a rule). SmolLM2 (float32) at 1,844 tokens: 170 MB;
+    at 8,192, 755 MB (bfloat16: 386 MB).
+    """
+    d_k = head_dim(model)
+    total = 0
+    for block in model.blocks:
+        len_q, len_k = lengths.queries(block), lengths.keys(block)
+        heads = model.block_heads(block)
+        kv_heads = heads if model.family == "encoder-decoder" else model.num_key_value_heads
+        states = (heads * len_q + kv_heads * len_k) * d_k * dtype_bytes(model)
+        total += model.block_layers(block) * (states + heads * len_q * FLOAT_BYTES)
+        if _position_bias(model):
+            total += heads * len_q * len_k * dtype_bytes(model)
+    return total
+
+
 def dtype_bytes(model: PretrainedModel) -> int:
     """Bytes of one number in the model's dtype (float32 for a model that does not say)."""
     dtype = getattr(model, "dtype", None)
@@ -254,6 +275,7 @@ def estimate_peak_bytes(
     method: str = "attention",
     observed: bool = False,
     recorded: bool = True,
+    kept: bool = False,
     layer_index: int | None = None,
     head_index: int | None = None,
 ) -> int:
@@ -282,6 +304,8 @@ def estimate_peak_bytes(
     one chunk of a layer's weights, :data:`.computing.OBSERVED_CHUNK_FLOATS` x
     :data:`EAGER_COPIES`, plus what the view keeps; without ``recorded`` (a recording
     larger than the recording cache is not made) only the mask is held, not the states.
+    A pass ``kept`` for tiles holds :func:`kept_bytes` on top (its q and k are the
+    recording's when it records too: counted once).
 
     Checked against measured peak RSS growth (benchmarks/hostile.py): SmolLM2 at 4,032
     + 64 tokens, streamed grid at display_size 64, is estimated at 1.7 GiB and grew the
@@ -307,11 +331,11 @@ def estimate_peak_bytes(
     if head_index is not None and display_size is None:
         mean_q, mean_k = min(len_q, MAX_AVERAGE_SIZE), min(len_k, MAX_AVERAGE_SIZE)
     shown = shown_layers * (shown_heads * side_q * side_k + mean_q * mean_k)
-    kept = 2 * len_q * len_k + shown
+    view_sums = 2 * len_q * len_k + shown
     logits = 256 * model.vocab_size if model.family != "encoder" else 0
-    view = eager + kept + logits
+    view = eager + view_sums + logits
     if observed:  # the view is built during the pass, a chunk at a time
-        forward = max(forward, eager) + kept
+        forward = max(forward, eager) + view_sums
         view = logits
     gradients = 0
     if method_spec(method).gradient:
@@ -319,6 +343,8 @@ def estimate_peak_bytes(
     phases = max(forward, view, gradients)
     whole = recorded or model.attention_path == "output_attentions"  # its pass holds them all
     held = runs * recording_bytes(model, lengths) if whole else _mask_bytes(model, lengths)
+    if kept and not whole:
+        held += kept_bytes(model, lengths)
     return held + phases * FLOAT_BYTES + WORKING_BYTES
 
 
@@ -353,6 +379,7 @@ def check_memory(
     method: str = "attention",
     observed: bool = False,
     recorded: bool = True,
+    kept: bool = False,
     free_bytes: int | None = None,
     device: str = "",
     layer_index: int | None = None,
@@ -372,8 +399,8 @@ def check_memory(
     """
     estimate = functools.partial(
         estimate_peak_bytes, model, block=block, runs=runs, display_size=display_size,
-        method=method, observed=observed, recorded=recorded, layer_index=layer_index,
-        head_index=head_index,
+        method=method, observed=observed, recorded=recorded, kept=kept,
+        layer_index=layer_index, head_index=head_index,
     )  # fmt: skip
     needed = estimate(lengths)
     bound = limit if free_bytes is None else min(limit, free_bytes)

@@ -19,7 +19,14 @@ from typing import Any, Final
 import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError, too_many_numbers
-from .admission import InputLengths, check_memory, check_options, check_positions, device_free_bytes
+from .admission import (
+    InputLengths,
+    check_memory,
+    check_options,
+    check_positions,
+    device_free_bytes,
+    kept_bytes,
+)
 from .admission import recording_bytes as estimated_recording_bytes
 from .blocks import Block
 from .display import MAX_AVERAGE_SIZE, LayerWalk
@@ -244,7 +251,14 @@ def prepare_sequence(
         and recordings.kept(model, alone, alone_targets, device=options.device) is None
     )
     recorded = not observing or estimated_recording_bytes(model, lengths) <= recordings.max_bytes
-    memory(observed=observing, recorded=recorded)
+    # an observed pass is kept for tiles where it fits the cache: the next view of the same
+    # input (the enlarged head, a layer, a token's rows) then runs no forward pass
+    keep = (
+        observing
+        and model.attention_path == "recorded"
+        and kept_bytes(model, lengths) <= recordings.max_bytes
+    )
+    memory(observed=observing, recorded=recorded, kept=keep)
     generation = None
     if options.max_new_tokens:
         generation = recordings.generate(
@@ -277,15 +291,25 @@ def prepare_sequence(
         walk = walk_of(
             inputs,
             pending=observed_pass(
-                model, alone, alone_targets, options.device, recordings, record=recorded
+                model,
+                alone,
+                alone_targets,
+                options.device,
+                recordings,
+                record=recorded,
+                keep=keep,
             ),
             block_of=model.block_of(model.on(run_on)),
         )
         return PreparedSequence(walk, None, str(run_on), generation, None)
+    # the neuron view, ablation and the methods that compute from the pass need the
+    # recorded states; the other views are tiles of a pass kept for them (:mod:`.tiles`)
+    spec = method_spec(options.method)
+    states = options.neuron or bool(options.ablate) or spec.compute is not None or spec.per_head
     result = (
         generation.result
         if generation is not None and generation.result is not None
-        else recordings.run(model, alone, alone_targets, device=options.device)
+        else recordings.run(model, alone, alone_targets, device=options.device, states=states)
     )
     ablation = None
     switched = None
@@ -348,15 +372,19 @@ def observed_pass(
     recordings: RecordingCache,
     *,
     record: bool,
+    keep: bool = False,
 ) -> Callable[[Any], PretrainedAttentions]:
     """The forward pass a walk runs and observes (:meth:`.display.LayerWalk.layers`).
 
     With ``record`` (the states fit the recording cache) the pass records the query,
-    key and value states too, so that a later click reuses them; else nothing.
+    key and value states too, so that a later click reuses them; with ``keep``, it is
+    kept for tiles (q, k, each row's LSE: :mod:`.tiles`), so that a later view reuses it.
     """
 
     def run(observer: Any) -> PretrainedAttentions:
-        return recordings.observed(model, batch, targets, observer, device=device, record=record)
+        return recordings.observed(
+            model, batch, targets, observer, device=device, record=record, keep=keep
+        )
 
     return run
 

@@ -25,7 +25,7 @@ from .calls import (
     eager_attention,
 )
 from .mask_rules import rule_of
-from .tiles import row_lse
+from .tiles import KeptPass, TileError, last_key, row_lse, tile_weights
 
 QUERY_CHUNK: Final = 512
 """Query rows per call of SDPA in a forward pass of a longer input whose mask is not plainly
@@ -361,3 +361,28 @@ def attention_with_lse(
         outputs.append(part)
         lses.append(lse.float())
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), torch.cat(lses, dim=2)
+
+
+def replay_kept(observer: AttentionObserver, kept: KeptPass, index: int) -> None:
+    """A kept layer's exact weights handed to ``observer`` in its row chunks, as a pass would.
+
+    Each chunk is the tile of its rows at factor 1 over the keys up to the last one any
+    of its rows sees (:class:`.computing.AttentionObserver`'s ``take``: L_k' <= L_k), so a
+    kept pass is shown by the same pipeline as a pass observed while it runs, with no
+    forward pass.
+
+    Raises:
+        TileError: the layer's attention is not reproduced by tiles (its class named).
+        ComputeCancelledError: the computation was cancelled (between chunks).
+    """
+    layer = kept.layers[index]
+    if layer.refusal is not None:
+        raise TileError(layer.refusal)
+    _, heads, length_q, length_k = layer.shape
+    every = range(heads)
+    for start, stop in observer.row_chunks(length_q, length_k, heads, layer.query.device):
+        check_cancelled()
+        rows = range(start, stop)
+        keys = last_key(layer, rows) + 1
+        observer.take(start, stop, tile_weights(layer, every, rows, range(keys)))
+    observer.layer_done()

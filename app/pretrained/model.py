@@ -195,7 +195,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
                 after the pass); False keeps none (what the observer builds is the view).
             keep: keep each call for exact tiles (:func:`.recorder.keep_pass`: q, k and
                 each row's log-sum-exp, :attr:`PretrainedAttentions.kept`); an observer
-                given with it is not handed the calls.
+                given with it is handed each kept layer's weights.
 
         Returns:
             A :class:`PretrainedAttentions` (its recording empty without ``record``).
@@ -225,8 +225,9 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             torch.inference_mode(),
             record_attention(recording) if record else nullcontext(),
             ablate_heads(ablate),
+            # the observer's calls first (kept as it is handed them), then the others
+            observe_attention(observer, kept),
             keep_pass(kept) if kept is not None else nullcontext(),
-            observe_attention(observer),
         ):
             _, decoder_head, final_hidden = self._forward(model, inputs)
             if run_on.type == "cuda":

@@ -35,7 +35,13 @@ from torch import nn
 
 from ..attention.cancellation import check_cancelled
 from .calls import AttentionCall, AttentionRecording, eager_attention
-from .computing import AttentionObserver, attention_with_lse, computed, observed_attention
+from .computing import (
+    AttentionObserver,
+    attention_with_lse,
+    computed,
+    observed_attention,
+    replay_kept,
+)
 from .mask_rules import recorder_mask
 from .tiles import KeptPass, kept_layer
 
@@ -180,18 +186,31 @@ class _ValueZeroing(Hook):
 
 
 class _Observation(Hook):
-    """Computes the calls its observer wants in chunks, handing it their weights."""
+    """Computes the calls its observer wants in chunks, handing it their weights.
+
+    With ``kept``, each call is kept for tiles instead (:class:`_Keeping`) and the observer
+    is handed the kept layer's exact weights (:func:`.computing.replay_kept`); a layer
+    tiles do not reproduce is observed by the model's eager attention, as without.
+    """
 
     needs_eager = True
 
-    def __init__(self, observer: AttentionObserver) -> None:
-        self.observer = observer
+    def __init__(self, observer: AttentionObserver, kept: KeptPass | None = None) -> None:
+        self.observer, self.kept = observer, kept
 
     def wants(self, call: AttentionCall) -> bool:
         return not call.heads_off and self.observer.wants(call.module)
 
     def run(self, call: AttentionCall) -> torch.Tensor:
-        return observed_attention(self.observer, call)
+        if self.kept is None:
+            return observed_attention(self.observer, call)
+        output, lse = attention_with_lse(call)
+        layer = kept_layer(call, lse)
+        self.kept.layers.append(layer)
+        if layer.refusal is not None:
+            return observed_attention(self.observer, call)
+        replay_kept(self.observer, self.kept, len(self.kept.layers) - 1)
+        return output
 
 
 class _Keeping(Hook):
@@ -324,13 +343,21 @@ def zero_values(module: nn.Module, tokens: torch.Tensor) -> Iterator[None]:
 
 
 @contextmanager
-def observe_attention(observer: AttentionObserver | None) -> Iterator[None]:
+def observe_attention(
+    observer: AttentionObserver | None, kept: KeptPass | None = None
+) -> Iterator[None]:
     """Hand the attention weights of the passes inside the block to ``observer``.
 
     See :class:`AttentionObserver`; None observes nothing. Calls with heads switched off
     (:func:`ablate_heads`, installed before) are not observed.
+
+    Args:
+        observer: what the weights go to.
+        kept: keep the observed calls here for tiles as :func:`keep_pass` does, and hand
+            the observer each kept layer's exact weights (the layer computed by SDPA's
+            kernel with its LSE, not by eager attention in chunks).
     """
-    with _installed(None if observer is None else _Observation(observer)):
+    with _installed(None if observer is None else _Observation(observer, kept)):
         yield
 
 

@@ -45,10 +45,11 @@ MAX_GRADIENT_PASSES: Final = 4
 
 
 def recording_bytes(result: PretrainedAttentions) -> int:
-    """Bytes the tensors of a recording hold.
+    """Bytes the tensors of a recording hold, its pass kept for tiles included.
 
-    Each storage counts once: a layer-wide mask, or GPT-2's query, key and value, which are
-    views of one projection's output.
+    Each storage counts once: a layer-wide mask, GPT-2's query, key and value, which are
+    views of one projection's output, or the query and key states a kept pass shares with
+    the recording.
     """
     seen: set[int] = set()
     total = 0
@@ -58,6 +59,11 @@ def recording_bytes(result: PretrainedAttentions) -> int:
     ]
     if isinstance(result.recording, WeightsRecording):  # output_attentions' weights, whole
         kept.append(list(result.recording.weights))
+    if result.kept is not None:
+        kept.extend(
+            [layer.query, layer.key, layer.lse, layer.position_bias, layer.dense_mask]
+            for layer in result.kept.layers
+        )
     for tensors in kept:
         for tensor in tensors:
             if not isinstance(tensor, torch.Tensor):
@@ -130,10 +136,16 @@ class RecordingCache:
         *,
         device: str = "auto",
         ablate: dict[int, tuple[int, ...]] | None = None,
+        states: bool = True,
     ) -> PretrainedAttentions:
         """:meth:`.model.PretrainedModel.run`, or the kept recording of the same input.
 
         A recording is kept per input and per set of heads switched off (``ablate``).
+
+        Args:
+            states: the caller needs the recorded states (the neuron view, a method, the
+                value states); False: a pass kept for tiles only serves it
+                (:attr:`.results.PretrainedAttentions.tiles_only`: the maps, rows and views).
 
         Raises:
             AttentionInputError: as :meth:`.model.PretrainedModel.run`.
@@ -141,6 +153,8 @@ class RecordingCache:
         key = _input_key(model, batch, targets, device, ablate)
         with self._lock:
             kept = self._recordings.get(key)
+            if kept is not None and states and kept[0].tiles_only:
+                kept = None  # a pass kept for tiles: run it again, recorded
             if kept is not None:
                 self._recordings.move_to_end(key)
                 self.hits += 1
@@ -178,17 +192,25 @@ class RecordingCache:
         *,
         device: str = "auto",
         record: bool = True,
+        keep: bool = False,
     ) -> PretrainedAttentions:
         """:meth:`.model.PretrainedModel.run` with ``observer``, kept as :meth:`run` keeps it.
 
         ``record`` False (a recording larger than the budget would not be kept) records
-        nothing: the observer's view is the pass's only product.
+        no states. ``keep`` keeps the pass for tiles (q, k and each row's LSE,
+        :mod:`.tiles`), so that the next view of the same input (a head, a layer, a
+        token's rows) runs no forward pass; a kept pass with a layer tiles do not
+        reproduce is not kept without its recording.
 
         Raises:
             AttentionInputError: as :meth:`.model.PretrainedModel.run`.
         """
-        result = model.run(batch, targets, device=device, observer=observer, record=record)
-        if record:
+        result = model.run(
+            batch, targets, device=device, observer=observer, record=record, keep=keep
+        )
+        if result.kept is not None and not result.kept.exact and not record:
+            return result
+        if record or keep:
             with self._lock:
                 self.misses += 1
                 self._keep(_input_key(model, batch, targets, device, None), result)

@@ -17,7 +17,7 @@ from ..attention.cancellation import check_cancelled
 from ..attention.errors import AttentionInputError
 from .blocks import Block
 from .calls import AttentionRecording
-from .computing import AttentionObserver, replayed
+from .computing import AttentionObserver, replay_kept, replayed
 from .neuron import Neuron, neuron
 from .tiles import KeptPass, TileError, TileReduce, tile
 from .tokens import TokenizedBatch
@@ -279,7 +279,18 @@ class PretrainedAttentions:
         Raises:
             AttentionInputError: (field ``layer_index``) no such layer.
         """
+        if self.tiles_only:
+            return self.tile(block, layer)
         return self.recording.layer_weights(self._call(block, layer))
+
+    @property
+    def tiles_only(self) -> bool:
+        """Whether the pass was kept for tiles only (no recorded states: no value states).
+
+        Its maps, rows and views come from :meth:`tile`; the neuron view, the methods
+        and ablation need a recorded pass (:class:`.recordings.RecordingCache` runs one).
+        """
+        return self.kept is not None and not self.recording.calls
 
     def replay(self, block: Block, layer: int, observer: AttentionObserver) -> None:
         """One layer's maps handed to ``observer`` in row chunks (:func:`.computing.replayed`).
@@ -288,7 +299,11 @@ class PretrainedAttentions:
             AttentionInputError: (field ``layer_index``) no such layer.
             ComputeCancelledError: the computation was cancelled (between chunks).
         """
-        replayed(observer, self.recording, self._call(block, layer))
+        index = self._call(block, layer)
+        if self.kept is not None and (self.tiles_only or self.kept.layers[index].refusal is None):
+            replay_kept(observer, self.kept, index)  # exact weights from q, k and the LSE
+            return
+        replayed(observer, self.recording, index)
 
     def head_groups(self, block: Block, layer: int) -> Iterator[tuple[int, torch.Tensor]]:
         """One layer's weights a few heads at a time, as :meth:`layer_weights` in pieces.
@@ -303,6 +318,9 @@ class PretrainedAttentions:
             AttentionInputError: (field ``layer_index``) no such layer.
         """
         call = self._call(block, layer)
+        if self.tiles_only:
+            yield 0, self.tile(block, layer)
+            return
         recorded = self.recording.calls[call]
         batch, _, length, _ = recorded.query.shape
         group = batch * recorded.group_size * length * recorded.key.shape[2]
@@ -318,6 +336,9 @@ class PretrainedAttentions:
         Raises:
             AttentionInputError: (field ``layer_index``) no such layer.
         """
+        if self.tiles_only:
+            assert self.kept is not None
+            return self.kept.layers[self._call(block, layer)].num_heads
         return self.recording.calls[self._call(block, layer)].num_heads
 
     def query_rows(self, block: Block, query: int) -> torch.Tensor:
@@ -331,7 +352,11 @@ class PretrainedAttentions:
         length = int(self.queries(block).input_ids.shape[1])
         if not 0 <= query < length:
             raise AttentionInputError("query_index", f"{query} is not below {length}")
-        rows = [self.recording.layer_weights(i, query=query) for i in self._calls(block)]
+        if self.tiles_only:
+            row = range(query, query + 1)
+            rows = [self.tile(block, n, rows=row) for n in range(self.num_layers(block))]
+        else:
+            rows = [self.recording.layer_weights(i, query=query) for i in self._calls(block)]
         return torch.stack(rows)[:, :, :, 0]
 
     def neuron(self, block: Block, layer: int, head: int, query: int) -> Neuron:

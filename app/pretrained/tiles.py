@@ -218,6 +218,11 @@ class KeptPass:
     layers: list[KeptLayer] = field(default_factory=list)
 
     @property
+    def exact(self) -> bool:
+        """Whether every layer's tiles are exact (no layer kept with a refusal)."""
+        return all(layer.refusal is None for layer in self.layers)
+
+    @property
     def nbytes(self) -> int:
         """Bytes the kept tensors hold, each storage once (a mask or bias shared by layers)."""
         seen: set[int] = set()
@@ -336,7 +341,7 @@ def kept_layer(call: AttentionCall, lse: torch.Tensor) -> KeptLayer:
     if expected is None:
         return replace(layer, refusal=f"{layer.name}'s eager attention gave no weights")
     got = torch.cat(
-        [_weights(layer, range(heads), range(r, r + 1), range(length_k)) for r in rows], dim=2
+        [tile_weights(layer, range(heads), range(r, r + 1), range(length_k)) for r in rows], dim=2
     )
     seen = torch.cat([layer.visible(range(r, r + 1), range(length_k)) for r in rows], dim=2)
     real = seen.any(dim=-1, keepdim=True)  # (B, 1, rows, 1)
@@ -355,7 +360,7 @@ def kept_layer(call: AttentionCall, lse: torch.Tensor) -> KeptLayer:
     return layer
 
 
-def _weights(layer: KeptLayer, heads: Sequence[int], rows: range, cols: range) -> torch.Tensor:
+def tile_weights(layer: KeptLayer, heads: Sequence[int], rows: range, cols: range) -> torch.Tensor:
     """Exact weights of ``heads`` (any, grouped here by key/value head): (B, n, r, c) float32."""
     size = int(layer.query.shape[0])
     out = torch.empty((size, len(heads), len(rows), len(cols)), device=layer.query.device)
@@ -471,3 +476,15 @@ def tile(
                     pooled = block_reduce(scores.sub_(lse).exp_(), factor_q, factor_k, "mean")
                 out[:, places, block_rows, block_cols] = pooled.cpu()
     return out
+
+
+def last_key(layer: KeptLayer, rows: range) -> int:
+    """The last key any of ``rows`` sees (0 where none does): a causal chunk's last row."""
+    length_k = layer.shape[3]
+    rule = layer.rule
+    if rule is not None and rule.causal:
+        return min(length_k - 1, rows.stop - 1 + rule.q_offset - rule.kv_offset)
+    if layer.coverage(rows, range(length_k)) is True:
+        return length_k - 1
+    seen = layer.visible(rows, range(length_k)).reshape(-1, length_k).any(dim=0).nonzero()
+    return int(seen[-1]) if seen.numel() else 0

@@ -241,3 +241,76 @@ def test_tiles_refuse_what_is_not_in_the_map(
     unkept = result.__class__(**{**result.__dict__, "kept": None})
     with pytest.raises(TileError, match="keep=True"):
         unkept.tile("decoder", 0)
+
+
+def walked(prepared: Any) -> Any:
+    """Run a prepared view's walk to its end; its layers' maps and the whole view."""
+    layers = list(prepared.walk.layers())
+    return layers, prepared.walk.view()
+
+
+def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
+    folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording cache too small for the recorded states but not for the kept pass: the
+    streamed grid keeps its pass for tiles, and the enlarged head, a layer and a token's
+    rows are its tiles (no forward pass), equal to the same views of a recorded pass; the
+    neuron view, which needs the value states, runs the pass again."""
+    from attnviz.pretrained.admission import InputLengths, kept_bytes, recording_bytes
+    from attnviz.pretrained.analysis import Limits, ViewOptions, prepare_sequence
+    from attnviz.pretrained.recordings import RecordingCache
+
+    model = load_model_dir("llama", folders["llama"])
+    batch = model.tokenize([LONG])
+    lengths = InputLengths(source=int(batch.input_ids.shape[1]))
+    small, large = kept_bytes(model, lengths), recording_bytes(model, lengths)
+    assert small < large
+    limits = Limits(max_seq_len=64, max_weight_cells=10**8, max_request_bytes=2**31)
+    runs: list[dict[str, Any]] = []
+    run = PretrainedModel.run
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        runs.append(kwargs)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(PretrainedModel, "run", counted)
+
+    def view(cache: RecordingCache, observe: bool = False, **options: Any) -> Any:
+        chosen = ViewOptions(sequence_index=0, device="cpu", **options)
+        return walked(
+            prepare_sequence(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
+        )
+
+    cache = RecordingCache(large - 1)  # the states are not recorded; the kept pass fits
+    _, grid = view(cache, observe=True, display_size=5)
+    assert [r.get("keep") for r in runs] == [True] and runs[0].get("record") is False
+    reference = RecordingCache(10 * large)  # everything recorded: the views replay eager attention
+    _, want_grid = view(reference, display_size=5)
+    torch.testing.assert_close(grid.attentions, want_grid.attentions, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grid.layer_mean, want_grid.layer_mean, atol=1e-5, rtol=0)
+    assert grid.rollout is not None and want_grid.rollout is not None
+    torch.testing.assert_close(grid.rollout, want_grid.rollout, atol=1e-5, rtol=0)
+    runs.clear()
+    for options in ({"layer_index": 1, "head_index": 3}, {"layer_index": 0}, {"query_index": 4}):
+        _, got = view(cache, **options)
+        _, want = view(reference, **options)
+        torch.testing.assert_close(got.attentions, want.attentions, atol=1e-5, rtol=0)
+        torch.testing.assert_close(got.head_mean, want.head_mean, atol=1e-5, rtol=0)
+    assert runs == []  # every view of the kept pass: tiles, no forward pass
+    rows = prepare_sequence(
+        model, ViewOptions(sequence_index=0, device="cpu", query_index=4), batch, None,
+        "decoder", limits, cache,
+    ).query_rows  # fmt: skip
+    want_rows = prepare_sequence(
+        model, ViewOptions(sequence_index=0, device="cpu", query_index=4), batch, None,
+        "decoder", limits, reference,
+    ).query_rows  # fmt: skip
+    assert rows is not None and want_rows is not None
+    torch.testing.assert_close(rows, want_rows, atol=1e-5, rtol=0)
+    assert runs == []
+    neuron = {"layer_index": 1, "head_index": 0, "query_index": 4, "neuron": True}
+    prepare_sequence(
+        model, ViewOptions(sequence_index=0, device="cpu", **neuron), batch, None, "decoder",
+        limits, cache,
+    )  # fmt: skip
+    assert len(runs) == 1 and runs[0].get("keep") is not True  # recorded: the value states
