@@ -16,6 +16,7 @@ sampled from a seed) are kept too, by their token ids.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -77,6 +78,16 @@ def recording_bytes(result: PretrainedAttentions) -> int:
     return total
 
 
+def pass_key_of(key: tuple[Hashable, ...]) -> str:
+    """The public name of a kept pass (its input key's SHA-256, 32 hex digits).
+
+    What the API hands out for a pass kept for tiles (``pass_key``) and takes back to
+    fetch them (POST /api/v1/models/attention/tiles); the same input on the same model
+    object and device has the same name, a restarted server other names.
+    """
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:32]
+
+
 def _key(*parts: torch.Tensor | Hashable | None) -> tuple[Hashable, ...]:
     return tuple(
         (tuple(p.shape), p.numpy().tobytes()) if isinstance(p, torch.Tensor) else p for p in parts
@@ -112,6 +123,7 @@ class RecordingCache:
         )
         self._generations: OrderedDict[tuple[Hashable, ...], Generation] = OrderedDict()
         self._gradients: OrderedDict[tuple[Hashable, ...], GradientPass] = OrderedDict()
+        self._passes: dict[str, tuple[Hashable, ...]] = {}  # pass_key -> input key
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -121,6 +133,7 @@ class RecordingCache:
         with self._lock:
             self.max_bytes = max_bytes
             self._recordings.clear()
+            self._passes.clear()
             self._generations.clear()
             self._gradients.clear()
 
@@ -221,8 +234,39 @@ class RecordingCache:
         size = recording_bytes(result)
         if 0 < size <= self.max_bytes:
             self._recordings[key] = (result, size)
+            if result.kept is not None and result.kept.exact:
+                self._passes[pass_key_of(key)] = key
             while sum(s for _, s in self._recordings.values()) > self.max_bytes:
-                self._recordings.popitem(last=False)
+                gone, _ = self._recordings.popitem(last=False)
+                self._passes.pop(pass_key_of(gone), None)
+
+    def pass_key(
+        self,
+        model: PretrainedModel,
+        batch: TokenizedBatch,
+        targets: TokenizedBatch | None = None,
+        *,
+        device: str = "auto",
+    ) -> str | None:
+        """The name of this input's pass while it is kept for tiles here, else None."""
+        key = _input_key(model, batch, targets, device, None)
+        name = pass_key_of(key)
+        with self._lock:
+            return name if self._passes.get(name) == key and key in self._recordings else None
+
+    def by_pass_key(self, name: str) -> tuple[str, PretrainedAttentions] | None:
+        """The model's name and the pass kept for tiles under ``name`` (:meth:`pass_key`).
+
+        None once the pass was evicted (or was never kept here).
+        """
+        with self._lock:
+            key = self._passes.get(name)
+            kept = None if key is None else self._recordings.get(key)
+            if key is None or kept is None:
+                return None
+            self._recordings.move_to_end(key)
+            self.hits += 1
+            return str(key[0]), kept[0]
 
     def gradients(
         self,

@@ -23,6 +23,7 @@ from ...pretrained.blocks import Block
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import method_spec, with_method
 from ...pretrained.recordings import RecordingCache
+from ...pretrained.tiles import zoom_span
 from ..checks import check_cells, check_limit
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
@@ -45,6 +46,8 @@ from ..schemas.pretrained import (
     PretrainedAttentionResponse,
     PretrainedDownloadRequest,
     PretrainedLayersRequest,
+    PretrainedTilesRequest,
+    PretrainedTilesResponse,
 )
 from ..settings import Settings
 from ..transport import encode_floats, respond
@@ -123,7 +126,12 @@ def model_response(
     prepared = prepared_sequence(model, request, batch, targets, block, settings, recordings)
     with engine_errors(request.device):
         summary = prepared.walk.summary()
-    return respond(sequence_payload(model, request, prepared, summary))
+    payload = sequence_payload(model, request, prepared, summary)
+    result = summary.result
+    payload["pass_key"] = recordings.pass_key(
+        model, result.batch, result.targets, device=request.device
+    )
+    return respond(payload)
 
 
 @router.post(
@@ -192,6 +200,106 @@ async def download_model_attention(
     for a layer (download its heads one at a time), texts for one head.
     """
     return await answered(download_response, request, settings, registry, recordings)
+
+
+@router.post(
+    "/attention/tiles",
+    response_model=PretrainedTilesResponse,
+    responses={
+        **ERROR_RESPONSES,
+        410: {
+            "description": "The pass is no longer kept (evicted, or from before a restart); "
+            "`detail[].loc` names pass_key: ask for the grid again."
+        },
+    },
+    summary="One zoom tile (z, x, y) of one head's map, exact, from a kept pass",
+)
+async def read_attention_tile(
+    request: PretrainedTilesRequest, settings: SettingsDep, recordings: RecordingsDep
+) -> Response:
+    """Exact weights of one head over a tile of its map, pooled to at most 256 x 256 cells.
+
+    The pass is one a one-input response kept for tiles (its ``pass_key``): the weights
+    are recomputed from its q, k and each row's log-sum-exp (exp(score - lse)), so no
+    forward pass runs, at any length. Level z = 0 is the whole map in one tile; each level
+    halves the tokens per cell, and at ``max_z`` a cell is one token, whose tokens come
+    with the tile (``query_tokens``, ``key_tokens``), as HiGlass serves a matrix.
+    """
+    return await computed(
+        "pass_key", "a tile of a shorter input", settings, tile_response, request, recordings
+    )
+
+
+def tile_response(request: PretrainedTilesRequest, recordings: RecordingCache) -> Response:
+    """The blocking part of :func:`read_attention_tile`.
+
+    Raises:
+        HTTPException: 410 naming pass_key (not kept); 422 naming block, layer_index,
+            head_index, z, x or y (not in the pass's map).
+    """
+    started = time.perf_counter()
+    found = recordings.by_pass_key(request.pass_key)
+    if found is None or found[1].kept is None:
+        raise field_error(
+            status.HTTP_410_GONE,
+            "pass_key",
+            f"{request.pass_key} is not a pass kept here (evicted from the recording cache, "
+            "ATTNVIZ_RECORDING_CACHE_BYTES, or from before a restart); ask for the grid again",
+        )
+    name, result = found
+    unprocessable = status.HTTP_422_UNPROCESSABLE_CONTENT
+    block = request.block or result.first_block
+    if block not in result.block_calls:
+        raise field_error(
+            unprocessable, "block", f"{block!r}: the pass has {', '.join(result.block_calls)}"
+        )
+    layers = result.num_layers(block)
+    if request.layer_index >= layers:
+        raise field_error(
+            unprocessable, "layer_index", f"{request.layer_index} is not below {layers}"
+        )
+    heads = result.num_heads(block, request.layer_index)
+    if request.head_index >= heads:
+        raise field_error(unprocessable, "head_index", f"{request.head_index} is not below {heads}")
+    queries, keys = result.queries(block), result.keys(block)
+    length_q, length_k = int(queries.input_ids.shape[1]), int(keys.input_ids.shape[1])
+    try:
+        span = zoom_span(length_q, length_k, request.z, request.x, request.y)
+    except IndexError as error:
+        raise field_error(unprocessable, str(error).split()[0], str(error)) from error
+    weights = result.tile(
+        block,
+        request.layer_index,
+        heads=[request.head_index],
+        rows=span.rows,
+        cols=span.cols,
+        reduce=request.reduce,
+        factor=(span.factor, span.factor),
+    )[0, 0]
+    whole = span.factor == 1
+    return respond(
+        {
+            "pass_key": request.pass_key,
+            "model": name,
+            "block": block,
+            "layer_index": request.layer_index,
+            "head_index": request.head_index,
+            "z": request.z,
+            "x": request.x,
+            "y": request.y,
+            "max_z": span.max_z,
+            "factor": span.factor,
+            "reduce": request.reduce,
+            "query_length": length_q,
+            "key_length": length_k,
+            "rows": [span.rows.start, span.rows.stop],
+            "cols": [span.cols.start, span.cols.stop],
+            "weights": encode_floats(weights, request.encoding),
+            "query_tokens": queries.tokens[0][span.rows.start : span.rows.stop] if whole else None,
+            "key_tokens": keys.tokens[0][span.cols.start : span.cols.stop] if whole else None,
+            "compute_ms": (time.perf_counter() - started) * 1000.0,
+        }
+    )
 
 
 def download_response(
@@ -364,6 +472,9 @@ def stream_response(
             {
                 "type": "end",
                 **late,
+                "pass_key": recordings.pass_key(
+                    model, result.batch, result.targets, device=request.device
+                ),
                 "shape": list(view.attentions[:, None].shape),
                 "layer_mean": encode_floats(view.layer_mean[None], enc),
                 "rollout": None if view.rollout is None else encode_floats(view.rollout[None], enc),
