@@ -17,7 +17,13 @@ installed) at each length:
   1,024 x 1,024 blocks), a layer (every head at 1,024 x 1,024 blocks: factor 4 at 4k),
   a zoom tile (256 x 256 tokens at factor 1) and one token's rows in every layer (the
   neuron and line views' row), each with its ratio to the grid (target <= 0.05x);
-* kept bytes: what the kept pass holds.
+* kept bytes: what the kept pass holds;
+* the page's streamed grid as the server runs it (:class:`attnviz.pretrained.display.LayerWalk`
+  observing its pass, display_size 64, with the layer mean and rollout): "walk eager", each
+  layer by the model's eager attention in chunks of rows (before tiles), against "walk kept",
+  each layer by SDPA's kernel with its LSE, kept, and its exact weights replayed as tiles;
+  then "head after", the enlarged head (one layer, one head at 1,024) of the kept pass, which
+  runs no forward pass (its ratio to "walk kept": the issue's <= 0.05x).
 
 ``--long`` adds 32,768 tokens on a random 4-layer model of SmolLM2's width whose positions
 admit it (the timing is what matters; nothing L x L is made by the tiles).
@@ -75,6 +81,8 @@ def seconds(function: Callable[[], Any]) -> float:
 
 def measure(model: Any, length: int, reps: int) -> dict[str, float]:
     """Every figure of one model and length (see the module docstring): median seconds."""
+    from attnviz.pretrained.results import PassInputs
+
     from benchmarks.decoder import attention_implementation
 
     batch = random_batch(model, length)
@@ -114,7 +122,35 @@ def measure(model: Any, length: int, reps: int) -> dict[str, float]:
         for n in range(model.num_layers):
             kept["result"].tile("decoder", n, rows=last)
 
+    def walk(keep: bool) -> Callable[[], None]:
+        def run() -> None:
+            from attnviz.pretrained.display import LayerWalk
+
+            inputs = PassInputs(batch, None, {"decoder": model.num_layers})
+            grid = LayerWalk(
+                inputs,
+                display_size=64,
+                pending=lambda observer: model.run(
+                    batch, observer=observer, record=False, keep=keep
+                ),
+                block_of=model.block_of(network),
+            )
+            grid.view()
+            kept["walked"] = grid.result
+
+        return run
+
+    def head_after() -> None:
+        from attnviz.pretrained.display import LayerWalk
+
+        LayerWalk(
+            kept["walked"], layer_index=model.num_layers - 1, head_index=0, display_size=1024
+        ).view()
+
     measures = {
+        "walk eager": walk(False),
+        "walk kept": walk(True),
+        "head after": head_after,
         "forward": forward,
         "kept": keep,
         "grid": grid,
@@ -149,6 +185,14 @@ def report(name: str, length: int, figures: dict[str, float]) -> None:
             f"    {view}: {figures[view] * 1000:,.1f} ms ({figures[view] / grid:.3f}x the grid)",
             flush=True,
         )
+    eager, walked = figures["walk eager"], figures["walk kept"]
+    print(
+        f"    streamed grid (display 64, averages, rollout): eager {eager * 1000:,.0f} ms "
+        f"({eager / forward:.2f}x forward), kept {walked * 1000:,.0f} ms "
+        f"({walked / forward:.2f}x forward, {walked / eager:.2f}x eager); the enlarged head "
+        f"after it {figures['head after'] * 1000:,.0f} ms ({figures['head after'] / walked:.3f}x)",
+        flush=True,
+    )
 
 
 def main() -> None:
