@@ -160,6 +160,7 @@ class KeptLayer:
         rows: range,
         cols: range,
         visible: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The scores of ``heads`` (one key/value head's) with every score term, unshifted.
 
@@ -168,6 +169,8 @@ class KeptLayer:
             rows: query rows; ``cols``: key columns (step-1 ranges).
             visible: (B, 1, r, c) bool, the keys each row sees (:meth:`visible`); None
                 when every key of the chunk is seen (no masking pass).
+            out: a contiguous (B, len(heads), r, c) float32 tensor to write the scores
+                into (no copy), or None for a new one.
 
         Returns:
             (B, len(heads), len(rows), len(cols)) float32, -inf where a key is not seen.
@@ -181,8 +184,10 @@ class KeptLayer:
         size, count, length, depth = query.shape
         # the group's heads stacked as rows of one product per input (a third faster on 2
         # cores than broadcasting the key over the heads): (B, n * r, c) -> (B, n, r, c)
-        scores = torch.bmm(query.reshape(size, count * length, depth), key.transpose(1, 2))
-        scores = scores.view(size, count, length, len(cols))
+        target = None if out is None else out.view(size, count * length, len(cols))
+        scores = torch.bmm(
+            query.reshape(size, count * length, depth), key.transpose(1, 2), out=target
+        ).view(size, count, length, len(cols))
         bias = self.position_bias
         if bias is not None:
             part = bias if bias.shape[1] == 1 else bias[:, index]
@@ -361,13 +366,30 @@ def kept_layer(call: AttentionCall, lse: torch.Tensor) -> KeptLayer:
 
 
 def tile_weights(layer: KeptLayer, heads: Sequence[int], rows: range, cols: range) -> torch.Tensor:
-    """Exact weights of ``heads`` (any, grouped here by key/value head): (B, n, r, c) float32."""
+    """Exact weights of ``heads`` (any, grouped here by key/value head): (B, n, r, c) float32.
+
+    Only the columns some row does not see are masked: for a causal rule, the columns from
+    the first row's position on (the chunk's diagonal), not the whole chunk.
+    """
     size = int(layer.query.shape[0])
     out = torch.empty((size, len(heads), len(rows), len(cols)), device=layer.query.device)
-    visible = layer.visible(rows, cols)
+    seen = layer.coverage(rows, cols)
+    rule = layer.rule
+    split = 0  # columns before it are seen by every row
+    if seen is None and rule is not None and rule.causal:
+        split = max(0, min(len(cols), rows.start + rule.q_offset - rule.kv_offset - cols.start + 1))
+    masked = range(cols.start + split, cols.stop)
+    visible = None if seen is True or not masked else layer.visible(rows, masked)
     for members, places in _groups(layer, heads):
-        scores = layer.scores(members, rows, cols, visible)
-        out[:, places] = scores.sub_(layer.row_lse(members, rows)).exp_()
+        first = places[0]
+        direct = size == 1 and places == list(range(first, first + len(places)))
+        part = out[:, first : first + len(places)] if direct else None  # written in place
+        scores = layer.scores(members, rows, cols, out=part)
+        if visible is not None:
+            scores[..., split:].masked_fill_(~visible, float("-inf"))
+        scores.sub_(layer.row_lse(members, rows)).exp_()
+        if not direct:
+            out[:, places] = scores
     return out
 
 

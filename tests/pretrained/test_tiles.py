@@ -314,3 +314,38 @@ def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
         limits, cache,
     )  # fmt: skip
     assert len(runs) == 1 and runs[0].get("keep") is not True  # recorded: the value states
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma2", "gpt_oss", "bert", "t5"])
+def test_a_kept_layer_replayed_in_row_chunks_hands_over_its_tile(
+    name: str,
+    passes: dict[str, tuple[PretrainedAttentions, Any]],
+    models: dict[str, PretrainedModel],
+) -> None:
+    """What a view's observer takes, chunk by chunk (each as wide as its last seen key),
+    is the layer's tile at factor 1."""
+    from attnviz.pretrained.computing import replay_kept
+
+    result, _ = passes[name]
+    block = models[name].blocks[-1]
+    index = result.block_calls[block][-1]
+    want = result.tile(block, result.num_layers(block) - 1)
+    length_q = want.shape[-2]
+    got = torch.full_like(want, float("nan"))
+    done: list[bool] = []
+
+    class Chunks:
+        def row_chunks(self, length_q: int, *args: Any) -> list[tuple[int, int]]:
+            return [(0, 3), (3, 7), (7, length_q)]
+
+        def take(self, start: int, stop: int, weights: torch.Tensor) -> None:
+            got[:, :, start:stop] = 0.0
+            got[:, :, start:stop, : weights.shape[-1]] = weights
+
+        def layer_done(self) -> None:
+            done.append(True)
+
+    assert result.kept is not None and length_q > 7
+    replay_kept(Chunks(), result.kept, index)  # type: ignore[arg-type]
+    assert done == [True]
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
