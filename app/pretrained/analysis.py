@@ -29,7 +29,7 @@ from .admission import (
 )
 from .admission import recording_bytes as estimated_recording_bytes
 from .blocks import Block
-from .display import MAX_AVERAGE_SIZE, LayerWalk
+from .display import MAX_AVERAGE_SIZE, LayerWalk, ProgressBudget
 from .gradients import GradientPass
 from .maps import pooled
 from .methods import (
@@ -170,7 +170,7 @@ def prepare_sequence(
     recordings: RecordingCache,
     *,
     observe: bool = False,
-    deadline: tuple[float, str] | None = None,
+    deadline: ProgressBudget | None = None,
 ) -> PreparedSequence:
     """Check the one-input options, generate when asked, run (or reuse) the forward pass.
 
@@ -179,7 +179,7 @@ def prepare_sequence(
     it, observed (:class:`attnviz.pretrained.display.WalkObserver`), the maps built during
     the pass, so that a stream sends each layer as soon as the pass has computed it.
 
-    With ``deadline`` (``time.monotonic()``, message), the walk stops past it (a stream's
+    With ``deadline`` (:class:`.display.ProgressBudget`), the walk stops once it ends (a stream's
     time budget), raising ComputeCancelledError with the message.
 
     Every option is checked before anything runs, against the model's config and the

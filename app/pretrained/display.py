@@ -80,6 +80,33 @@ MAX_AVERAGE_SIZE: Final = 512
 """Layer means and rollouts longer than this per side are block-max pooled to it."""
 
 
+class ProgressBudget:
+    """A stream's time budget: it stops once ``idle_s`` seconds pass with no new layer.
+
+    A long input's grid may take minutes on a small machine while every layer arrives
+    within seconds: the budget covers the wait for the next layer (and for the first),
+    not the whole stream, so work that makes progress is not cut, and work that sends
+    nothing is.
+
+    Args:
+        idle_s: the most seconds between two layers (and before the first).
+        message: the ComputeCancelledError's message once the budget ends.
+    """
+
+    def __init__(self, idle_s: float, message: str) -> None:
+        self.idle_s, self.message = idle_s, message
+        self.until = time.monotonic() + idle_s
+
+    def progressed(self) -> None:
+        """A layer was made: the next may take ``idle_s`` again."""
+        self.until = time.monotonic() + self.idle_s
+
+    def check(self) -> None:
+        """Raise ComputeCancelledError with :attr:`message` once the budget has ended."""
+        if time.monotonic() > self.until:
+            raise ComputeCancelledError(self.message)
+
+
 class LayerWalk:
     """The display choices of the module docstring, applied one layer at a time.
 
@@ -109,7 +136,7 @@ class LayerWalk:
         merge_words: bool = False,
         pending: Callable[[WalkObserver], PretrainedAttentions] | None = None,
         block_of: Callable[[nn.Module], Block] | None = None,
-        deadline: tuple[float, str] | None = None,
+        deadline: ProgressBudget | None = None,
     ) -> None:
         inputs = source.inputs if isinstance(source, PretrainedAttentions) else source
         if inputs.batch.input_ids.shape[0] != 1:
@@ -237,12 +264,9 @@ class LayerWalk:
         )
 
     def check_deadline(self) -> None:
-        """Raise ComputeCancelledError with the message of :attr:`deadline` once it passed.
-
-        The deadline (``time.monotonic()``, message) makes a stream's time budget cover it.
-        """
-        if self.deadline is not None and time.monotonic() > self.deadline[0]:
-            raise ComputeCancelledError(self.deadline[1])
+        """Raise ComputeCancelledError once the stream's :attr:`deadline` budget has ended."""
+        if self.deadline is not None:
+            self.deadline.check()
 
     @property
     def observed(self) -> bool:
@@ -537,6 +561,8 @@ class WalkObserver:
     def layer_done(self) -> None:
         """The layer's shown maps to the sink; its rollout step waits for the next layer."""
         walk = self.walk
+        if walk.deadline is not None:
+            walk.deadline.progressed()
         if self._shown_layer and self.attentions is not None and self.head_mean is not None:
             walk.pooling = Pooling(self.factor_q, self.factor_k)
             maps = LayerMaps(self.layer, self.attentions.cpu(), self.head_mean.cpu())

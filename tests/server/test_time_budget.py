@@ -209,3 +209,55 @@ def test_a_client_gone_before_the_first_chunk_frees_its_large_request_slot() -> 
     finally:
         executor._large = kept
     assert free == 1  # the one slot is free again after three gone clients
+
+
+def slow_kept_layers(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> list[float]:
+    """When each kept attention layer started (a streamed grid keeps its pass), delayed."""
+    from attnviz.pretrained import recorder
+
+    started: list[float] = []
+    original = recorder.attention_with_lse
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        started.append(time.perf_counter())
+        time.sleep(delay_s)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(recorder, "attention_with_lse", slow)
+    return started
+
+
+def stream_lines(client: TestClient) -> list[dict[str, Any]]:
+    body = {"model": "tiny-llama", "texts": TEXTS[:1], "display_size": 8}
+    response = client.post("/api/v1/models/attention/layers", json=body)
+    assert response.status_code == 200, response.text
+    return [json.loads(line) for line in response.text.splitlines()]
+
+
+def test_a_stream_whose_layers_keep_coming_runs_past_the_budget(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 layers of 0.5 s each: 1 s in all, over the 0.8 s budget, but never 0.8 s without
+    a new layer: the stream ends with its end line, every layer sent."""
+    from attnviz.pretrained.recordings import RECORDINGS
+
+    RECORDINGS.clear()
+    started = slow_kept_layers(monkeypatch, 0.5)
+    begun = time.perf_counter()
+    lines = stream_lines(client)
+    assert time.perf_counter() - begun > 0.8  # longer than the budget in all
+    assert len(started) == 2
+    assert [line["type"] for line in lines] == ["start", "layer", "layer", "end"]
+
+
+def test_a_stream_with_no_new_layer_for_the_budget_stops_with_an_error_line(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnviz.pretrained.recordings import RECORDINGS
+
+    RECORDINGS.clear()
+    slow_kept_layers(monkeypatch, 1.0)  # the first layer alone takes over the budget
+    lines = stream_lines(client)
+    assert lines[-1]["type"] == "error", lines[-1]
+    assert "no new layer for 0.8 s" in lines[-1]["detail"]
+    assert "ATTNVIZ_COMPUTE_TIMEOUT_S" in lines[-1]["detail"]

@@ -20,6 +20,7 @@ from ...pretrained.analysis import (
     prepare_sequence,
 )
 from ...pretrained.blocks import Block
+from ...pretrained.display import ProgressBudget
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import method_spec, with_method
 from ...pretrained.recordings import RecordingCache
@@ -421,13 +422,14 @@ def stream_response(
 ) -> StreamingResponse:
     """The blocking part of :func:`stream_model_attention`: run, then stream each layer."""
     started = time.perf_counter()
-    # The time budget covers the stream too: a walk (and an observed pass) running past
-    # it stops, and the stream ends with an error line saying so.
+    # The time budget covers the stream too, as the longest wait for its next layer: a
+    # walk (and an observed pass) making no layer for that long stops, and the stream ends
+    # with an error line saying so; one whose layers keep coming runs to its end.
     budget = settings.compute_timeout_s
-    deadline = (
-        time.monotonic() + budget,
-        f"the computation took longer than {budget:g} s (ATTNVIZ_COMPUTE_TIMEOUT_S) and was "
-        "stopped; try fewer or shorter texts",
+    deadline = ProgressBudget(
+        budget,
+        f"the computation made no new layer for {budget:g} s (ATTNVIZ_COMPUTE_TIMEOUT_S) and "
+        "was stopped; try fewer or shorter texts",
     )
     batch, targets, block = tokenized(model, request, settings)
     prepared = prepared_sequence(
@@ -537,11 +539,11 @@ def prepared_sequence(
     settings: Settings,
     recordings: RecordingCache,
     *,
-    deadline: tuple[float, str] | None = None,
+    deadline: ProgressBudget | None = None,
 ) -> PreparedSequence:
     """:func:`attnviz.pretrained.analysis.prepare_sequence` of the request, observed.
 
-    ``deadline`` (``time.monotonic()``, message): when its walk must stop (a stream's).
+    ``deadline``: the stream's time budget (:class:`attnviz.pretrained.display.ProgressBudget`).
 
     Raises:
         HTTPException: 422 naming a bad option, 413 over a limit, 503 out of device memory.
