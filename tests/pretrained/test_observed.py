@@ -19,7 +19,7 @@ from attnviz.attention.pooling import block_factor
 from attnviz.pretrained import PretrainedModel
 from attnviz.pretrained import computing as computing_module
 from attnviz.pretrained import display as display_module
-from attnviz.pretrained.display import LayerWalk
+from attnviz.pretrained.display import LayerWalk, ProgressBudget
 from attnviz.pretrained.loading import load_model_dir
 
 from tests.pretrained import tiny
@@ -173,7 +173,8 @@ def test_a_walk_past_its_deadline_stops_with_the_deadline_s_message(
         block_of=model.block_of(model.model),
     )
     assert walk.observed == observed
-    walk.deadline = (time.monotonic() - 1, "the time budget of 60 s ran out")
+    walk.deadline = ProgressBudget(60, "the time budget of 60 s ran out")
+    walk.deadline.until = time.monotonic() - 1  # 60 s without a new layer
     with pytest.raises(ComputeCancelledError, match="time budget of 60 s"):
         list(walk.layers())
 
