@@ -253,11 +253,8 @@ def prepare_sequence(
     recorded = not observing or estimated_recording_bytes(model, lengths) <= recordings.max_bytes
     # an observed pass is kept for tiles where it fits the cache: the next view of the same
     # input (the enlarged head, a layer, a token's rows) then runs no forward pass
-    keep = (
-        observing
-        and model.attention_path == "recorded"
-        and kept_bytes(model, lengths) <= recordings.max_bytes
-    )
+    room = max(recordings.max_bytes, recordings.disk_bytes if run_on.type == "cpu" else 0)
+    keep = observing and model.attention_path == "recorded" and kept_bytes(model, lengths) <= room
     memory(observed=observing, recorded=recorded, kept=keep)
     generation = None
     if options.max_new_tokens:

@@ -29,6 +29,7 @@ from .computing import AttentionObserver
 from .gradients import GradientPass, gradient_pass
 from .model import PretrainedModel
 from .results import Generation, PretrainedAttentions
+from .tiles import spilled
 from .tokens import TokenizedBatch
 
 RECORDING_CACHE_BYTES: Final = 256 * 2**20
@@ -38,6 +39,11 @@ RECORDING_CACHE_BYTES: Final = 256 * 2**20
 30 x 12 x 1024 x 64 float32, and the mask), so two or three inputs of that length are
 kept, many short ones, and the server stays under 2 GiB at 1024 tokens with the model.
 """
+KEPT_PASS_DISK_BYTES: Final = 4 * 2**30
+"""The default budget of passes kept for tiles on disk, in bytes (ATTNVIZ_KEPT_PASS_DISK_BYTES).
+
+4 GiB: SmolLM2's kept pass (float32 on the CPU) is 755 MB at 8,192 tokens, so the latest
+five long inputs stay zoomable; a small 4-layer model of its width keeps 400 MB at 32,768."""
 MAX_GENERATIONS: Final = 64
 """The most generations kept (their token ids only)."""
 MAX_GRADIENT_PASSES: Final = 4
@@ -114,13 +120,30 @@ def _input_key(
 
 
 class RecordingCache:
-    """Recordings and generations by model and input ids, within a byte budget (LRU)."""
+    """Recordings and generations by model and input ids, within byte budgets (LRU).
 
-    def __init__(self, max_bytes: int = RECORDING_CACHE_BYTES) -> None:
+    Passes kept for tiles only (:attr:`.results.PretrainedAttentions.tiles_only`) that are
+    larger than the memory budget go to disk within their own budget (``disk_bytes``):
+    their q, k and LSE are written once to a file in the system's temporary folder, read
+    back memory-mapped (``torch.load(mmap=True)``) and the file's name removed at once, so
+    the operating system pages them in as tiles read them, the idle server does not hold
+    them, and nothing is left on disk once the pass is evicted or the server stops.
+
+    Args:
+        max_bytes: the memory budget (ATTNVIZ_RECORDING_CACHE_BYTES); 0 keeps nothing.
+        disk_bytes: the budget of kept passes on disk (ATTNVIZ_KEPT_PASS_DISK_BYTES), for
+            models on the CPU; 0 keeps none there.
+    """
+
+    def __init__(
+        self, max_bytes: int = RECORDING_CACHE_BYTES, disk_bytes: int = KEPT_PASS_DISK_BYTES
+    ) -> None:
         self.max_bytes = max_bytes
-        self._recordings: OrderedDict[tuple[Hashable, ...], tuple[PretrainedAttentions, int]] = (
-            OrderedDict()
-        )
+        self.disk_bytes = disk_bytes
+        # input key -> (the pass, its bytes, whether they are on disk)
+        self._recordings: OrderedDict[
+            tuple[Hashable, ...], tuple[PretrainedAttentions, int, bool]
+        ] = OrderedDict()
         self._generations: OrderedDict[tuple[Hashable, ...], Generation] = OrderedDict()
         self._gradients: OrderedDict[tuple[Hashable, ...], GradientPass] = OrderedDict()
         self._passes: dict[str, tuple[Hashable, ...]] = {}  # pass_key -> input key
@@ -128,14 +151,23 @@ class RecordingCache:
         self.hits = 0
         self.misses = 0
 
-    def resize(self, max_bytes: int) -> None:
-        """Set the budget (0 keeps nothing) and forget everything."""
+    def resize(self, max_bytes: int, disk_bytes: int | None = None) -> None:
+        """Set the budgets (0 keeps nothing; ``disk_bytes`` None keeps it) and forget everything."""
         with self._lock:
             self.max_bytes = max_bytes
+            if disk_bytes is not None:
+                self.disk_bytes = disk_bytes
             self._recordings.clear()
             self._passes.clear()
             self._generations.clear()
             self._gradients.clear()
+
+    @property
+    def held_bytes(self) -> tuple[int, int]:
+        """Bytes of the kept passes: (in memory, on disk memory-mapped)."""
+        with self._lock:
+            sizes = [(size, disk) for _, size, disk in self._recordings.values()]
+        return sum(s for s, d in sizes if not d), sum(s for s, d in sizes if d)
 
     def clear(self) -> None:
         """Forget every recording and generation."""
@@ -175,7 +207,7 @@ class RecordingCache:
             self.misses += 1
         result = model.run(batch, targets, device=device, ablate=ablate)
         with self._lock:
-            self._keep(key, result)
+            self._keep(key, result, recording_bytes(result))
         return result
 
     def kept(
@@ -223,21 +255,43 @@ class RecordingCache:
         )
         if result.kept is not None and not result.kept.exact and not record:
             return result
-        if record or keep:
-            with self._lock:
-                self.misses += 1
-                self._keep(_input_key(model, batch, targets, device, None), result)
+        if not (record or keep):
+            return result
+        size = recording_bytes(result)
+        on_disk = (
+            size > self.max_bytes
+            and 0 < size <= self.disk_bytes
+            and result.tiles_only
+            and result.device == "cpu"
+        )
+        if on_disk:  # outside the lock: the file is written and mapped (a second or two)
+            assert result.kept is not None
+            result = dataclasses.replace(result, kept=spilled(result.kept))
+        with self._lock:
+            self.misses += 1
+            self._keep(_input_key(model, batch, targets, device, None), result, size, on_disk)
         return result
 
-    def _keep(self, key: tuple[Hashable, ...], result: PretrainedAttentions) -> None:
-        """Keep ``result`` under ``key`` if it fits the budget, least recent out (lock held)."""
-        size = recording_bytes(result)
-        if 0 < size <= self.max_bytes:
-            self._recordings[key] = (result, size)
-            if result.kept is not None and result.kept.exact:
-                self._passes[pass_key_of(key)] = key
-            while sum(s for _, s in self._recordings.values()) > self.max_bytes:
-                gone, _ = self._recordings.popitem(last=False)
+    def _keep(
+        self,
+        key: tuple[Hashable, ...],
+        result: PretrainedAttentions,
+        size: int,
+        on_disk: bool = False,
+    ) -> None:
+        """Keep ``result`` under ``key`` if it fits its budget, least recent out (lock held)."""
+        if not 0 < size <= (self.disk_bytes if on_disk else self.max_bytes):
+            return
+        self._recordings[key] = (result, size, on_disk)
+        if result.kept is not None and result.kept.exact:
+            self._passes[pass_key_of(key)] = key
+        for where, budget in ((False, self.max_bytes), (True, self.disk_bytes)):
+            kept = [k for k, (_, _, disk) in self._recordings.items() if disk == where]
+            total = sum(self._recordings[k][1] for k in kept)
+            for gone in kept:  # least recent first
+                if total <= budget:
+                    break
+                total -= self._recordings.pop(gone)[1]
                 self._passes.pop(pass_key_of(gone), None)
 
     def pass_key(
@@ -346,7 +400,8 @@ class RecordingCache:
         with self._lock:
             self._generations[key] = dataclasses.replace(generation, result=None)
             if result is not None:  # the recorded pass of prompt + new tokens, kept as run()'s
-                self._keep(_input_key(model, result.batch, None, device, None), result)
+                recorded = _input_key(model, result.batch, None, device, None)
+                self._keep(recorded, result, recording_bytes(result))
             while len(self._generations) > MAX_GENERATIONS:
                 self._generations.popitem(last=False)
         return generation

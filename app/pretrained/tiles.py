@@ -30,6 +30,8 @@ exp(max(s - lse)), one exp per block.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
@@ -247,6 +249,45 @@ class KeptPass:
                     seen.add(storage.data_ptr())
                     total += storage.nbytes()
         return total
+
+
+def spilled(kept: KeptPass, folder: str | None = None) -> KeptPass:
+    """The same pass with its tensors on disk, memory-mapped: what the OS pages in as read.
+
+    The tensors are written to one file in ``folder`` (default the system's temporary
+    folder, ``TMPDIR``), read back with ``torch.load(mmap=True)`` and the file's name
+    removed at once: the mapping keeps the data until the last tensor is freed, and nothing
+    is left behind. Tensors on the CPU only.
+
+    Raises:
+        OSError: the file could not be written (a full disk).
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    for i, layer in enumerate(kept.layers):
+        tensors[f"{i}.query"] = layer.query.contiguous()
+        tensors[f"{i}.key"] = layer.key.contiguous()
+        tensors[f"{i}.lse"] = layer.lse.contiguous()
+        if layer.position_bias is not None:
+            tensors[f"{i}.position_bias"] = layer.position_bias.contiguous()
+    handle, path = tempfile.mkstemp(prefix="attnviz-pass-", suffix=".pt", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(tensors, file)
+        mapped = torch.load(path, mmap=True, weights_only=True)
+    finally:
+        os.unlink(path)
+    return KeptPass(
+        [
+            replace(
+                layer,
+                query=mapped[f"{i}.query"],
+                key=mapped[f"{i}.key"],
+                lse=mapped[f"{i}.lse"],
+                position_bias=mapped.get(f"{i}.position_bias"),
+            )
+            for i, layer in enumerate(kept.layers)
+        ]
+    )
 
 
 def _scaling(call: AttentionCall) -> float:

@@ -70,7 +70,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     for given in application.state.given_models:  # create_app(models=...)
         registry.add(given)
     registry.start(release_memory)  # in the background: the server answers while models load
-    recordings.resize(settings.recording_cache_bytes)
+    recordings.resize(settings.recording_cache_bytes, settings.kept_pass_disk_bytes)
     yield
     registry.stop()
     stop_executor()

@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ..attention.module_cache import DEFAULT_CACHE_BYTES
 from ..pretrained.loading import default_cache_dir
 from ..pretrained.placement import DType, Placement, PlacementError
-from ..pretrained.recordings import RECORDING_CACHE_BYTES
+from ..pretrained.recordings import KEPT_PASS_DISK_BYTES, RECORDING_CACHE_BYTES
 from .limits import (
     MAX_BATCH,
     MAX_BODY_BYTES,
@@ -90,6 +90,11 @@ class Settings(BaseSettings):
         recording_cache_bytes: the budget of the latest pretrained-model forward passes
             kept by input (their query and key states), so that a click on a head, a
             layer or a token reuses the pass instead of running it again; 0 keeps none.
+        kept_pass_disk_bytes: the budget of the passes kept for tiles (q, k and each
+            row's log-sum-exp) that are larger than recording_cache_bytes: they go to a
+            memory-mapped file in the system's temporary folder (removed at once, so
+            nothing stays behind), and a long input's views and zoom run no second pass;
+            0 keeps none there (models on the CPU only).
         max_request_bytes: the most memory one pretrained-model request may need at its
             peak, estimated before it runs (attnviz.pretrained.admission); a request
             estimated over it is refused with 413 naming texts or max_new_tokens, the
@@ -140,6 +145,7 @@ class Settings(BaseSettings):
     model_dirs: list[Path] = Field(default_factory=list)
     cache_dir: Path = Field(default_factory=default_cache_dir)
     recording_cache_bytes: int = Field(RECORDING_CACHE_BYTES, ge=0)
+    kept_pass_disk_bytes: int = Field(KEPT_PASS_DISK_BYTES, ge=0)
     max_request_bytes: int = Field(MAX_REQUEST_BYTES, ge=1)
     max_download_bytes: int = Field(MAX_DOWNLOAD_BYTES, ge=1)
     dtype: DType = "auto"

@@ -349,3 +349,52 @@ def test_a_kept_layer_replayed_in_row_chunks_hands_over_its_tile(
     replay_kept(Chunks(), result.kept, index)  # type: ignore[arg-type]
     assert done == [True]
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
+def test_a_pass_over_the_memory_budget_is_kept_on_disk_memory_mapped(
+    folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A kept pass too large for the memory budget goes to a memory-mapped file (its name
+    removed at once): the views of it are the same, run no forward pass, and leave nothing
+    in the temporary folder; with no disk budget it is not kept."""
+    import tempfile
+
+    from attnviz.pretrained.analysis import Limits, ViewOptions, prepare_sequence
+    from attnviz.pretrained.recordings import RecordingCache
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    model = load_model_dir("llama", folders["llama"])
+    batch = model.tokenize([LONG])
+    limits = Limits(max_seq_len=64, max_weight_cells=10**8, max_request_bytes=2**31)
+    runs: list[int] = []
+    run = PretrainedModel.run
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(PretrainedModel, "run", counted)
+
+    def view(cache: RecordingCache, observe: bool = False, **options: Any) -> Any:
+        chosen = ViewOptions(sequence_index=0, device="cpu", **options)
+        return walked(
+            prepare_sequence(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
+        )[1]
+
+    on_disk = RecordingCache(1, disk_bytes=10**8)  # no room in memory
+    view(on_disk, observe=True, display_size=5)
+    in_memory, mapped = on_disk.held_bytes
+    assert in_memory == 0 and mapped > 0
+    assert list(tmp_path.iterdir()) == []  # the file's name is gone at once
+    reference = RecordingCache(10**8, disk_bytes=0)
+    head = {"layer_index": 1, "head_index": 2}
+    runs.clear()
+    got = view(on_disk, **head)
+    assert runs == []  # the kept pass on disk: no forward pass
+    want = view(reference, **head)
+    torch.testing.assert_close(got.attentions, want.attentions, atol=1e-5, rtol=0)
+    nowhere = RecordingCache(1, disk_bytes=0)
+    view(nowhere, observe=True, display_size=5)
+    runs.clear()
+    view(nowhere, **head)
+    assert runs == [1]  # not kept: the pass runs again
