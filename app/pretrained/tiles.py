@@ -41,6 +41,7 @@ from torch import nn
 
 from ..attention.cancellation import check_cancelled
 from ..attention.pooling import block_reduce
+from . import tile_kernel
 from .calls import POSITION_BIAS, AttentionCall, eager_attention, query_row
 from .mask_rules import MaskRule, rule_of
 
@@ -190,13 +191,13 @@ class KeptLayer:
         scores = torch.bmm(
             query.reshape(size, count * length, depth), key.transpose(1, 2), out=target
         ).view(size, count, length, len(cols))
-        bias = self.position_bias
+        bias = self.position_bias  # every term in place: ``out`` holds the scores
         if bias is not None:
             part = bias if bias.shape[1] == 1 else bias[:, index]
             part = part if part.shape[-2] == 1 else part[..., rows.start : rows.stop, :]
-            scores = scores + part[..., cols.start : cols.stop].float()
+            scores.add_(part[..., cols.start : cols.stop].float())
         if self.softcap is not None:
-            scores = torch.tanh(scores / self.softcap) * self.softcap
+            scores.div_(self.softcap).tanh_().mul_(self.softcap)
         if visible is not None:
             scores.masked_fill_(~visible, float("-inf"))
         return scores
@@ -467,7 +468,9 @@ def tile(
     weights = exp(score(q[rows], k[cols]) - lse[rows]) with the layer's score terms (the
     module docstring), computed in chunks of about :data:`TILE_FLOATS` scores whose rows
     and columns start on block boundaries, so that pooling a chunk pools the whole tile.
-    A chunk no row of which sees any key is not computed. Block max is
+    A chunk no row of which sees any key is not computed. On a CUDA device with Triton
+    installed, a layer :func:`.tile_kernel.supports` is computed by its kernel instead
+    (the same numbers). Block max is
     exp(max(score - lse)) (one exp per block); block mean averages the block's cells,
     masked ones as 0 (a partial last block: the cells it has), as the dense map pooled by
     :func:`attnviz.attention.pooling.block_reduce` would.
@@ -506,6 +509,11 @@ def tile(
         raise ValueError(f"factor {factor}: tokens per block must be at least 1")
     if reduce not in ("max", "mean"):
         raise ValueError(f"reduce {reduce!r}: a tile is reduced by 'max' or 'mean'")
+    if kept_layer_.query.is_cuda and tile_kernel.available() and tile_kernel.supports(kept_layer_):
+        # the GPU fast path: one Triton program per cell, q, k and the LSE read in place
+        return tile_kernel.kernel_tile(
+            kept_layer_, heads, rows, cols, reduce, (factor_q, factor_k)
+        ).cpu()
     out = torch.zeros(
         (size, len(heads), math.ceil(len(rows) / factor_q), math.ceil(len(cols) / factor_k))
     )

@@ -398,3 +398,31 @@ def test_a_pass_over_the_memory_budget_is_kept_on_disk_memory_mapped(
     runs.clear()
     view(nowhere, **head)
     assert runs == [1]  # not kept: the pass runs again
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_one_input_alone_as_the_page_runs_it_is_kept_exact(
+    name: str, models: dict[str, PretrainedModel], folders: dict[str, Path]
+) -> None:
+    """One input (B = 1, the page's case: weights written in place), every layer kept with
+    no refusal, and its replayed weights equal eager attention."""
+    from attnviz.pretrained.tiles import tile_weights
+
+    model = models[name]
+    batch = model.tokenize([LONG])
+    targets = model.decoder_inputs(tiny.TARGETS[:1]) if model.family == "encoder-decoder" else None
+    result = model.run(batch, targets, device="cpu", record=False, keep=True)
+    assert result.kept is not None and result.kept.exact, [
+        layer.refusal for layer in result.kept.layers if layer.refusal
+    ]
+    inputs = {"input_ids": batch.input_ids}
+    if targets is not None:
+        inputs["decoder_input_ids"] = targets.input_ids
+    with torch.inference_mode():
+        expected = eager_model(folders[name], model.family)(**inputs, output_attentions=True)
+    for block in model.blocks:
+        for layer, weights in enumerate(eager_maps(expected, block)):
+            kept = result.kept.layers[result.block_calls[block][layer]]
+            _, heads, length_q, length_k = kept.shape
+            got = tile_weights(kept, range(heads), range(length_q), range(length_k))
+            torch.testing.assert_close(got, weights.float(), atol=1e-5, rtol=0)
