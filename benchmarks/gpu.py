@@ -209,6 +209,94 @@ def row(name: str, length: int, m: dict[str, float]) -> str:
     )
 
 
+def measure_tiles(model: Any, batch: Any, reps: int) -> dict[str, float]:
+    """The kept pass and its tiles (issue 52): forward, kept, grid, zoom tiles, peak.
+
+    * forward: transformers' own SDPA forward, the baseline;
+    * kept: the pass kept for tiles (q, k, each row's LSE from the flash kernel);
+    * grid: the kept pass plus every layer's and head's block-max tile pooled to 64 x 64
+      (the Triton kernel on CUDA), its ratio to forward the issue's target (<= 1.5x for
+      SmolLM2's shape, <= 1.3x for the 8B shape);
+    * zoom: one 256 x 256 tile at one token a cell (the deepest zoom) of the last layer's
+      first head, and the whole map at z = 0, from the kept pass (target <= 50 ms);
+    * peak: GPU memory at the grid's peak above what was allocated before it (the weights).
+    """
+    from attnviz.pretrained.tiles import TILE_SIDE
+
+    from benchmarks.decoder import attention_implementation
+
+    network = model.model
+    ids = batch.input_ids.to(model.home)
+    length = int(ids.shape[1])
+    factor = -(-length // 64)
+    kept: dict[str, Any] = {}
+
+    def forward() -> None:
+        with attention_implementation(network, "sdpa"), torch.inference_mode():
+            network(ids, logits_to_keep=1)
+
+    def keep() -> None:
+        kept["result"] = None  # the last one freed first: two never held at once
+        kept["result"] = model.run(batch, record=False, keep=True)
+
+    def grid() -> None:
+        keep()
+        for layer in range(model.num_layers):
+            kept["result"].tile("decoder", layer, factor=(factor, factor))
+
+    def deepest() -> None:
+        start = max(0, min(length // 2, length - TILE_SIDE))
+        middle = range(start, min(length, start + TILE_SIDE))
+        kept["result"].tile("decoder", model.num_layers - 1, heads=[0], rows=middle, cols=middle)
+
+    def whole() -> None:
+        step = -(-length // TILE_SIDE)
+        kept["result"].tile("decoder", model.num_layers - 1, heads=[0], factor=(step, step))
+
+    figures = {"forward": timed(forward, reps), "kept": timed(keep, reps)}
+    cuda = torch.cuda.is_available()
+    kept["result"] = None
+    resident = 0
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        resident = torch.cuda.memory_allocated()
+    figures["grid"] = timed(grid, reps)
+    figures["peak"] = (torch.cuda.max_memory_allocated() - resident) / GiB if cuda else 0.0
+    figures["kept_gib"] = kept["result"].kept.nbytes / GiB
+    figures["zoom"] = timed(deepest, reps)
+    figures["whole"] = timed(whole, reps)
+    kept.clear()
+    return figures
+
+
+def tiles_row(name: str, length: int, m: dict[str, float]) -> str:
+    """One Markdown table row of :func:`measure_tiles`'s figures."""
+    return (
+        f"| {name} | {length:,} | {m['forward'] * 1000:,.0f} ms | {m['kept'] * 1000:,.0f} ms "
+        f"({m['kept'] / m['forward']:.2f}x) | {m['grid'] * 1000:,.0f} ms "
+        f"({m['grid'] / m['forward']:.2f}x) | {m['zoom'] * 1000:.1f} ms | "
+        f"{m['whole'] * 1000:.1f} ms | {m['kept_gib']:.2f} GiB | {m['peak']:.1f} GiB |"
+    )
+
+
+def tiles_table(smollm2: Any, llama: Any, reps: int) -> None:
+    """Issue 52's GPU figures: the kept pass and its tiles, longest rows last."""
+    print("\n| model | L | forward | kept (x forward) | forward + grid (x forward) | zoom tile "
+          "| z = 0 | kept pass | grid peak |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for model, length in [(smollm2, 8192), (llama, 8192), (smollm2, 32_768), (llama, 32_768),
+                          (smollm2, 131_072), (llama, 131_072)]:  # fmt: skip
+        model.config.max_position_embeddings = max(model.config.max_position_embeddings, length)
+        try:
+            figures = measure_tiles(model, random_batch(model, length), reps)
+        except torch.OutOfMemoryError as error:
+            torch.cuda.empty_cache()
+            print(f"| {model.name} | {length:,} | out of memory: {str(error)[:120]} |", flush=True)
+            continue
+        print(tiles_row(model.name, length, figures), flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -230,6 +318,7 @@ def main() -> int:
                           (smollm2, 32_768)]:  # fmt: skip
         figures = measure(model, random_batch(model, length), args.reps)
         print(row(model.name, length, figures), flush=True)
+    tiles_table(smollm2, llama, args.reps)
     return 0
 
 

@@ -301,7 +301,9 @@ def attention_with_lse(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """attn_output of a call and each row's log-sum-exp, from the kernel that computes the output.
 
-    On the CPU, where SDPA itself would run and nothing needs the model's eager attention,
+    On a CUDA device, a plainly causal (or unmasked) call in half precision runs PyTorch's
+    flash kernel, which returns the LSE with the output (:func:`_cuda_flash_with_lse`). On
+    the CPU, where SDPA itself would run and nothing needs the model's eager attention,
     PyTorch's flash kernel for the CPU (``aten._scaled_dot_product_flash_attention_for_cpu``,
     the kernel SDPA dispatches to there) returns both at once, so keeping the LSE costs
     nothing: a plainly causal call as one call with the causal flag, any other mask in
@@ -320,6 +322,10 @@ def attention_with_lse(
         or the kernel's finite stand-in: its tile weights are 0 either way.
     """
     module, query, key, value = call.module, call.query, call.key, call.value
+    if query.device.type == "cuda" and dropout == 0.0:
+        on_gpu = _cuda_flash_with_lse(call)
+        if on_gpu is not None:
+            return on_gpu
     plain = (
         query.device.type == "cpu"
         and not needs_eager(module, call.kwargs)
@@ -361,6 +367,56 @@ def attention_with_lse(
         outputs.append(part)
         lses.append(lse.float())
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), torch.cat(lses, dim=2)
+
+
+_CUDA_FLASH_FAILED: list[str] = []
+"""Why the CUDA flash path was given up in this process (its first failure), if it was."""
+
+
+def _cuda_flash_with_lse(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """attn_output and LSE of a call by PyTorch's CUDA flash kernel, or None where it cannot.
+
+    For calls SDPA would send to its flash kernel: float16 or bfloat16 states, head size up
+    to 256, no position bias, no softcap or sinks, and a plainly causal mask or none. Key
+    and value heads are repeated for grouped-query heads, as transformers' SDPA path does.
+    Anything else, and any failure of the private op (its signature is PyTorch's own and may
+    change between releases; the first failure is kept in :data:`_CUDA_FLASH_FAILED` and
+    the path is not tried again), gives None: the caller computes the output by SDPA and
+    the LSE from the scores.
+    """
+    query, key, value, module = call.query, call.key, call.value, call.module
+    if _CUDA_FLASH_FAILED or query.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    if needs_eager(module, call.kwargs) or call.kwargs.get(POSITION_BIAS) is not None:
+        return None
+    if int(query.shape[-1]) > 256 or key.shape[-1] != value.shape[-1]:
+        return None
+    length = int(query.shape[2])
+    if call.attention_mask is None:
+        causal = length > 1 and bool(
+            call.kwargs.get("is_causal", getattr(module, "is_causal", True))
+        )
+    elif _plainly_causal(call):
+        causal = True
+    else:
+        return None
+    if causal and int(key.shape[2]) > length:
+        key, value = key[:, :, :length], value[:, :, :length]
+    group = call.group_size
+    if group > 1:
+        key = key.repeat_interleave(group, dim=1)
+        value = value.repeat_interleave(group, dim=1)
+    try:
+        found = torch.ops.aten._scaled_dot_product_flash_attention(
+            query, key, value, 0.0, causal, False, scale=call.scaling
+        )
+        output, lse = found[0], found[1]
+        if tuple(lse.shape) != tuple(query.shape[:3]) or output.shape != query.shape:
+            raise RuntimeError(f"unexpected shapes {tuple(output.shape)}, {tuple(lse.shape)}")
+    except (RuntimeError, TypeError, NotImplementedError) as error:
+        _CUDA_FLASH_FAILED.append(f"{type(error).__name__}: {error}")
+        return None
+    return output.transpose(1, 2).contiguous(), lse.float()
 
 
 def replay_kept(observer: AttentionObserver, kept: KeptPass, index: int) -> None:
