@@ -11,6 +11,7 @@ import { state } from "./state.js";
 import { methodFigureName } from "./methods.js";
 import { headMap } from "./stream.js";
 import { describeMap, rememberHead } from "./heads.js";
+import { addZoom } from "./zoom.js";
 
 // Narrower than this (px), the model view's columns are numbered 0, 1, ... instead of
 // H0, H1, ...: twelve "H10"-wide labels do not fit side by side on a phone.
@@ -62,6 +63,9 @@ export async function showEnlarged(container, res, l, h) {
   await div.drawn;
   bindSelection(div);
   await outlineMap(div, res);
+  // A pooled head of an input whose pass the server kept: zoom in to single tokens, tile
+  // by tile (zoom.js), with no L x L numbers on the page.
+  if (pooled && res.pass_key) addZoom(container, res, l, h);
 }
 
 // The chosen method's own map (head importance, gradient rollout, flow, value zeroing; for

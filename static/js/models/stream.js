@@ -228,7 +228,7 @@ function takeLine(stream, line) {
     return {
       ...start, shape: end.shape, attentions, head_mean: headMean, layer_mean: end.layer_mean,
       rollout: end.rollout, special_share: end.special_share,
-      average_downsample: end.average_downsample,
+      average_downsample: end.average_downsample, pass_key: end.pass_key ?? null,
     };
   }
   if (line.type === "error") {
