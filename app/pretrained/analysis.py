@@ -299,10 +299,7 @@ def prepare_sequence(
             block_of=model.block_of(model.on(run_on)),
         )
         return PreparedSequence(walk, None, str(run_on), generation, None)
-    # the neuron view, ablation and the methods that compute from the pass need the
-    # recorded states; the other views are tiles of a pass kept for them (:mod:`.tiles`)
-    spec = method_spec(options.method)
-    states = options.neuron or bool(options.ablate) or spec.compute is not None or spec.per_head
+    states = needs_states(options)
     result = (
         generation.result
         if generation is not None and generation.result is not None
@@ -359,6 +356,17 @@ def prepare_sequence(
         added.gradients,
         added.method_window,
     )
+
+
+def needs_states(options: ViewOptions) -> bool:
+    """Whether a view needs a recorded pass's states (value states, the mask as given).
+
+    The neuron view, heads switched off and the methods that compute from the pass (norm,
+    value zeroing, the gradients) do; the other views are tiles of a pass kept for them
+    (:mod:`.tiles`), which holds no value states.
+    """
+    spec = method_spec(options.method)
+    return options.neuron or bool(options.ablate) or spec.compute is not None or spec.per_head
 
 
 def observed_pass(

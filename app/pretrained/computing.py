@@ -413,6 +413,8 @@ def _cuda_flash_with_lse(call: AttentionCall) -> tuple[torch.Tensor, torch.Tenso
         output, lse = found[0], found[1]
         if tuple(lse.shape) != tuple(query.shape[:3]) or output.shape != query.shape:
             raise RuntimeError(f"unexpected shapes {tuple(output.shape)}, {tuple(lse.shape)}")
+    except torch.OutOfMemoryError:
+        raise  # the device's memory, not the op: admission and the 503 handle it
     except (RuntimeError, TypeError, NotImplementedError) as error:
         _CUDA_FLASH_FAILED.append(f"{type(error).__name__}: {error}")
         return None

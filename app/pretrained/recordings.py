@@ -196,16 +196,19 @@ class RecordingCache:
             AttentionInputError: as :meth:`.model.PretrainedModel.run`.
         """
         key = _input_key(model, batch, targets, device, ablate)
+        tiles = None
         with self._lock:
             kept = self._recordings.get(key)
             if kept is not None and states and kept[0].tiles_only:
-                kept = None  # a pass kept for tiles: run it again, recorded
+                tiles, kept = kept[0].kept, None  # run it again, recorded; its tiles kept on
             if kept is not None:
                 self._recordings.move_to_end(key)
                 self.hits += 1
                 return kept[0]
             self.misses += 1
         result = model.run(batch, targets, device=device, ablate=ablate)
+        if tiles is not None:  # the zoom of the same input goes on (its pass_key stays)
+            result = dataclasses.replace(result, kept=tiles)
         with self._lock:
             self._keep(key, result, recording_bytes(result))
         return result
@@ -217,12 +220,17 @@ class RecordingCache:
         targets: TokenizedBatch | None = None,
         *,
         device: str = "auto",
+        states: bool = False,
     ) -> PretrainedAttentions | None:
-        """The kept recording of this input (no heads switched off), or None."""
+        """The kept recording of this input (no heads switched off), or None.
+
+        ``states``: only a recording with the states (not a pass kept for tiles only), as
+        :meth:`run` takes it.
+        """
         key = _input_key(model, batch, targets, device, None)
         with self._lock:
             kept = self._recordings.get(key)
-            if kept is None:
+            if kept is None or (states and kept[0].tiles_only):
                 return None
             self._recordings.move_to_end(key)
             self.hits += 1
@@ -282,6 +290,8 @@ class RecordingCache:
         """Keep ``result`` under ``key`` if it fits its budget, least recent out (lock held)."""
         if not 0 < size <= (self.disk_bytes if on_disk else self.max_bytes):
             return
+        self._recordings.pop(key, None)  # a pass kept again: newest, and named anew below
+        self._passes.pop(pass_key_of(key), None)
         self._recordings[key] = (result, size, on_disk)
         if result.kept is not None and result.kept.exact:
             self._passes[pass_key_of(key)] = key

@@ -300,7 +300,12 @@ class PretrainedAttentions:
             ComputeCancelledError: the computation was cancelled (between chunks).
         """
         index = self._call(block, layer)
-        if self.kept is not None and (self.tiles_only or self.kept.layers[index].refusal is None):
+        weights = self.tiles_only or (
+            self.recording.key_scale(index) is None and self.kept.layers[index].refusal is None
+            if self.kept is not None
+            else False
+        )  # a method's maps (norm's per-key scale) replay the recording
+        if self.kept is not None and weights:
             replay_kept(observer, self.kept, index)  # exact weights from q, k and the LSE
             return
         replayed(observer, self.recording, index)

@@ -38,6 +38,37 @@ def available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+FAILED: list[str] = []
+"""Why the kernel was given up in this process (its first failure to compile or launch)."""
+
+
+def usable() -> bool:
+    """Whether the kernel may run here: Triton installed and no failure of it yet."""
+    return not FAILED and available()
+
+
+def kernel_tile_or_none(
+    layer: KeptLayer,
+    heads: list[int],
+    rows: range,
+    cols: range,
+    reduce: str,
+    factor: tuple[int, int],
+) -> torch.Tensor | None:
+    """:func:`kernel_tile`, or None once it failed to compile or launch.
+
+    The failure is kept in :data:`FAILED`: the caller takes the torch path, and so does every
+    later tile. Running out of device memory is raised, not kept: it says nothing of the kernel.
+    """
+    try:
+        return kernel_tile(layer, heads, rows, cols, reduce, factor)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as error:  # a compiler or driver failure: Triton's own exception types
+        FAILED.append(f"{type(error).__name__}: {error}")
+        return None
+
+
 def supports(layer: KeptLayer) -> bool:
     """Whether the kernel computes this layer's tiles: no position bias, a causal or no mask."""
     if layer.position_bias is not None or layer.dense_mask is not None:

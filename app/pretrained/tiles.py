@@ -255,40 +255,44 @@ class KeptPass:
 def spilled(kept: KeptPass, folder: str | None = None) -> KeptPass:
     """The same pass with its tensors on disk, memory-mapped: what the OS pages in as read.
 
-    The tensors are written to one file in ``folder`` (default the system's temporary
-    folder, ``TMPDIR``), read back with ``torch.load(mmap=True)`` and the file's name
-    removed at once: the mapping keeps the data until the last tensor is freed, and nothing
-    is left behind. Tensors on the CPU only.
+    Each layer's tensors are written to a file in ``folder`` (default the system's
+    temporary folder, ``TMPDIR``), read back with ``torch.load(mmap=True)`` and the file's
+    name removed at once: the mapping keeps the data until the last tensor is freed, and
+    nothing is left behind; a layer at a time, so that writing holds one layer's copy more.
+    Tensors on the CPU only.
 
     Raises:
         OSError: the file could not be written (a full disk).
     """
-    tensors: dict[str, torch.Tensor] = {}
-    for i, layer in enumerate(kept.layers):
-        tensors[f"{i}.query"] = layer.query.contiguous()
-        tensors[f"{i}.key"] = layer.key.contiguous()
-        tensors[f"{i}.lse"] = layer.lse.contiguous()
-        if layer.position_bias is not None:
-            tensors[f"{i}.position_bias"] = layer.position_bias.contiguous()
-    handle, path = tempfile.mkstemp(prefix="attnviz-pass-", suffix=".pt", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            torch.save(tensors, file)
-        mapped = torch.load(path, mmap=True, weights_only=True)
-    finally:
-        os.unlink(path)
-    return KeptPass(
-        [
+    layers = []
+    for layer in kept.layers:  # a file a layer: one layer's contiguous copies at a time
+        tensors = {
+            name: tensor.contiguous()
+            for name, tensor in (
+                ("query", layer.query), ("key", layer.key), ("lse", layer.lse),
+                ("position_bias", layer.position_bias), ("dense_mask", layer.dense_mask),
+            )
+            if tensor is not None
+        }  # fmt: skip
+        handle, path = tempfile.mkstemp(prefix="attnviz-pass-", suffix=".pt", dir=folder)
+        try:
+            with os.fdopen(handle, "wb") as file:
+                torch.save(tensors, file)
+            mapped = torch.load(path, mmap=True, weights_only=True)
+        finally:
+            os.unlink(path)
+        del tensors
+        layers.append(
             replace(
                 layer,
-                query=mapped[f"{i}.query"],
-                key=mapped[f"{i}.key"],
-                lse=mapped[f"{i}.lse"],
-                position_bias=mapped.get(f"{i}.position_bias"),
+                query=mapped["query"],
+                key=mapped["key"],
+                lse=mapped["lse"],
+                position_bias=mapped.get("position_bias"),
+                dense_mask=mapped.get("dense_mask"),
             )
-            for i, layer in enumerate(kept.layers)
-        ]
-    )
+        )
+    return KeptPass(layers)
 
 
 def _scaling(call: AttentionCall) -> float:
@@ -509,11 +513,13 @@ def tile(
         raise ValueError(f"factor {factor}: tokens per block must be at least 1")
     if reduce not in ("max", "mean"):
         raise ValueError(f"reduce {reduce!r}: a tile is reduced by 'max' or 'mean'")
-    if kept_layer_.query.is_cuda and tile_kernel.available() and tile_kernel.supports(kept_layer_):
+    if kept_layer_.query.is_cuda and tile_kernel.usable() and tile_kernel.supports(kept_layer_):
         # the GPU fast path: one Triton program per cell, q, k and the LSE read in place
-        return tile_kernel.kernel_tile(
+        found = tile_kernel.kernel_tile_or_none(
             kept_layer_, heads, rows, cols, reduce, (factor_q, factor_k)
-        ).cpu()
+        )
+        if found is not None:
+            return found.cpu()
     out = torch.zeros(
         (size, len(heads), math.ceil(len(rows) / factor_q), math.ceil(len(cols) / factor_k))
     )

@@ -107,7 +107,7 @@ def check_every_view(page, length: int) -> dict[str, Any]:  # type: ignore[no-un
     assert len(plot_z(page, enlarged)) == math.ceil(length / factor)
     assert (
         f"block max of {factor} × {factor} tokens"
-        in page.locator("#view-model .enlarged .gtitle").text_content()
+        in page.locator("#view-model .enlarged .enlarged-plot .gtitle").text_content()
     )
     note = page.locator("#display-note").text_content()
     assert "an enlarged head to 1024" in note

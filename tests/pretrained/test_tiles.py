@@ -426,3 +426,26 @@ def test_one_input_alone_as_the_page_runs_it_is_kept_exact(
             _, heads, length_q, length_k = kept.shape
             got = tile_weights(kept, range(heads), range(length_q), range(length_k))
             torch.testing.assert_close(got, weights.float(), atol=1e-5, rtol=0)
+
+
+def test_a_recorded_pass_of_an_input_kept_for_tiles_keeps_its_name_and_tiles(
+    folders: dict[str, Path],
+) -> None:
+    """The neuron view of an input whose pass is kept for tiles only runs a recorded pass;
+    the pass's name (pass_key) goes on naming it, with the same tiles, and the cache holds
+    one entry for the input."""
+    from attnviz.pretrained.recordings import RecordingCache
+
+    model = load_model_dir("llama", folders["llama"])
+    batch = model.tokenize([LONG])
+    cache = RecordingCache(10**8)
+    grid = cache.observed(model, batch, None, None, device="cpu", record=False, keep=True)
+    name = cache.pass_key(model, batch, device="cpu")
+    assert name is not None and grid.tiles_only
+    recorded = cache.run(model, batch, device="cpu", states=True)
+    assert recorded.recording.calls and recorded.kept is grid.kept
+    assert cache.pass_key(model, batch, device="cpu") == name
+    found = cache.by_pass_key(name)
+    assert found is not None and found[1] is recorded
+    torch.testing.assert_close(found[1].tile("decoder", 1), grid.tile("decoder", 1))
+    assert cache.run(model, batch, device="cpu", states=True) is recorded  # kept: no pass

@@ -17,6 +17,7 @@ from ...pretrained import ModelRegistry, PretrainedModel, TokenizedBatch
 from ...pretrained.analysis import (
     Limits,
     PreparedSequence,
+    needs_states,
     prepare_sequence,
 )
 from ...pretrained.blocks import Block
@@ -24,7 +25,7 @@ from ...pretrained.display import ProgressBudget
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import method_spec, with_method
 from ...pretrained.recordings import RecordingCache
-from ...pretrained.tiles import zoom_span
+from ...pretrained.tiles import TileError, zoom_span
 from ..checks import check_cells, check_limit
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
@@ -268,15 +269,19 @@ def tile_response(request: PretrainedTilesRequest, recordings: RecordingCache) -
         span = zoom_span(length_q, length_k, request.z, request.x, request.y)
     except IndexError as error:
         raise field_error(unprocessable, str(error).split()[0], str(error)) from error
-    weights = result.tile(
-        block,
-        request.layer_index,
-        heads=[request.head_index],
-        rows=span.rows,
-        cols=span.cols,
-        reduce=request.reduce,
-        factor=(span.factor, span.factor),
-    )[0, 0]
+    try:
+        with engine_errors(result.device):  # out of device memory: a 503
+            weights = result.tile(
+                block,
+                request.layer_index,
+                heads=[request.head_index],
+                rows=span.rows,
+                cols=span.cols,
+                reduce=request.reduce,
+                factor=(span.factor, span.factor),
+            )[0, 0]
+    except TileError as error:  # never kept with a refusal; said by name all the same
+        raise field_error(unprocessable, "layer_index", str(error)) from error
     whole = span.factor == 1
     return respond(
         {
@@ -408,7 +413,8 @@ def long_share(
     if count <= LONG_WORK_TOKENS:
         return None
     if not request.max_new_tokens and not request.ablate:
-        kept = recordings.kept(model, alone, alone_targets, device=request.device)
+        states = needs_states(request.view_options())  # a pass kept for tiles serves none
+        kept = recordings.kept(model, alone, alone_targets, device=request.device, states=states)
         if kept is not None:
             return None
     return ("texts", "a long input's maps")

@@ -92,13 +92,15 @@ export function addZoom(container, res, l, h) {
       box.dataset.drawn = "error";
       return;
     }
-    Object.assign(at, { z, x, y, tile });
+    Object.assign(at, { z, x, y, tile, hovered: null }); // a cell of the last tile means nothing here
     Object.assign(box.dataset, { z, x, y, factor: tile.factor });
     clearPlots(plot);
     const title = `L${l}.H${h}, zoom ${tile.z}/${tile.max_z}`;
     const div = addPlot(plot, tileFigure(res, tile, title), "plot zoom-tile");
     note.textContent = describeTile(tile);
     await div.drawn;
+    if (at.loading !== ticket) return; // a later move is drawing its own tile
+    div.on("plotly_unhover", () => { at.hovered = null; });
     div.on("plotly_hover", (event) => {
       const point = event.points[0];
       at.hovered = { row: point.y, col: point.x };
@@ -130,8 +132,8 @@ export function addZoom(container, res, l, h) {
     const cell = at.hovered ?? {
       row: Math.floor(tile.weights.length / 2), col: Math.floor((tile.weights[0] || []).length / 2),
     };
-    const row = tile.rows[0] + cell.row * tile.factor;
-    const col = tile.cols[0] + cell.col * tile.factor;
+    const row = Math.min(tile.rows[1] - 1, tile.rows[0] + cell.row * tile.factor);
+    const col = Math.min(tile.cols[1] - 1, tile.cols[0] + cell.col * tile.factor);
     at.hovered = null;
     show(z, Math.floor(col / span), Math.floor(row / span));
   }
