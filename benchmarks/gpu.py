@@ -221,7 +221,7 @@ def measure_tiles(model: Any, batch: Any, reps: int) -> dict[str, float]:
       first head, and the whole map at z = 0, from the kept pass (target <= 50 ms);
     * peak: GPU memory at the grid's peak above what was allocated before it (the weights).
     """
-    from attnviz.pretrained.tiles import TILE_SIDE
+    from attnviz.pretrained.zoom import TILE_SIDE
 
     from benchmarks.decoder import attention_implementation
 

@@ -25,7 +25,8 @@ from ...pretrained.display import ProgressBudget
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import method_spec, with_method
 from ...pretrained.recordings import RecordingCache
-from ...pretrained.tiles import TileError, zoom_span
+from ...pretrained.tiles import TileError
+from ...pretrained.zoom import zoom_span
 from ..checks import check_cells, check_limit
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
