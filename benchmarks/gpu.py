@@ -161,26 +161,30 @@ def random_llama(name: str, device: str, dtype: torch.dtype, **shape: Any) -> An
     return wrap_model(network.eval(), word_tokenizer(), name=name)
 
 
-def smollm2_shaped(device: str = "cuda", dtype: torch.dtype = torch.bfloat16) -> Any:
+def smollm2_shaped(
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    name: str = f"{SMOLLM2}-shaped (random)",
+    **changes: Any,
+) -> Any:
     """A randomly initialised decoder of SmolLM2-135M's shape, on ``device`` in ``dtype``.
 
     The shape of SmolLM2-135M-Instruct's config.json: 30 layers, 9 query heads sharing 3
-    key/value heads, d_model 576, a vocabulary of 49,152 and tied embeddings.
+    key/value heads, d_model 576, a vocabulary of 49,152 and tied embeddings; ``changes``:
+    config fields in place of these (fewer layers, more positions), named ``name``.
     """
-    return random_llama(
-        f"{SMOLLM2}-shaped (random)",
-        device,
-        dtype,
-        vocab_size=49_152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        max_position_embeddings=8192,
-        rope_theta=100_000.0,
-        tie_word_embeddings=True,
-    )
+    shape = {
+        "vocab_size": 49_152,
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "max_position_embeddings": 8192,
+        "rope_theta": 100_000.0,
+        "tie_word_embeddings": True,
+    }
+    return random_llama(name, device, dtype, **{**shape, **changes})
 
 
 def llama3_8b_shaped() -> Any:

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu import SMOLLM2, random_batch, random_llama, smollm2_shaped
+from benchmarks.gpu import SMOLLM2, random_batch, smollm2_shaped
 
 
 def load_smollm2() -> Any:
@@ -57,19 +57,12 @@ def load_smollm2() -> Any:
 
 def long_model() -> Any:
     """A random 4-layer decoder of SmolLM2's width that admits 32,768 positions."""
-    return random_llama(
-        "SmolLM2-width, 4 layers (random)",
+    return smollm2_shaped(
         "cpu",
         torch.float32,
-        vocab_size=49_152,
-        hidden_size=576,
-        intermediate_size=1536,
+        "SmolLM2-width, 4 layers (random)",
         num_hidden_layers=4,
-        num_attention_heads=9,
-        num_key_value_heads=3,
         max_position_embeddings=32_768,
-        rope_theta=100_000.0,
-        tie_word_embeddings=True,
     )
 
 

@@ -321,38 +321,23 @@ def attention_with_lse(
         LSE (B, H, L_q) float32. A row that sees no key has an LSE of -inf (recomputed)
         or the kernel's finite stand-in: its tile weights are 0 either way.
     """
-    module, query, key, value = call.module, call.query, call.key, call.value
-    if query.device.type == "cuda" and dropout == 0.0:
-        on_gpu = _cuda_flash_with_lse(call)
+    query = call.query
+    form = _flash_form(call) if dropout == 0.0 else None
+    if form is not None and query.device.type == "cuda":
+        on_gpu = _cuda_flash_with_lse(call, form)
         if on_gpu is not None:
             return on_gpu
-    plain = (
-        query.device.type == "cpu"
-        and not needs_eager(module, call.kwargs)
-        and call.kwargs.get(POSITION_BIAS) is None
-        and dropout == 0.0
-        and query.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-        and key.shape[-1] == value.shape[-1]
-    )
-    if not plain:
+    cpu_types = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+    if form is None or query.device.type != "cpu" or query.dtype not in cpu_types:
         output = computed(call, dropout)
         return output, row_lse(call)
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     length = int(query.shape[2])
-    mask = call.attention_mask
+    mask, causal_flag, key, value = form
     if mask is not None and mask.dtype == torch.bool:  # the kernel takes an additive mask
         mask = torch.zeros((), dtype=query.dtype).masked_fill(~mask, torch.finfo(query.dtype).min)
     elif mask is not None:
         mask = mask.to(query.dtype)
-    causal_flag = False
-    if mask is None:  # as sdpa_attention_forward: the module's causal flag, for a square call
-        causal_flag = length > 1 and bool(
-            call.kwargs.get("is_causal", getattr(module, "is_causal", True))
-        )
-    elif _plainly_causal(call):
-        mask, causal_flag = None, True
-    if causal_flag and int(key.shape[2]) > length:
-        key, value = key[:, :, :length], value[:, :, :length]
     if mask is None or length <= QUERY_CHUNK:
         output, lse = flash(query, key, value, 0.0, causal_flag, attn_mask=mask, scale=call.scaling)
         return output.transpose(1, 2).contiguous(), lse.float()
@@ -369,39 +354,60 @@ def attention_with_lse(
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), torch.cat(lses, dim=2)
 
 
+FlashForm = tuple[torch.Tensor | None, bool, torch.Tensor, torch.Tensor]
+"""How a flash kernel runs a call: its mask (None: none or the causal flag), the causal
+flag, and the keys and values (cut to the queries' length with the causal flag)."""
+
+
+def _flash_form(call: AttentionCall) -> FlashForm | None:
+    """The call as SDPA's own kernels run it, or None where only eager attention can.
+
+    None for a softcap or sinks (:func:`needs_eager`), a position bias, or values of another
+    width than the keys. A call without a mask takes the module's causal flag for a square
+    call, as transformers' ``sdpa_attention_forward`` does; a plainly causal mask becomes
+    the causal flag (:func:`_plainly_causal`); any other mask stays.
+    """
+    query, key, value, module = call.query, call.key, call.value, call.module
+    if needs_eager(module, call.kwargs) or call.kwargs.get(POSITION_BIAS) is not None:
+        return None
+    if key.shape[-1] != value.shape[-1]:
+        return None
+    length = int(query.shape[2])
+    mask, causal = call.attention_mask, False
+    if mask is None:
+        causal = length > 1 and bool(
+            call.kwargs.get("is_causal", getattr(module, "is_causal", True))
+        )
+    elif _plainly_causal(call):
+        mask, causal = None, True
+    if causal and int(key.shape[2]) > length:
+        key, value = key[:, :, :length], value[:, :, :length]
+    return mask, causal, key, value
+
+
 _CUDA_FLASH_FAILED: list[str] = []
 """Why the CUDA flash path was given up in this process (its first failure), if it was."""
 
 
-def _cuda_flash_with_lse(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _cuda_flash_with_lse(
+    call: AttentionCall, form: FlashForm
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """attn_output and LSE of a call by PyTorch's CUDA flash kernel, or None where it cannot.
 
-    For calls SDPA would send to its flash kernel: float16 or bfloat16 states, head size up
-    to 256, no position bias, no softcap or sinks, and a plainly causal mask or none. Key
-    and value heads are repeated for grouped-query heads, as transformers' SDPA path does.
+    For calls SDPA would send to its flash kernel (``form``: :func:`_flash_form`) with no
+    mask but the causal flag, float16 or bfloat16 states and a head size up to 256. Key and
+    value heads are repeated for grouped-query heads, as transformers' SDPA path does.
     Anything else, and any failure of the private op (its signature is PyTorch's own and may
     change between releases; the first failure is kept in :data:`_CUDA_FLASH_FAILED` and
     the path is not tried again), gives None: the caller computes the output by SDPA and
     the LSE from the scores.
     """
-    query, key, value, module = call.query, call.key, call.value, call.module
+    query = call.query
+    mask, causal, key, value = form
     if _CUDA_FLASH_FAILED or query.dtype not in (torch.float16, torch.bfloat16):
         return None
-    if needs_eager(module, call.kwargs) or call.kwargs.get(POSITION_BIAS) is not None:
+    if mask is not None or int(query.shape[-1]) > 256:
         return None
-    if int(query.shape[-1]) > 256 or key.shape[-1] != value.shape[-1]:
-        return None
-    length = int(query.shape[2])
-    if call.attention_mask is None:
-        causal = length > 1 and bool(
-            call.kwargs.get("is_causal", getattr(module, "is_causal", True))
-        )
-    elif _plainly_causal(call):
-        causal = True
-    else:
-        return None
-    if causal and int(key.shape[2]) > length:
-        key, value = key[:, :, :length], value[:, :, :length]
     group = call.group_size
     if group > 1:
         key = key.repeat_interleave(group, dim=1)

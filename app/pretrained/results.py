@@ -300,13 +300,14 @@ class PretrainedAttentions:
             ComputeCancelledError: the computation was cancelled (between chunks).
         """
         index = self._call(block, layer)
-        weights = self.tiles_only or (
-            self.recording.key_scale(index) is None and self.kept.layers[index].refusal is None
-            if self.kept is not None
-            else False
-        )  # a method's maps (norm's per-key scale) replay the recording
-        if self.kept is not None and weights:
-            replay_kept(observer, self.kept, index)  # exact weights from q, k and the LSE
+        kept = self.kept
+        # the weights themselves from q, k and the LSE; a method's maps (norm's per-key
+        # scale) and a layer tiles do not reproduce replay the recording
+        if kept is not None and (
+            self.tiles_only
+            or (self.recording.key_scale(index) is None and kept.layers[index].refusal is None)
+        ):
+            replay_kept(observer, kept, index)
             return
         replayed(observer, self.recording, index)
 
@@ -323,17 +324,22 @@ class PretrainedAttentions:
             AttentionInputError: (field ``layer_index``) no such layer.
         """
         call = self._call(block, layer)
-        if self.tiles_only:
-            yield 0, self.tile(block, layer)
-            return
-        recorded = self.recording.calls[call]
-        batch, _, length, _ = recorded.query.shape
-        group = batch * recorded.group_size * length * recorded.key.shape[2]
-        per_call = max(1, HEAD_CHUNK_FLOATS // group)
-        for first in range(0, recorded.num_key_value_heads, per_call):
-            count = min(per_call, recorded.num_key_value_heads - first)
-            weights = self.recording.groups_weights(call, first, count)
-            yield first * recorded.group_size, weights
+        if self.tiles_only:  # the same groups, as tiles of the kept pass
+            assert self.kept is not None
+            batch, heads, length, key_length = self.kept.layers[call].shape
+            size = self.kept.layers[call].group_size
+        else:
+            recorded = self.recording.calls[call]
+            batch, heads, length = (int(n) for n in recorded.query.shape[:3])
+            key_length, size = int(recorded.key.shape[2]), recorded.group_size
+        per_call = max(1, HEAD_CHUNK_FLOATS // (batch * size * length * key_length))
+        for first in range(0, heads // size, per_call):
+            count = min(per_call, heads // size - first)
+            if self.tiles_only:
+                weights = self.tile(block, layer, heads=range(first * size, (first + count) * size))
+            else:
+                weights = self.recording.groups_weights(call, first, count)
+            yield first * size, weights
 
     def num_heads(self, block: Block, layer: int) -> int:
         """H, the query heads of one layer.

@@ -249,23 +249,8 @@ def walked(prepared: Any) -> Any:
     return layers, prepared.walk.view()
 
 
-def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
-    folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A recording cache too small for the recorded states but not for the kept pass: the
-    streamed grid keeps its pass for tiles, and the enlarged head, a layer and a token's
-    rows are its tiles (no forward pass), equal to the same views of a recorded pass; the
-    neuron view, which needs the value states, runs the pass again."""
-    from attnviz.pretrained.admission import InputLengths, kept_bytes, recording_bytes
-    from attnviz.pretrained.analysis import Limits, ViewOptions, prepare_sequence
-    from attnviz.pretrained.recordings import RecordingCache
-
-    model = load_model_dir("llama", folders["llama"])
-    batch = model.tokenize([LONG])
-    lengths = InputLengths(source=int(batch.input_ids.shape[1]))
-    small, large = kept_bytes(model, lengths), recording_bytes(model, lengths)
-    assert small < large
-    limits = Limits(max_seq_len=64, max_weight_cells=10**8, max_request_bytes=2**31)
+def counted_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The keyword arguments of every forward pass (PretrainedModel.run) from now on."""
     runs: list[dict[str, Any]] = []
     run = PretrainedModel.run
 
@@ -274,12 +259,39 @@ def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
         return run(self, *args, **kwargs)
 
     monkeypatch.setattr(PretrainedModel, "run", counted)
+    return runs
+
+
+def prepared(
+    model: PretrainedModel, batch: Any, cache: Any, *, observe: bool = False, **options: Any
+) -> Any:
+    """prepare_sequence of input 0 of ``batch`` on the CPU with ``options``, through ``cache``."""
+    from attnviz.pretrained.analysis import Limits, ViewOptions, prepare_sequence
+
+    limits = Limits(max_seq_len=64, max_weight_cells=10**8, max_request_bytes=2**31)
+    chosen = ViewOptions(sequence_index=0, device="cpu", **options)
+    return prepare_sequence(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
+
+
+def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
+    folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording cache too small for the recorded states but not for the kept pass: the
+    streamed grid keeps its pass for tiles, and the enlarged head, a layer and a token's
+    rows are its tiles (no forward pass), equal to the same views of a recorded pass; the
+    neuron view, which needs the value states, runs the pass again."""
+    from attnviz.pretrained.admission import InputLengths, kept_bytes, recording_bytes
+    from attnviz.pretrained.recordings import RecordingCache
+
+    model = load_model_dir("llama", folders["llama"])
+    batch = model.tokenize([LONG])
+    lengths = InputLengths(source=int(batch.input_ids.shape[1]))
+    small, large = kept_bytes(model, lengths), recording_bytes(model, lengths)
+    assert small < large
+    runs = counted_runs(monkeypatch)
 
     def view(cache: RecordingCache, observe: bool = False, **options: Any) -> Any:
-        chosen = ViewOptions(sequence_index=0, device="cpu", **options)
-        return walked(
-            prepare_sequence(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
-        )
+        return walked(prepared(model, batch, cache, observe=observe, **options))
 
     cache = RecordingCache(large - 1)  # the states are not recorded; the kept pass fits
     _, grid = view(cache, observe=True, display_size=5)
@@ -297,22 +309,12 @@ def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
         torch.testing.assert_close(got.attentions, want.attentions, atol=1e-5, rtol=0)
         torch.testing.assert_close(got.head_mean, want.head_mean, atol=1e-5, rtol=0)
     assert runs == []  # every view of the kept pass: tiles, no forward pass
-    rows = prepare_sequence(
-        model, ViewOptions(sequence_index=0, device="cpu", query_index=4), batch, None,
-        "decoder", limits, cache,
-    ).query_rows  # fmt: skip
-    want_rows = prepare_sequence(
-        model, ViewOptions(sequence_index=0, device="cpu", query_index=4), batch, None,
-        "decoder", limits, reference,
-    ).query_rows  # fmt: skip
+    rows = prepared(model, batch, cache, query_index=4).query_rows
+    want_rows = prepared(model, batch, reference, query_index=4).query_rows
     assert rows is not None and want_rows is not None
     torch.testing.assert_close(rows, want_rows, atol=1e-5, rtol=0)
     assert runs == []
-    neuron = {"layer_index": 1, "head_index": 0, "query_index": 4, "neuron": True}
-    prepare_sequence(
-        model, ViewOptions(sequence_index=0, device="cpu", **neuron), batch, None, "decoder",
-        limits, cache,
-    )  # fmt: skip
+    prepared(model, batch, cache, layer_index=1, head_index=0, query_index=4, neuron=True)
     assert len(runs) == 1 and runs[0].get("keep") is not True  # recorded: the value states
 
 
@@ -359,27 +361,15 @@ def test_a_pass_over_the_memory_budget_is_kept_on_disk_memory_mapped(
     in the temporary folder; with no disk budget it is not kept."""
     import tempfile
 
-    from attnviz.pretrained.analysis import Limits, ViewOptions, prepare_sequence
     from attnviz.pretrained.recordings import RecordingCache
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     model = load_model_dir("llama", folders["llama"])
     batch = model.tokenize([LONG])
-    limits = Limits(max_seq_len=64, max_weight_cells=10**8, max_request_bytes=2**31)
-    runs: list[int] = []
-    run = PretrainedModel.run
-
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        runs.append(1)
-        return run(self, *args, **kwargs)
-
-    monkeypatch.setattr(PretrainedModel, "run", counted)
+    runs = counted_runs(monkeypatch)
 
     def view(cache: RecordingCache, observe: bool = False, **options: Any) -> Any:
-        chosen = ViewOptions(sequence_index=0, device="cpu", **options)
-        return walked(
-            prepare_sequence(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
-        )[1]
+        return walked(prepared(model, batch, cache, observe=observe, **options))[1]
 
     on_disk = RecordingCache(1, disk_bytes=10**8)  # no room in memory
     view(on_disk, observe=True, display_size=5)
@@ -397,7 +387,7 @@ def test_a_pass_over_the_memory_budget_is_kept_on_disk_memory_mapped(
     view(nowhere, observe=True, display_size=5)
     runs.clear()
     view(nowhere, **head)
-    assert runs == [1]  # not kept: the pass runs again
+    assert len(runs) == 1  # not kept: the pass runs again
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -449,3 +439,22 @@ def test_a_recorded_pass_of_an_input_kept_for_tiles_keeps_its_name_and_tiles(
     assert found is not None and found[1] is recorded
     torch.testing.assert_close(found[1].tile("decoder", 1), grid.tile("decoder", 1))
     assert cache.run(model, batch, device="cpu", states=True) is recorded  # kept: no pass
+
+
+@pytest.mark.parametrize("chunk", [1, 10**9])
+def test_a_pass_kept_for_tiles_gives_its_head_groups_as_a_recorded_one(
+    chunk: int, passes: dict[str, tuple[PretrainedAttentions, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """head_groups of a pass kept for tiles only: whole key/value groups, as many as fit
+    HEAD_CHUNK_FLOATS (one group each at the smallest), that make up the layer."""
+    from attnviz.pretrained import results
+
+    monkeypatch.setattr(results, "HEAD_CHUNK_FLOATS", chunk)
+    result, _ = passes["llama"]  # 4 query heads over 2 key/value heads
+    assert result.tiles_only
+    for layer in range(result.num_layers("decoder")):
+        pieces = list(result.head_groups("decoder", layer))
+        assert [first for first, _ in pieces] == ([0, 2] if chunk == 1 else [0])
+        torch.testing.assert_close(
+            torch.cat([w for _, w in pieces], dim=1), result.tile("decoder", layer)
+        )

@@ -66,20 +66,25 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return load_model("tiny-llama", save_tiny("llama", root / "tiny-llama"), root / "cache", None)
 
 
-def attention_calls(monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0) -> list[float]:
-    """When each attention layer's SDPA started (perf_counter), each delayed ``delay_s``."""
-    from transformers.integrations import sdpa_attention
-
+def slowed(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, delay_s: float) -> list[float]:
+    """When each call of ``owner.name`` started (perf_counter), each delayed ``delay_s``."""
     started: list[float] = []
-    original = sdpa_attention.sdpa_attention_forward
+    original = getattr(owner, name)
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         started.append(time.perf_counter())
         time.sleep(delay_s)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", slow)
+    monkeypatch.setattr(owner, name, slow)
     return started
+
+
+def attention_calls(monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0) -> list[float]:
+    """When each attention layer's SDPA started (perf_counter), each delayed ``delay_s``."""
+    from transformers.integrations import sdpa_attention
+
+    return slowed(monkeypatch, sdpa_attention, "sdpa_attention_forward", delay_s)
 
 
 @pytest.mark.parametrize("work", ["run", "generate", "walk"])
@@ -215,16 +220,7 @@ def slow_kept_layers(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> list[fl
     """When each kept attention layer started (a streamed grid keeps its pass), delayed."""
     from attnviz.pretrained import recorder
 
-    started: list[float] = []
-    original = recorder.attention_with_lse
-
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        started.append(time.perf_counter())
-        time.sleep(delay_s)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(recorder, "attention_with_lse", slow)
-    return started
+    return slowed(monkeypatch, recorder, "attention_with_lse", delay_s)
 
 
 def stream_lines(client: TestClient) -> list[dict[str, Any]]:
