@@ -23,10 +23,12 @@ from typing import Final
 import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError
+from ..attention.rollout import MAX_ROLLOUT_TOKENS
 from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK, chunk_rows
-from .display import MAX_AVERAGE_SIZE
+from .display import FULL_SUM_CELLS, MAX_AVERAGE_SIZE
 from .gradients import gradient_cells
+from .mask_rules import DENSE_MASK_CELLS
 from .methods import STATE_METHODS, check_method_bounds, method_spec
 from .model import PretrainedModel, output_attentions_note
 
@@ -292,8 +294,10 @@ def estimate_peak_bytes(
     * the view: one chunk of a layer's rows, every head, through the model's eager
       attention (:class:`.display.WalkObserver`, about
       :data:`.computing.OBSERVED_CHUNK_FLOATS` weights) x :data:`EAGER_COPIES`, what the view
-      keeps for the whole input (the layer sum and rollout, L_q x L_k each; every layer's
-      shown maps, pooled to ``display_size``) and one chunk of logits (256 x vocab);
+      keeps for the whole input (the layer sum, L_q x L_k up to
+      :data:`.display.FULL_SUM_CELLS` and :data:`.display.MAX_AVERAGE_SIZE` squared past it;
+      rollout's, L_q x L_k up to its 2,048 tokens; every layer's shown maps, pooled to
+      ``display_size``) and one chunk of logits (256 x vocab);
     * a gradient method's pass (``method``): every layer's weights, their gradients and
       what autograd saves, 3 x N x H x L_q x L_k over the blocks;
 
@@ -331,7 +335,11 @@ def estimate_peak_bytes(
     if head_index is not None and display_size is None:
         mean_q, mean_k = min(len_q, MAX_AVERAGE_SIZE), min(len_k, MAX_AVERAGE_SIZE)
     shown = shown_layers * (shown_heads * side_q * side_k + mean_q * mean_k)
-    view_sums = 2 * len_q * len_k + shown
+    area = len_q * len_k
+    sums = area if area <= FULL_SUM_CELLS else MAX_AVERAGE_SIZE**2
+    if len_q <= MAX_ROLLOUT_TOKENS:
+        sums += area
+    view_sums = sums + shown
     logits = 256 * model.vocab_size if model.family != "encoder" else 0
     view = eager + view_sums + logits
     if observed:  # the view is built during the pass, a chunk at a time
@@ -360,11 +368,15 @@ def chunk_floats(heads: int, len_q: int, len_k: int) -> int:
 
 
 def _mask_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
-    """The masks (and T5's position bias) a pass holds without a recording, in bytes."""
+    """The masks (and T5's position bias) a pass holds without a recording, in bytes.
+
+    A mask of more than :data:`.mask_rules.DENSE_MASK_CELLS` is its rule alone (nothing).
+    """
     total = 0
     for block in model.blocks:
         area = lengths.queries(block) * lengths.keys(block)
-        total += area * (1 + (model.block_heads(block) if _position_bias(model) else 0))
+        mask = area if area <= DENSE_MASK_CELLS else 0
+        total += mask + (area * model.block_heads(block) if _position_bias(model) else 0)
     return total * FLOAT_BYTES
 
 

@@ -115,12 +115,12 @@ class Limits:
     """The server's bounds on one request (ATTNVIZ_MAX_SEQ_LEN, _MAX_WEIGHT_CELLS, ...).
 
     Attributes:
-        max_seq_len: tokens of one input, prompt + new tokens.
+        max_seq_len: tokens of one input, prompt + new tokens; None: the model's positions.
         max_weight_cells: numbers one response carries.
         max_request_bytes: memory one request may take, in bytes.
     """
 
-    max_seq_len: int
+    max_seq_len: int | None
     max_weight_cells: int
     max_request_bytes: int
 
@@ -596,8 +596,8 @@ def check_generation_length(model: PretrainedModel, lengths: InputLengths, limit
     """
     if not lengths.new_tokens:
         return
-    room = limits.max_seq_len - lengths.source
-    if lengths.total > limits.max_seq_len:
+    if limits.max_seq_len is not None and lengths.total > limits.max_seq_len:
+        room = limits.max_seq_len - lengths.source
         raise InputTooLargeError(
             "max_new_tokens",
             f"the prompt has {lengths.source} tokens and {lengths.new_tokens} new ones would "

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..attention.cancellation import check_cancelled
+from .mask_rules import dense_mask, is_rule_only, mask_rows
 
 POSITION_BIAS: Final = "position_bias"
 """T5's relative position bias (B or 1, H, L_q, L_k), added to the scores before the mask."""
@@ -68,7 +69,7 @@ class AttentionCall:
             query=self.query.detach(),
             key=self.key.detach(),
             value=self.value.detach(),
-            attention_mask=None if mask is None else mask.detach(),
+            attention_mask=mask if mask is None or is_rule_only(mask) else mask.detach(),
             kwargs=dict(self.kwargs),
         )
 
@@ -197,8 +198,10 @@ class AttentionRecording:
             kwargs[POSITION_BIAS] = bias[:, heads]
         if query is not None:
             queries = queries[:, :, query : query + 1]
-            mask = query_row(mask, query)
+            mask = mask_rows(mask, slice(query, query + 1))
             kwargs[POSITION_BIAS] = query_row(kwargs.get(POSITION_BIAS), query)
+        else:
+            mask = dense_mask(mask)
         if kwargs.get(POSITION_BIAS) is None:
             kwargs.pop(POSITION_BIAS, None)
         with torch.inference_mode():
@@ -334,7 +337,7 @@ class StepwiseRecording(AttentionRecording):
                 query=call.query[:, :, -1:].clone(),
                 key=call.key[:, :, -1:].clone(),
                 value=call.value[:, :, -1:].clone(),
-                attention_mask=None if mask is None else mask[..., -1:, :].clone(),
+                attention_mask=None if mask is None else mask_rows(mask, slice(-1, None)).clone(),  # type: ignore[union-attr]
                 scaling=call.scaling,
                 kwargs={},
             )
@@ -403,7 +406,9 @@ class StepwiseRecording(AttentionRecording):
             device=mask.device,
         )
         prompt = mask.shape[-1]
-        full[..., :prompt, :prompt] = mask
+        dense = dense_mask(mask)
+        assert dense is not None
+        full[..., :prompt, :prompt] = dense
         for i, step in enumerate(steps):
             assert step.attention_mask is not None
             row = step.attention_mask

@@ -24,7 +24,7 @@ from .calls import (
     WeightsRecording,
     eager_attention,
 )
-from .mask_rules import rule_of
+from .mask_rules import dense_mask, is_rule_only, mask_rows, rule_of
 from .tiles import KeptPass, TileError, last_key, row_lse, tile_weights
 
 QUERY_CHUNK: Final = 512
@@ -118,8 +118,8 @@ def computed(call: AttentionCall, dropout: float) -> torch.Tensor:
     kwargs = dict(call.kwargs)
     attention_mask = call.attention_mask
     bias = kwargs.pop(POSITION_BIAS, None)
-    if bias is not None:  # SDPA takes it as part of the additive mask
-        attention_mask = bias if attention_mask is None else bias + attention_mask
+    if bias is not None:  # SDPA takes it as part of the additive mask (T5's bias is L x L)
+        attention_mask = bias if attention_mask is None else bias + dense_mask(attention_mask)
     length = int(query.shape[2])
     if bias is None and _plainly_causal(call):
         # The mask is exactly causal: SDPA's own causal flag gives the same output and lets
@@ -127,15 +127,15 @@ def computed(call: AttentionCall, dropout: float) -> torch.Tensor:
         attention_mask = None
     if attention_mask is None or length <= QUERY_CHUNK:
         output, _ = sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=call.scaling, dropout=dropout,
-            **kwargs,
+            module, query, key, value, dense_mask(attention_mask), scaling=call.scaling,
+            dropout=dropout, **kwargs,
         )  # fmt: skip
         return output
     parts = []  # rows are independent: chunks of queries, a cancellation check between them
     for start in range(0, length, QUERY_CHUNK):
         check_cancelled()
         rows = slice(start, start + QUERY_CHUNK)
-        mask = attention_mask if attention_mask.shape[-2] == 1 else attention_mask[..., rows, :]
+        mask = mask_rows(attention_mask, rows)
         part, _ = sdpa_attention_forward(
             module, query[:, :, rows], key, value, mask, scaling=call.scaling, dropout=dropout,
             **kwargs,
@@ -158,8 +158,8 @@ def _plainly_causal(call: AttentionCall) -> bool:
         return False
     verdict = getattr(mask, "_attnviz_causal", None)
     rule = rule_of(mask)
-    if verdict is None and rule is not None and rule.causal:  # known from the mask's rule
-        verdict = True
+    if verdict is None and rule is not None and (rule.causal or is_rule_only(mask)):
+        verdict = rule.causal  # known from the mask's rule (a rule-only mask has no values)
         mask._attnviz_causal = verdict  # type: ignore[attr-defined]
     if verdict is None:
         seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
@@ -211,15 +211,13 @@ def observed_attention(observer: AttentionObserver, call: AttentionCall) -> torc
     for start, stop in chunks:
         check_cancelled()
         keys = length_k
-        if per_row:  # the last key any row of the chunk sees (chunk by chunk: no L x L copy)
-            assert attention_mask is not None
-            rows = attention_mask[..., start:stop, :]
-            seen = rows if rows.dtype == torch.bool else rows > torch.finfo(rows.dtype).min / 2
+        mask = mask_rows(attention_mask, slice(start, stop))  # the chunk's rows: no L x L copy
+        if per_row:  # the last key any row of the chunk sees
+            assert mask is not None
+            seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
             columns = seen.reshape(-1, length_k).any(dim=0).nonzero()
             keys = max(1, int(columns[-1]) + 1) if columns.numel() else 1
-        mask = attention_mask
         if mask is not None:
-            mask = mask if mask.shape[-2] == 1 else mask[..., start:stop, :]
             mask = mask[..., :keys]
         kwargs = dict(call.kwargs)
         if isinstance(bias, torch.Tensor):
@@ -334,18 +332,25 @@ def attention_with_lse(
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     length = int(query.shape[2])
     mask, causal_flag, key, value = form
-    if mask is not None and mask.dtype == torch.bool:  # the kernel takes an additive mask
-        mask = torch.zeros((), dtype=query.dtype).masked_fill(~mask, torch.finfo(query.dtype).min)
-    elif mask is not None:
-        mask = mask.to(query.dtype)
+
+    def additive(rows: slice | None) -> torch.Tensor | None:
+        """The mask's rows as the kernel takes them: additive, in the query's dtype."""
+        part = mask_rows(mask, rows)
+        if part is not None and part.dtype == torch.bool:
+            lowest = torch.finfo(query.dtype).min
+            return torch.zeros((), dtype=query.dtype).masked_fill(~part, lowest)
+        return None if part is None else part.to(query.dtype)
+
     if mask is None or length <= QUERY_CHUNK:
-        output, lse = flash(query, key, value, 0.0, causal_flag, attn_mask=mask, scale=call.scaling)
+        output, lse = flash(
+            query, key, value, 0.0, causal_flag, attn_mask=additive(None), scale=call.scaling
+        )
         return output.transpose(1, 2).contiguous(), lse.float()
     outputs, lses = [], []
     for start in range(0, length, QUERY_CHUNK):
         check_cancelled()
         rows = slice(start, start + QUERY_CHUNK)
-        part_mask = mask if mask.shape[-2] == 1 else mask[..., rows, :]
+        part_mask = additive(rows)
         part, lse = flash(
             query[:, :, rows], key, value, 0.0, False, attn_mask=part_mask, scale=call.scaling
         )

@@ -39,7 +39,7 @@ from torch.nn import functional
 
 from ..attention.cancellation import ComputeCancelledError, check_cancelled
 from ..attention.errors import AttentionInputError
-from ..attention.pooling import block_factor
+from ..attention.pooling import block_factor, block_reduce
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
 from .computing import MIN_CHUNK_ROWS, chunk_rows, observed_chunk_floats
@@ -78,6 +78,12 @@ __all__ = [
 
 MAX_AVERAGE_SIZE: Final = 512
 """Layer means and rollouts longer than this per side are block-max pooled to it."""
+
+FULL_SUM_CELLS: Final = 2048 * 2048
+"""The most cells (shown rows x key columns) whose layer mean is summed at full size and
+then block-max pooled to :data:`MAX_AVERAGE_SIZE`. A larger map's layer mean is summed at
+that display size directly, block by block (each layer's block sums, exact), and shown as
+block means: no L x L float32 sum (4 GiB at 32,768 tokens)."""
 
 
 class ProgressBudget:
@@ -185,6 +191,12 @@ class LayerWalk:
         )
         self.units = self.unit_of_shown[-1] + 1 if self.unit_of_shown else 0
         self.key_units = len(self.shown(self.keys, self.keep_k)[0])
+        self.sum_factors = (1, 1)  # tokens per cell of layer_sum (FULL_SUM_CELLS)
+        if self.units * self.key_units > FULL_SUM_CELLS:
+            self.sum_factors = (
+                block_factor(self.units, MAX_AVERAGE_SIZE),
+                block_factor(self.key_units, MAX_AVERAGE_SIZE),
+            )
         self.layer_index, self.head_index, self.display_size = (
             layer_index,
             head_index,
@@ -374,7 +386,16 @@ class LayerWalk:
             for _ in self.layers():
                 pass
         assert self.layer_sum is not None  # every model has a layer
-        layer_mean, average_pooling = pooled(self.layer_sum / self.num_layers, MAX_AVERAGE_SIZE)
+        if self.sum_factors == (1, 1):
+            layer_mean, average_pooling = pooled(self.layer_sum / self.num_layers, MAX_AVERAGE_SIZE)
+        else:  # block sums: each block's mean over the cells it has
+            (factor_q, factor_k), sums = self.sum_factors, self.layer_sum
+            cells = torch.outer(
+                _block_sizes(self.units, factor_q, sums.shape[0]),
+                _block_sizes(self.key_units, factor_k, sums.shape[1]),
+            )
+            layer_mean = sums / (self.num_layers * cells)
+            average_pooling = Pooling(factor_q, factor_k, "mean")
         rollout = None
         if self.rollout is not None:  # with every token: hidden and merged as a map is
             rows = self.shown_rows(self.rollout.float()[None], 0, self.length_q)
@@ -519,9 +540,14 @@ class WalkObserver:
         u0, shown = shown_rows
         mean = shown.sum(dim=0) / num_heads
         if self.sums:
+            sum_q, sum_k = walk.sum_factors
             if walk.layer_sum is None:
-                walk.layer_sum = torch.zeros(walk.units, walk.key_units, device=device)
-            walk.layer_sum[u0 : u0 + mean.shape[0], : mean.shape[-1]] += mean
+                side = (-(-walk.units // sum_q), -(-walk.key_units // sum_k))
+                walk.layer_sum = torch.zeros(side, device=device)
+            if walk.sum_factors == (1, 1):
+                walk.layer_sum[u0 : u0 + mean.shape[0], : mean.shape[-1]] += mean
+            else:
+                self._sum_into(walk.layer_sum, mean, u0, walk.sum_factors)
         if not self._shown_layer:
             return
         heads = shown
@@ -558,6 +584,22 @@ class WalkObserver:
         region = target[..., b0 : b0 + part.shape[-2], : part.shape[-1]]
         region.copy_(torch.maximum(region, part))
 
+    @staticmethod
+    def _sum_into(
+        target: torch.Tensor, maps: torch.Tensor, u0: int, factors: tuple[int, int]
+    ) -> None:
+        """Shown rows from row ``u0``, block-sum pooled by ``factors``, added to ``target``.
+
+        As :meth:`_pool_into`, with sums: the zeros before a chunk that begins inside a
+        block add nothing, and a block spanning chunks gets each chunk's part.
+        """
+        offset = u0 % factors[0]
+        if offset:
+            maps = functional.pad(maps, (0, 0, offset, 0))
+        part = block_reduce(maps, *factors, "sum")
+        b0 = u0 // factors[0]
+        target[..., b0 : b0 + part.shape[-2], : part.shape[-1]] += part
+
     def layer_done(self) -> None:
         """The layer's shown maps to the sink; its rollout step waits for the next layer."""
         walk = self.walk
@@ -587,6 +629,12 @@ class WalkObserver:
             walk.layer_sum = walk.layer_sum.cpu()
         if walk.rollout is not None:
             walk.rollout = walk.rollout.cpu()
+
+
+def _block_sizes(length: int, factor: int, blocks: int) -> torch.Tensor:
+    """(blocks,) float32: the positions each block of ``factor`` holds (the last maybe fewer)."""
+    starts = torch.arange(blocks) * factor
+    return (length - starts).clamp(max=factor).float()
 
 
 def sequence_view(

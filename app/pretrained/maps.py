@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention.pooling import block_factor, block_reduce
+from ..attention.pooling import Reduction, block_factor, block_reduce
 from ..attention.rollout import rollout_step
 from .blocks import Block
 from .methods import method_spec
@@ -28,10 +28,14 @@ class Pooling:
     Attributes:
         factor: query tokens per displayed row.
         key_factor: key tokens per displayed column.
+        method: how a block's cells became one: "max" (the largest weight) or "mean"
+            (the block's sum over the cells it has: the layer mean of a long input,
+            summed at its display size, :data:`.display.FULL_SUM_CELLS`).
     """
 
     factor: int
     key_factor: int
+    method: Reduction = "max"
 
     @property
     def pooled(self) -> bool:

@@ -10,6 +10,14 @@ mask interface registered for the attention implementation. AttnViz registers
 tile of rows and columns (:mod:`.tiles`) is masked by the model's own rule, materialised
 for that tile only (rows x columns booleans, never L_q x L_k).
 
+Past :data:`DENSE_MASK_CELLS` cells (2,048 x 2,048), :func:`recorder_mask` makes no dense
+mask at all: it hands the layers a *rule-only* mask, a (B, 1, L_q, L_k) view of one NaN
+(zero strides, 2 bytes to 8 bytes of storage) carrying its rule, and every consumer takes
+the rows it needs through :func:`mask_rows` (materialised from the rule, a chunk of rows
+at a time). A consumer that forgot would add NaN to its scores and fail loudly, never
+silently attend to hidden keys. A 32,768-token causal mask is then 8 bytes, not the
+4 GiB of float32 (and 1 GiB of booleans) ``eager_mask`` builds.
+
 Shapes: B batch, L_q queries, L_k keys. Booleans: True = attend.
 """
 
@@ -23,6 +31,13 @@ import torch
 
 RULE_ATTRIBUTE: Final = "_attnviz_rule"
 """The attribute of a dense mask that holds the :class:`MaskRule` it was built from."""
+RULE_ONLY_ATTRIBUTE: Final = "_attnviz_rule_only"
+"""The attribute that marks a rule-only mask (:func:`recorder_mask` past the cells)."""
+
+DENSE_MASK_CELLS: Final = 2048 * 2048
+"""The most cells (L_q x L_k) of a mask :func:`recorder_mask` builds densely; a larger one
+is rule-only (:func:`is_rule_only`), materialised a chunk of rows at a time
+(:func:`mask_rows`). 2,048**2 float32 cells are 16 MiB."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,56 @@ def rule_of(mask: torch.Tensor | None) -> MaskRule | None:
     return getattr(mask, RULE_ATTRIBUTE, None)
 
 
+def is_rule_only(mask: torch.Tensor | None) -> bool:
+    """Whether ``mask`` is a rule-only mask (no dense values: read it by :func:`mask_rows`)."""
+    return bool(getattr(mask, RULE_ONLY_ATTRIBUTE, False))
+
+
+def mask_rows(
+    mask: torch.Tensor | None, rows: slice | range | None = None, keys: int | None = None
+) -> torch.Tensor | None:
+    """Rows of a mask as the model's eager attention adds them to its scores.
+
+    A dense mask is sliced (a mask of one row, broadcast over every query, stays as it
+    is); a rule-only mask (:func:`is_rule_only`) is materialised from its rule for these
+    rows only, as ``eager_mask`` would have built them: 0 to attend, the dtype's lowest
+    to mask.
+
+    Args:
+        mask: (B, 1, L_q or 1, L_k) additive or boolean, or None.
+        rows: query rows, a step-1 slice or range within 0..L_q; None for every row.
+        keys: only the first ``keys`` columns; None for all L_k.
+
+    Returns:
+        (B, 1, rows or 1, keys) in the mask's dtype, or None for None.
+    """
+    if mask is None:
+        return None
+    length_q, length_k = int(mask.shape[-2]), int(mask.shape[-1])
+    keys = length_k if keys is None else keys
+    if rows is None:
+        start, stop = 0, length_q
+    elif isinstance(rows, range):
+        start, stop = rows.start, rows.stop
+    else:
+        start, stop = rows.indices(length_q)[:2]
+    if not is_rule_only(mask):
+        part = mask if length_q == 1 else mask[..., start:stop, :]
+        return part if keys == length_k else part[..., :keys]
+    rule = rule_of(mask)
+    assert rule is not None  # a rule-only mask always has its rule
+    seen = rule.visible(range(start, stop), range(keys), mask.device)
+    if mask.dtype == torch.bool:
+        return seen
+    zero = torch.zeros((), dtype=mask.dtype, device=mask.device)
+    return torch.where(seen, zero, torch.finfo(mask.dtype).min)
+
+
+def dense_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The whole mask, dense: :func:`mask_rows` of every row (a dense mask as it is)."""
+    return mask if mask is None or not is_rule_only(mask) else mask_rows(mask)
+
+
 def recorder_mask(
     batch_size: int,
     q_length: int,
@@ -109,12 +174,15 @@ def recorder_mask(
     what the model's eager attention adds to its scores; the rule (:class:`MaskRule`,
     :func:`rule_of`) is the index function it was expanded from, with the 2-D padding
     mask folded in as ``sdpa_mask`` folds it. A vmapped custom mask keeps no rule.
+    Past :data:`DENSE_MASK_CELLS` cells (and not vmapped), the mask is rule-only
+    (:func:`is_rule_only`): no dense values, read through :func:`mask_rows`.
 
     Args:
         As transformers' ``masking_utils.eager_mask`` (the other keyword arguments passed on).
 
     Returns:
-        The dense mask, or None where transformers skips a mask that hides nothing.
+        The dense or rule-only mask, or None where transformers skips a mask that hides
+        nothing.
     """
     from transformers.masking_utils import (
         and_masks,
@@ -126,14 +194,25 @@ def recorder_mask(
     )
 
     function = causal_mask_function if mask_function is None else mask_function
-    mask = eager_mask(
-        batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-        kv_offset=kv_offset, mask_function=function, attention_mask=attention_mask,
-        dtype=dtype, use_vmap=use_vmap, **kwargs,
-    )  # fmt: skip
+    rule_only = not use_vmap and q_length * kv_length > DENSE_MASK_CELLS
+    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+    if rule_only:
+        if kwargs.get("allow_is_bidirectional_skip") and _nothing_hidden(
+            padding, kv_length, kwargs.get("local_size")
+        ):
+            return None  # as eager_mask: a bidirectional mask that hides nothing
+        device = kwargs.get("device", "cpu")
+        mask = torch.full((), float("nan"), dtype=dtype, device=device)
+        mask = mask.expand(batch_size, 1, q_length, kv_length)
+        setattr(mask, RULE_ONLY_ATTRIBUTE, True)
+    else:
+        mask = eager_mask(
+            batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+            kv_offset=kv_offset, mask_function=function, attention_mask=attention_mask,
+            dtype=dtype, use_vmap=use_vmap, **kwargs,
+        )  # fmt: skip
     if mask is None or use_vmap:
         return mask
-    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
     unpadded = padding is None or bool(padding[:, kv_offset : kv_offset + kv_length].all())
     causal = (
         function is causal_mask_function
@@ -150,3 +229,13 @@ def recorder_mask(
     )  # fmt: skip
     setattr(mask, RULE_ATTRIBUTE, rule)
     return mask
+
+
+def _nothing_hidden(padding: torch.Tensor | None, kv_length: int, local_size: int | None) -> bool:
+    """Transformers' test for skipping a bidirectional mask (no padding, no local window)."""
+    from transformers import masking_utils
+
+    skip = getattr(masking_utils, "_ignore_bidirectional_mask_sdpa", None)
+    if skip is not None:
+        return bool(skip(padding, kv_length, local_size))
+    return local_size is None and (padding is None or bool(padding.all()))

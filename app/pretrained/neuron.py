@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .calls import AttentionRecording, query_row
+from .calls import AttentionRecording
+from .mask_rules import mask_rows
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def neuron(recording: AttentionRecording, layer: int, head: int, query: int) -> 
     keys = call.key[0, kv].float().cpu()
     scores = keys @ q
     scaling = call.scaling if call.scaling is not None else q.shape[0] ** -0.5
-    mask = query_row(call.attention_mask, query)
+    mask = mask_rows(call.attention_mask, slice(query, query + 1))
     if mask is None:
         masked = torch.zeros(keys.shape[0], dtype=torch.bool)
     else:

@@ -42,7 +42,7 @@ from .computing import (
     observed_attention,
     replay_kept,
 )
-from .mask_rules import recorder_mask
+from .mask_rules import dense_mask, recorder_mask
 from .tiles import KeptPass, kept_layer
 
 RECORDER: Final = "attnviz_recorder"
@@ -244,7 +244,7 @@ class _Gradients(Hook):
 
     def run(self, call: AttentionCall) -> torch.Tensor:
         output, weights = eager_attention(call.module)(
-            call.module, call.query, call.key, call.value, call.attention_mask,
+            call.module, call.query, call.key, call.value, dense_mask(call.attention_mask),
             scaling=call.scaling, dropout=0.0, **call.kwargs,
         )  # fmt: skip
         if weights is None:

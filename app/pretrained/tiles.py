@@ -43,7 +43,7 @@ from ..attention.cancellation import check_cancelled
 from ..attention.pooling import block_reduce
 from . import tile_kernel
 from .calls import POSITION_BIAS, AttentionCall, eager_attention, query_row
-from .mask_rules import MaskRule, rule_of
+from .mask_rules import MaskRule, mask_rows, rule_of
 
 TileReduce = Literal["max", "mean"]
 
@@ -379,7 +379,7 @@ def kept_layer(call: AttentionCall, lse: torch.Tensor) -> KeptLayer:
     query = torch.cat([call.query[:, :, r : r + 1] for r in rows], dim=2).float()
     mask = call.attention_mask
     if mask is not None and mask.shape[-2] > 1:
-        mask = torch.cat([mask[..., r : r + 1, :] for r in rows], dim=-2)
+        mask = torch.cat([mask_rows(mask, slice(r, r + 1)) for r in rows], dim=-2)  # type: ignore[misc]
     bias = kwargs.get(POSITION_BIAS)
     if isinstance(bias, torch.Tensor) and bias.shape[-2] > 1:
         kwargs[POSITION_BIAS] = torch.cat([query_row(bias, r) for r in rows], dim=-2)  # type: ignore[misc]

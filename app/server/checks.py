@@ -14,6 +14,7 @@ from fastapi import status
 from ..attention.errors import too_many_numbers
 from ..attention.tokens import token_count
 from .errors import field_error
+from .limits import MAX_TOKENS
 from .settings import Settings
 
 
@@ -41,16 +42,17 @@ def check_limits(request: Any, settings: Settings) -> None:
     Raises:
         HTTPException: 413 with ``detail[0].loc`` naming the field.
     """
+    max_tokens = MAX_TOKENS if settings.max_seq_len is None else settings.max_seq_len
     for field in ("sequences", "targets"):
         batch = getattr(request, field, None)
         if batch is None:
             continue
         check_limit(field, len(batch), settings.max_batch_size, "MAX_BATCH_SIZE")
         for i, sequence in enumerate(batch):
-            check_limit(f"{field}[{i}]", token_count(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
+            check_limit(f"{field}[{i}]", token_count(sequence), max_tokens, "MAX_SEQ_LEN")
     sequence = getattr(request, "sequence", None)
     if sequence is not None:
-        check_limit("sequence", token_count(sequence), settings.max_seq_len, "MAX_SEQ_LEN")
+        check_limit("sequence", token_count(sequence), max_tokens, "MAX_SEQ_LEN")
     for field, limit, setting in (
         ("d_model", settings.max_d_model, "MAX_D_MODEL"),
         ("num_heads", settings.max_num_heads, "MAX_NUM_HEADS"),

@@ -25,8 +25,10 @@ MAX_VOCAB_SIZE: Final = 32768
 """The largest embedding table of a seeded layer."""
 MAX_DECODING_TOKENS: Final = 128
 """The most tokens of the step-by-step decoding lesson (one forward pass per token)."""
-MAX_TEXT_CHARS: Final = 65_536
-"""The most characters of one text sent to a pretrained model."""
+MAX_TEXT_CHARS: Final = 2**20
+"""The most characters of one text sent to a pretrained model: 131,072 tokens of prose
+(about 4 characters a token) and room over; the request body's own limit
+(ATTNVIZ_MAX_BODY_BYTES, 4 MiB) and the model's positions bound it too."""
 MAX_SCALING_D_K: Final = 4096
 """The widest head of the scaling lesson."""
 MAX_SCALING_CASES: Final = 8

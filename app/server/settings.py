@@ -21,7 +21,6 @@ from .limits import (
     MAX_LAYERS,
     MAX_NUM_HEADS,
     MAX_REQUEST_BYTES,
-    MAX_TOKENS,
     MAX_UPLOAD_BYTES,
     MAX_WEIGHT_CELLS,
 )
@@ -47,7 +46,10 @@ class Settings(BaseSettings):
             off).
         response_cache_item_bytes: the largest response kept.
         max_batch_size: the most sequences (and target sequences) in a request.
-        max_seq_len: the most tokens in one sequence.
+        max_seq_len: the most tokens in one sequence; unset, the seeded layers' bound
+            (8,192, :data:`.limits.MAX_TOKENS`) and each pretrained model's own positions
+            (its config's ``max_position_embeddings``), with admission refusing the
+            inputs whose memory the machine cannot hold.
         max_d_model: the largest d_model.
         max_num_heads: the most heads.
         max_layers: the most encoder (and decoder) layers of the layers lesson.
@@ -129,7 +131,7 @@ class Settings(BaseSettings):
     response_cache_bytes: int = Field(RESPONSE_CACHE_BYTES, ge=0)
     response_cache_item_bytes: int = Field(RESPONSE_CACHE_ITEM_BYTES, ge=1)
     max_batch_size: int = Field(MAX_BATCH, ge=1)
-    max_seq_len: int = Field(MAX_TOKENS, ge=1)
+    max_seq_len: int | None = Field(None, ge=1)
     max_d_model: int = Field(MAX_D_MODEL, ge=1)
     max_num_heads: int = Field(MAX_NUM_HEADS, ge=1)
     max_layers: int = Field(MAX_LAYERS, ge=1)

@@ -243,7 +243,7 @@ def downsample(pooling: Pooling, length: int, key_length: int) -> dict[str, Any]
     if not pooling.pooled:
         return None
     return {
-        "method": "max",
+        "method": pooling.method,
         "factor": pooling.factor,
         "key_factor": pooling.key_factor,
         "full_length": length,

@@ -532,7 +532,12 @@ def tokenized(
 
 
 def check_lengths(batch: TokenizedBatch, field: str, settings: Settings) -> None:
-    """Refuse an input longer than ATTNVIZ_MAX_SEQ_LEN tokens (413 naming ``field[i]``)."""
+    """Refuse an input longer than ATTNVIZ_MAX_SEQ_LEN tokens (413 naming ``field[i]``).
+
+    Unset, the model's own positions bound the input (tokenising refuses a longer one).
+    """
+    if settings.max_seq_len is None:
+        return
     for i, length in enumerate(batch.lengths):
         check_limit(f"{field}[{i}]", length, settings.max_seq_len, "MAX_SEQ_LEN")
 
