@@ -39,7 +39,7 @@ from torch.nn import functional
 
 from ..attention.cancellation import ComputeCancelledError, check_cancelled
 from ..attention.errors import AttentionInputError
-from ..attention.pooling import block_factor, block_reduce
+from ..attention.pooling import Reduction, block_factor, block_reduce
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
 from .computing import MIN_CHUNK_ROWS, chunk_rows, observed_chunk_floats
@@ -576,13 +576,9 @@ class WalkObserver:
         (zeros before them change no maximum: maps are >= 0), and a block keeps the
         maximum of what every chunk gave it.
         """
-        offset = u0 % factors[0]
-        if offset:
-            maps = functional.pad(maps, (0, 0, offset, 0))
-        part = pooled(maps, factors=factors)[0]
-        b0 = u0 // factors[0]
-        region = target[..., b0 : b0 + part.shape[-2], : part.shape[-1]]
-        region.copy_(torch.maximum(region, part))
+        for b0, part in _block_rows(maps, u0, factors, "max"):
+            region = target[..., b0 : b0 + part.shape[-2], : part.shape[-1]]
+            region.copy_(torch.maximum(region, part))
 
     @staticmethod
     def _sum_into(
@@ -593,12 +589,8 @@ class WalkObserver:
         As :meth:`_pool_into`, with sums: the zeros before a chunk that begins inside a
         block add nothing, and a block spanning chunks gets each chunk's part.
         """
-        offset = u0 % factors[0]
-        if offset:
-            maps = functional.pad(maps, (0, 0, offset, 0))
-        part = block_reduce(maps, *factors, "sum")
-        b0 = u0 // factors[0]
-        target[..., b0 : b0 + part.shape[-2], : part.shape[-1]] += part
+        for b0, part in _block_rows(maps, u0, factors, "sum"):
+            target[..., b0 : b0 + part.shape[-2], : part.shape[-1]] += part
 
     def layer_done(self) -> None:
         """The layer's shown maps to the sink; its rollout step waits for the next layer."""
@@ -629,6 +621,23 @@ class WalkObserver:
             walk.layer_sum = walk.layer_sum.cpu()
         if walk.rollout is not None:
             walk.rollout = walk.rollout.cpu()
+
+
+def _block_rows(
+    maps: torch.Tensor, u0: int, factors: tuple[int, int], how: Reduction
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """(..., R, C) rows from row ``u0`` of a larger map, reduced by blocks of ``factors``.
+
+    Yields (first block row, reduced rows) for the rows up to the next block boundary
+    (a block the chunk begins inside of, reduced alone: one row) and then the rest, which
+    starts a block; nothing is padded or copied.
+    """
+    factor_q, factor_k = factors
+    head = min((-u0) % factor_q, maps.shape[-2])
+    if head:
+        yield u0 // factor_q, block_reduce(maps[..., :head, :], head, factor_k, how)
+    if head < maps.shape[-2]:
+        yield -(-u0 // factor_q), block_reduce(maps[..., head:, :], factor_q, factor_k, how)
 
 
 def _block_sizes(length: int, factor: int, blocks: int) -> torch.Tensor:

@@ -94,7 +94,10 @@ export function noteFor(res) {
   }
   if (res.average_downsample) {
     const [f, kf] = poolFactors(res.average_downsample);
-    parts.push(`the averages and rollout are pooled to blocks of ${f} × ${kf} tokens`);
+    parts.push(res.average_downsample.method === "mean"
+      ? `the layer average is pooled to blocks of ${f} × ${kf} tokens (each block's mean: ` +
+        "summed block by block, no full-size sum)"
+      : `the averages and rollout are pooled to blocks of ${f} × ${kf} tokens (block max)`);
   }
   const groups = kvGroups(res);
   if (groups) {

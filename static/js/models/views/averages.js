@@ -65,7 +65,10 @@ export async function renderAverages(section, res, l) {
     ["head-mean", { z: maps.headMean, factor: maps.factor, keyFactor: maps.keyFactor },
       pooledTitle(`Head average, layer ${l}`, maps.factor, maps.keyFactor)],
     ["layer-mean", { z: res.layer_mean[0], factor: af, keyFactor: akf },
-      `Average of all ${res.num_layers} layers and heads`],
+      // a long input's layer mean is summed block by block: each cell a block's mean
+      res.average_downsample?.method === "mean"
+        ? `Average of all ${res.num_layers} layers and heads, block mean of ${af} × ${akf} tokens`
+        : `Average of all ${res.num_layers} layers and heads`],
   ];
   if (res.rollout) {
     figures.push(["rollout", { z: res.rollout[0], factor: af, keyFactor: akf },
