@@ -208,7 +208,8 @@ def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
     N x H x L_q x L_k per block, in its dtype and as float32.
 
     N x (H + 2 H_kv) x L x d_k numbers per block, plus one (L_q, L_k) float mask per block
-    (transformers builds one and hands it to every layer), plus T5's position bias
+    (transformers builds one and hands it to every layer; past
+    :data:`.mask_rules.DENSE_MASK_CELLS` it is its rule alone), plus T5's position bias
     (H, L_q, L_k) per block, which its layers share too; each number in the model's dtype
     (2 bytes in bfloat16 or float16, 4 in float32).
     """
@@ -226,7 +227,8 @@ def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
         heads = model.block_heads(block)
         kv_heads = heads if model.family == "encoder-decoder" else model.num_key_value_heads
         per_layer = (heads * len_q + 2 * kv_heads * len_k) * d_k
-        total += model.block_layers(block) * per_layer + len_q * len_k
+        area = len_q * len_k
+        total += model.block_layers(block) * per_layer + (area if area <= DENSE_MASK_CELLS else 0)
         if _position_bias(model):
             total += heads * len_q * len_k
     return total * dtype_bytes(model)

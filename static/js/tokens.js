@@ -102,25 +102,84 @@ export function fillHeadChoice(select, count, meanText = "the mean of the heads"
   if ([...select.options].some((o) => o.value === previous)) select.value = previous;
 }
 
+// The most tokens a strip shows at once: a longer input's strip shows one page of them
+// (the page of the focused or first selected token), with buttons to the earlier and
+// later pages and a field to go to any token, so that a page of 131,072 tokens holds
+// STRIP_PAGE chips, not one per token.
+export const STRIP_PAGE = 1024;
+
+// The first position of the page a strip of `length` tokens shows: `options.pageStart`
+// (the strip's own buttons), else the page of the focused chip, of the first selected
+// token, or the one shown before.
+function stripPage(container, length, selected, active, options) {
+  if (length <= STRIP_PAGE) return 0;
+  let anchor = options.pageStart;
+  if (anchor === undefined && active !== undefined) anchor = Number(active);
+  if (anchor === undefined && selected.size) anchor = Math.min(...selected);
+  if (anchor === undefined) anchor = Number(container.dataset.pageStart ?? 0);
+  const clamped = Math.min(Math.max(0, anchor || 0), length - 1);
+  return clamped - (clamped % STRIP_PAGE);
+}
+
+// The bar above a paged strip: which tokens it shows, earlier / later, go to a token.
+function stripPager(container, tokens, options, start) {
+  const length = tokens.length;
+  const stop = Math.min(length, start + STRIP_PAGE);
+  const bar = document.createElement("div");
+  bar.className = "strip-pager";
+  const shown = document.createElement("span");
+  shown.className = "strip-range";
+  shown.textContent = `tokens ${start}–${stop - 1} of ${length.toLocaleString("en")}`;
+  const go = (first) => tokenStrip(container, tokens, { ...options, pageStart: first });
+  const button = (text, label, first) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = text;
+    b.setAttribute("aria-label", label);
+    b.disabled = first < 0 || first >= length;
+    b.addEventListener("click", () => go(first));
+    return b;
+  };
+  const field = document.createElement("input");
+  field.type = "number";
+  field.min = "0";
+  field.max = String(length - 1);
+  field.placeholder = "go to token";
+  field.setAttribute("aria-label", `Go to token (0 to ${length - 1})`);
+  field.addEventListener("change", () => {
+    const q = Number(field.value);
+    if (Number.isInteger(q) && q >= 0 && q < length) go(q);
+  });
+  bar.append(button("◀", "Earlier tokens", start - STRIP_PAGE), shown,
+    button("▶", "Later tokens", stop), field);
+  return bar;
+}
+
 // The token strip: `tokens` (plain text) as buttons, in a container with
 // role="listbox". options:
 //   selected (Set of positions), weights (per token: the weight from the selection, or
 //   null: no shading), label (the strip's aria-label), onSelect(position, add).
 // Each token's background is shaded by its weight relative to the largest one (the
 // darkest token gets the most), its title gives the weight, and data-weight holds it.
+// Over STRIP_PAGE tokens, one page of them (stripPage, stripPager).
 export function tokenStrip(container, tokens, options) {
   const { selected = new Set(), weights = null, onSelect } = options;
   // The chip that has the focus (clicked, Enter, an arrow key) keeps it in the new strip:
   // the arrow keys go on working from it.
   const active = container.contains(document.activeElement)
     ? document.activeElement.dataset.position : undefined;
+  const start = stripPage(container, tokens.length, selected, active, options);
+  const stop = Math.min(tokens.length, start + STRIP_PAGE);
+  container.dataset.pageStart = String(start);
   const strip = document.createElement("div");
   strip.className = "token-strip";
   strip.setAttribute("role", "listbox");
   strip.setAttribute("aria-multiselectable", "true");
   strip.setAttribute("aria-label", options.label || "Tokens: select one to see where it looks");
-  const top = weights ? Math.max(1e-12, ...weights) : 1;
-  tokens.forEach((token, q) => {
+  let top = 1e-12;
+  for (const w of weights ?? []) top = Math.max(top, w ?? 0);
+  for (let q = start; q < stop; q++) {
+    const token = tokens[q];
     const chip = document.createElement("button");
     chip.type = "button";
     chip.className = "token";
@@ -129,7 +188,7 @@ export function tokenStrip(container, tokens, options) {
     chip.textContent = String(token);
     const isSelected = selected.has(q);
     chip.setAttribute("aria-selected", String(isSelected));
-    chip.tabIndex = isSelected || (selected.size === 0 && q === 0) ? 0 : -1;
+    chip.tabIndex = isSelected || (selected.size === 0 && q === start) ? 0 : -1;
     if (weights) {
       const w = weights[q] ?? 0;
       chip.dataset.weight = String(w);
@@ -142,7 +201,7 @@ export function tokenStrip(container, tokens, options) {
     }
     chip.addEventListener("click", (event) => onSelect(q, additive(event)));
     strip.append(chip);
-  });
+  }
   strip.addEventListener("keydown", (event) => {
     const chip = event.target.closest(".token");
     if (!chip) return;
@@ -157,7 +216,8 @@ export function tokenStrip(container, tokens, options) {
       onSelect(null, false, true);
     }
   });
-  container.replaceChildren(strip);
+  if (tokens.length > STRIP_PAGE) container.replaceChildren(stripPager(container, tokens, options, start), strip);
+  else container.replaceChildren(strip);
   const focused = active === undefined ? null : strip.querySelector(`.token[data-position="${active}"]`);
   if (focused) {
     for (const chip of strip.querySelectorAll(".token[tabindex='0']")) chip.tabIndex = -1;

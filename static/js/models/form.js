@@ -224,11 +224,17 @@ function chosenTarget() {
   return targetSelect.options.length ? targetSelect.value : (state.linked.target ?? "");
 }
 
+// The most positions #target-index lists (a gradient method's pass keeps every layer's
+// weights: the server refuses inputs far shorter than this).
+const MAX_TARGET_OPTIONS = 4096;
+
 // The positions a gradient method's target can take (#target-index): the shown tokens
 // when they are the outputs (not an encoder-decoder's encoder block), else only the default.
 export function fillTargets(res) {
   const outputs = res.family !== "encoder-decoder" || res.block !== "encoder";
-  const tokens = outputs ? queryTokens(res) : [];
+  // Past MAX_TARGET_OPTIONS tokens (longer than the gradient methods take), the default
+  // alone: no option per token.
+  const tokens = outputs && queryTokens(res).length <= MAX_TARGET_OPTIONS ? queryTokens(res) : [];
   // The server's default: an encoder's first token, else the last that is neither special
   // nor whitespace (gradients.py last_content_position; res.target names it once computed).
   const last = res.family === "encoder" ? "first token" : "last word's token";
