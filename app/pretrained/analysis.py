@@ -171,6 +171,7 @@ def prepare_sequence(
     *,
     observe: bool = False,
     deadline: ProgressBudget | None = None,
+    tiles: bool = False,
 ) -> PreparedSequence:
     """Check the one-input options, generate when asked, run (or reuse) the forward pass.
 
@@ -181,6 +182,11 @@ def prepare_sequence(
 
     With ``deadline`` (:class:`.display.ProgressBudget`), the walk stops once it ends (a stream's
     time budget), raising ComputeCancelledError with the message.
+
+    With ``tiles`` (a download of the weights), a view that needs no recorded states takes
+    the input's pass kept for tiles, running it kept if it is not (no observed pass): the
+    caller reads the walk's result as tiles (:meth:`.results.PretrainedAttentions.tile`)
+    instead of walking it.
 
     Every option is checked before anything runs, against the model's config and the
     tokenised length (plus ``max_new_tokens`` with generation): indices, method bounds,
@@ -243,6 +249,7 @@ def prepare_sequence(
     )
     observing = (
         observe
+        and not tiles
         and not options.ablate
         and method_spec(options.method).observable
         and (options.display_size is not None or options.head_index is not None)
@@ -255,7 +262,7 @@ def prepare_sequence(
     # input (the enlarged head, a layer, a token's rows) then runs no forward pass
     room = max(recordings.max_bytes, recordings.disk_bytes if run_on.type == "cpu" else 0)
     keep = observing and model.attention_path == "recorded" and kept_bytes(model, lengths) <= room
-    memory(observed=observing, recorded=recorded, kept=keep)
+    memory(observed=observing, recorded=recorded, kept=keep or tiles)
     generation = None
     if options.max_new_tokens:
         generation = recordings.generate(
@@ -303,7 +310,9 @@ def prepare_sequence(
     result = (
         generation.result
         if generation is not None and generation.result is not None
-        else recordings.run(model, alone, alone_targets, device=options.device, states=states)
+        else recordings.run(
+            model, alone, alone_targets, device=options.device, states=states, tiles=tiles
+        )
     )
     ablation = None
     switched = None

@@ -182,6 +182,7 @@ class RecordingCache:
         device: str = "auto",
         ablate: dict[int, tuple[int, ...]] | None = None,
         states: bool = True,
+        tiles: bool = False,
     ) -> PretrainedAttentions:
         """:meth:`.model.PretrainedModel.run`, or the kept recording of the same input.
 
@@ -191,24 +192,34 @@ class RecordingCache:
             states: the caller needs the recorded states (the neuron view, a method, the
                 value states); False: a pass kept for tiles only serves it
                 (:attr:`.results.PretrainedAttentions.tiles_only`: the maps, rows and views).
+            tiles: (without ``states`` or ``ablate``) the caller reads the weights as tiles:
+                a pass not kept yet is run kept for tiles, recording no states
+                (:meth:`observed` with no observer), so that the file of a long input's
+                maps is streamed tile by tile.
 
         Raises:
             AttentionInputError: as :meth:`.model.PretrainedModel.run`.
         """
         key = _input_key(model, batch, targets, device, ablate)
-        tiles = None
+        carried = None
         with self._lock:
             kept = self._recordings.get(key)
             if kept is not None and states and kept[0].tiles_only:
-                tiles, kept = kept[0].kept, None  # run it again, recorded; its tiles kept on
+                carried, kept = kept[0].kept, None  # run it again, recorded; its tiles kept on
             if kept is not None:
                 self._recordings.move_to_end(key)
                 self.hits += 1
                 return kept[0]
             self.misses += 1
+        if tiles and not states and not ablate and model.attention_path == "recorded":
+            found = self.observed(
+                model, batch, targets, None, device=device, record=False, keep=True, miss=False
+            )
+            if found.kept is not None and found.kept.exact:
+                return found  # else a layer tiles do not reproduce: recorded, as without
         result = model.run(batch, targets, device=device, ablate=ablate)
-        if tiles is not None:  # the zoom of the same input goes on (its pass_key stays)
-            result = dataclasses.replace(result, kept=tiles)
+        if carried is not None:  # the zoom of the same input goes on (its pass_key stays)
+            result = dataclasses.replace(result, kept=carried)
         with self._lock:
             self._keep(key, result, recording_bytes(result))
         return result
@@ -246,8 +257,11 @@ class RecordingCache:
         device: str = "auto",
         record: bool = True,
         keep: bool = False,
+        miss: bool = True,
     ) -> PretrainedAttentions:
         """:meth:`.model.PretrainedModel.run` with ``observer``, kept as :meth:`run` keeps it.
+
+        ``miss``: count the pass as a cache miss (False: :meth:`run` counted it).
 
         ``record`` False (a recording larger than the budget would not be kept) records
         no states. ``keep`` keeps the pass for tiles (q, k and each row's LSE,
@@ -276,7 +290,7 @@ class RecordingCache:
             assert result.kept is not None
             result = dataclasses.replace(result, kept=spilled(result.kept))
         with self._lock:
-            self.misses += 1
+            self.misses += int(miss)
             self._keep(_input_key(model, batch, targets, device, None), result, size, on_disk)
         return result
 

@@ -70,6 +70,53 @@ def test_a_layer_downloads_as_safetensors_with_its_tokens(
     assert (metadata["method"], metadata["shape"]) == ("attention", "(H, L_q, L_k)")
 
 
+def test_the_weights_stream_as_tiles_of_the_kept_pass_never_held_whole(
+    client: TestClient, reference_bert, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A plain download (the weights, no hiding, merging, heads off or method) runs no walk:
+    the file is rows of exact tiles of the input's pass kept for tiles, a few rows a piece
+    (here one row: the pieces counted), equal to transformers; the pass stays kept, so the
+    page's views and zoom of the same input run no forward pass after it."""
+    from attnviz.pretrained.display import LayerWalk
+    from attnviz.pretrained.results import PretrainedAttentions
+    from attnviz.server.payloads import files
+
+    text = "Tiles stream the file of a layer, a row at a time."
+    walked: list[int] = []
+    pieces: list[range] = []
+    layers, tile = LayerWalk.layers, PretrainedAttentions.tile
+
+    def counted_layers(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        walked.append(1)
+        return layers(self, *args, **kwargs)
+
+    def counted_tile(self, block, layer, heads=None, rows=None, cols=None, **kwargs):  # type: ignore[no-untyped-def]
+        if cols is not None and len(cols) > 1:  # not _tiled's probe of one cell
+            pieces.append(rows)
+        return tile(self, block, layer, heads, rows, cols, **kwargs)
+
+    monkeypatch.setattr(LayerWalk, "layers", counted_layers)
+    monkeypatch.setattr(PretrainedAttentions, "tile", counted_tile)
+    monkeypatch.setattr(files, "TILE_ROW_FLOATS", 1)  # one row a piece
+    response = client.post(URL, json={"texts": [text], "layer_index": 1})
+    assert response.status_code == 200, response.text
+    layer = np.load(io.BytesIO(response.content))
+    heads, length = layer.shape[:2]
+    assert walked == [] and len(pieces) == heads * length
+    assert all(len(rows) == 1 for rows in pieces)
+    pieces.clear()
+    head = client.post(URL, json={"texts": [text], "layer_index": 1, "head_index": 3})
+    assert walked == [] and len(pieces) == length
+    expected = reference_layer(reference_bert, client, text, 1)  # (its ids: a JSON request)
+    np.testing.assert_allclose(layer, expected, atol=1e-5)
+    np.testing.assert_allclose(np.load(io.BytesIO(head.content)), expected[3], atol=1e-5)
+    answer = client.post(
+        "/api/v1/models/attention",
+        json={"texts": [text], "sequence_index": 0, "layer_index": 1, "display_size": 64},
+    )
+    assert answer.status_code == 200 and isinstance(answer.json()["pass_key"], str)
+
+
 @pytest.mark.parametrize(
     "options",
     [

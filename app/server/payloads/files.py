@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from collections.abc import Iterator
 from typing import Final
@@ -26,6 +27,8 @@ from ...pretrained.analysis import Limits, prepare_sequence
 from ...pretrained.blocks import Block
 from ...pretrained.methods import method_spec
 from ...pretrained.recordings import RecordingCache
+from ...pretrained.results import PretrainedAttentions
+from ...pretrained.tiles import TileError
 from ...pretrained.tokens import TokenizedBatch
 from ..errors import engine_errors, field_error
 from ..schemas.pretrained import PretrainedDownloadRequest
@@ -100,15 +103,34 @@ def maps_file(
         max_weight_cells=size // 4 + 4 * 2**20,
         max_request_bytes=settings.max_request_bytes,
     )
+    options = request.view_options()
+    # The weights as they are (no per-head method, hiding, merging, heads off or
+    # generation): rows of tiles of the input's kept pass, streamed; else the walk's maps,
+    # held whole.
+    plain = not method_spec(options.method).per_head and not (
+        options.hide_special_tokens or options.merge_words or options.ablate
+    )
+    plain = plain and not options.max_new_tokens
     with engine_errors(request.device):
         prepared = prepare_sequence(
-            model, request.view_options(), batch, targets, block, limits, recordings, observe=True
-        )
+            model, options, batch, targets, block, limits, recordings, observe=not plain,
+            tiles=plain,
+        )  # fmt: skip
         walk = prepared.walk
-        (maps,) = list(walk.layers())
-    array = host_floats(maps.attentions)  # (H', L_q, L_k): the walk's float32, no copy
-    if request.head_index is not None:
-        array = array[0]
+        tiled = _tiled(walk.result, block, request.layer_index) if plain else None
+        if tiled is None:
+            (maps,) = list(walk.layers())
+            array = host_floats(maps.attentions)  # (H', L_q, L_k): the walk's float32, no copy
+            if request.head_index is not None:
+                array = array[0]
+            shape, chunks = array.shape, _rows(array)
+        else:
+            heads = model.block_heads(block) if request.head_index is None else 1
+            length_q, length_k = walk.length_q, walk.length_k
+            shape = (
+                (heads, length_q, length_k) if request.head_index is None else (length_q, length_k)
+            )
+            chunks = _tile_rows(tiled, block, request.layer_index, request.head_index, shape)
     spec = method_spec(walk.method)
     name = spec.name if spec.per_head else "attn_weights"
     parts = [model.name, f"input{b}", f"layer{request.layer_index}"]
@@ -118,7 +140,7 @@ def maps_file(
         parts.append(spec.name)
     filename = _UNSAFE.sub("_", "-".join(parts)) + f".{request.format}"
     if request.format == "npy":
-        header, chunks = npy_parts(array)
+        header = npy_header(shape)
     else:
         metadata = {
             "model": model.name,
@@ -131,8 +153,8 @@ def maps_file(
             "query_tokens": json.dumps(walk.shown(walk.queries, walk.keep_q)[0]),
             "key_tokens": json.dumps(walk.shown(walk.keys, walk.keep_k)[0]),
         }
-        header, chunks = safetensors_parts(name, array, metadata)
-    length = len(header) + array.nbytes
+        header = safetensors_header(name, shape, metadata)
+    length = len(header) + 4 * math.prod(shape)
     return StreamingResponse(
         _joined(header, chunks),
         media_type=MEDIA_TYPES[request.format],
@@ -148,50 +170,83 @@ def _joined(header: bytes, chunks: Iterator[bytes]) -> Iterator[bytes]:
     yield from chunks
 
 
+def _tiled(
+    result: PretrainedAttentions | None, block: Block, layer: int | None
+) -> PretrainedAttentions | None:
+    """``result`` when its layer can be read as exact tiles of its kept pass, else None."""
+    if result is None or result.kept is None or layer is None:
+        return None
+    try:
+        result.tile(block, layer, heads=[0], rows=range(1), cols=range(1))
+    except TileError:
+        return None  # a layer tiles do not reproduce: the walk's eager maps
+    return result
+
+
+TILE_ROW_FLOATS: Final = 2**22
+"""About how many weights one streamed piece of a tiled file holds (16 MiB of float32)."""
+
+
+def _tile_rows(
+    result: PretrainedAttentions,
+    block: Block,
+    layer: int | None,
+    head: int | None,
+    shape: tuple[int, ...],
+) -> Iterator[bytes]:
+    """The file's float32 data (little-endian), a head and a few rows of tiles at a time.
+
+    Each piece is :meth:`.results.PretrainedAttentions.tile` of those rows over every key
+    at factor 1 (exact weights from the kept pass): the file is never held whole.
+    """
+    assert layer is not None
+    length_q, length_k = shape[-2:]
+    heads = [head] if head is not None else list(range(shape[0]))
+    step = max(1, TILE_ROW_FLOATS // max(1, length_k))
+    for h in heads:
+        for start in range(0, length_q, step):
+            rows = range(start, min(length_q, start + step))
+            part = result.tile(block, layer, heads=[h], rows=rows, cols=range(length_k))
+            yield part[0, 0].numpy().astype("<f4", copy=False).tobytes()
+
+
 def _rows(array: np.ndarray) -> Iterator[bytes]:
     """A C-contiguous array's bytes (little-endian), one head (or 64 rows) at a time."""
-    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    little = array.astype("<f4", copy=False)
     step = 1 if little.ndim == 3 else 64
     for start in range(0, len(little), step):
         yield np.ascontiguousarray(little[start : start + step]).tobytes()
 
 
-def npy_parts(array: np.ndarray) -> tuple[bytes, Iterator[bytes]]:
-    """NumPy's .npy of ``array``: its header (``numpy.lib.format``) and its data, in chunks.
+def npy_header(shape: tuple[int, ...]) -> bytes:
+    """The header of NumPy's .npy (``numpy.lib.format``) of a little-endian float32 array.
 
-    The data is sent a head at a time, so a layer of 8,192 tokens is never copied whole.
+    The data follows it in C order (sent a head or a few rows at a time, so a layer of
+    8,192 tokens is never copied whole).
     """
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(
-        header,
-        {
-            "descr": np.lib.format.dtype_to_descr(array.dtype.newbyteorder("<")),
-            "fortran_order": False,
-            "shape": array.shape,
-        },
+        header, {"descr": "<f4", "fortran_order": False, "shape": tuple(shape)}
     )
-    return header.getvalue(), _rows(array)
+    return header.getvalue()
 
 
-def safetensors_parts(
-    name: str, array: np.ndarray, metadata: dict[str, str]
-) -> tuple[bytes, Iterator[bytes]]:
-    """A safetensors file of one tensor: the header safetensors writes, then the data.
+def safetensors_header(name: str, shape: tuple[int, ...], metadata: dict[str, str]) -> bytes:
+    """The header of a safetensors file of one float32 tensor of ``shape``; the data follows.
 
     The header comes from ``safetensors.torch.save`` of an empty tensor of the same
     dtype, its shape and offsets then set to the array's (the format: an 8-byte
     little-endian header length, the JSON header, the data), so the file is the
-    library's own layout while the data is sent a head at a time.
+    library's own layout while the data is sent a head (or a few rows) at a time.
     """
     from safetensors.torch import save
 
-    dtype = torch.float64 if array.dtype == np.float64 else torch.float32
-    empty = save({name: torch.zeros(0, dtype=dtype)}, metadata=metadata)
+    nbytes = 4 * math.prod(shape)
+    empty = save({name: torch.zeros(0, dtype=torch.float32)}, metadata=metadata)
     size = int.from_bytes(empty[:8], "little")
     described = json.loads(empty[8 : 8 + size])
-    described[name]["shape"] = list(array.shape)
-    described[name]["data_offsets"] = [0, array.nbytes]
+    described[name]["shape"] = list(shape)
+    described[name]["data_offsets"] = [0, nbytes]
     text = json.dumps(described, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # safetensors aligns the data to 8 bytes
-    header = len(text).to_bytes(8, "little") + text
-    return header, _rows(array)
+    return len(text).to_bytes(8, "little") + text
