@@ -1,19 +1,19 @@
-"""One input's analysis of a pretrained model: check the options, generate, run, walk.
+"""One input's analysis of a pretrained model: its options, limits and checks.
 
 What POST /api/v1/models/attention (with ``sequence_index``) and its streamed grid do
 between tokenising and answering, with no HTTP in it: the request's options arrive as a
 plain :class:`ViewOptions`, the server's limits as :class:`Limits`, and every refusal is
 an :class:`~attnviz.attention.errors.AttentionInputError` naming the request's field (the
 server answers 422, or 413 for :class:`~attnviz.attention.errors.InputTooLargeError`).
-Shapes: N layers, H heads, L_q x L_k one input's maps, P_q x P_k pooled.
+Shapes: N layers, H heads, L_q x L_k one input's maps, P_q x P_k pooled. The view itself is
+planned and run by :mod:`.view_plan`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
@@ -21,30 +21,20 @@ import torch
 from ..attention.errors import AttentionInputError, InputTooLargeError, too_many_numbers
 from .admission import (
     InputLengths,
-    check_memory,
-    check_options,
-    check_positions,
-    device_free_bytes,
-    kept_bytes,
 )
-from .admission import recording_bytes as estimated_recording_bytes
 from .blocks import Block
-from .display import MAX_AVERAGE_SIZE, LayerWalk, ProgressBudget
+from .display import MAX_AVERAGE_SIZE, LayerWalk
 from .gradients import GradientPass
-from .maps import pooled
 from .methods import (
     GRADIENT_METHODS,
     ONE_INPUT_METHODS,
     Method,
-    MethodMaps,
-    MethodRun,
     method_spec,
-    with_method,
 )
 from .model import PretrainedModel
 from .neuron import Neuron
 from .recordings import RecordingCache
-from .results import Generation, PassInputs, PretrainedAttentions
+from .results import Generation, PretrainedAttentions
 from .tokens import TokenizedBatch
 
 ONE_INPUT_OPTIONS: Final = (
@@ -158,213 +148,6 @@ class PreparedSequence:
     ablation: dict[str, Any] | None = None
     gradients: GradientPass | None = None
     method_window: tuple[int, int] | None = None
-
-
-def prepare_sequence(
-    model: PretrainedModel,
-    options: ViewOptions,
-    batch: TokenizedBatch,
-    targets: TokenizedBatch | None,
-    block: Block,
-    limits: Limits,
-    recordings: RecordingCache,
-    *,
-    observe: bool = False,
-    deadline: ProgressBudget | None = None,
-    tiles: bool = False,
-) -> PreparedSequence:
-    """Check the one-input options, generate when asked, run (or reuse) the forward pass.
-
-    With ``observe``, a plain request (the weights, pooled to a display size or one head,
-    no ablation, query or neuron) whose pass is not kept runs no pass here: its walk runs
-    it, observed (:class:`attnviz.pretrained.display.WalkObserver`), the maps built during
-    the pass, so that a stream sends each layer as soon as the pass has computed it.
-
-    With ``deadline`` (:class:`.display.ProgressBudget`), the walk stops once it ends (a stream's
-    time budget), raising ComputeCancelledError with the message.
-
-    With ``tiles`` (a download of the weights), a view that needs no recorded states takes
-    the input's pass kept for tiles, running it kept if it is not (no observed pass): the
-    caller reads the walk's result as tiles (:meth:`.results.PretrainedAttentions.tile`)
-    instead of walking it.
-
-    Every option is checked before anything runs, against the model's config and the
-    tokenised length (plus ``max_new_tokens`` with generation): indices, method bounds,
-    the response's size and the memory the request would need
-    (:mod:`attnviz.pretrained.admission`). Passes are taken from ``recordings`` when kept
-    there (a click on a head reuses the grid's pass) and kept there when they fit.
-
-    Raises:
-        AttentionInputError: naming a bad option (the server's 422).
-        InputTooLargeError: over ATTNVIZ_MAX_WEIGHT_CELLS, ATTNVIZ_MAX_SEQ_LEN (prompt + new
-            tokens) or ATTNVIZ_MAX_REQUEST_BYTES (the server's 413).
-        torch.OutOfMemoryError: a device ran out of memory (the server's 503).
-    """
-    b = options.sequence_index
-    assert b is not None  # and below len(texts): checked by the caller
-    check_view_options(options, block)
-    if options.top_k and model.family != "decoder":
-        raise AttentionInputError(
-            "top_k",
-            f"next tokens are for decoders; {model.name} is {model.described}",
-        )
-    alone = batch.select(b)
-    alone_targets = None if targets is None else targets.select(b)
-    lengths = InputLengths(
-        source=int(alone.input_ids.shape[1]),
-        target=None if alone_targets is None else int(alone_targets.input_ids.shape[1]),
-        new_tokens=options.max_new_tokens,
-    )
-    check_generation_length(model, lengths, limits)
-    check_options(
-        model,
-        block,
-        lengths,
-        layer_index=options.layer_index,
-        head_index=options.head_index,
-        query_index=options.query_index,
-        ablate=options.ablate,
-        method=options.method,
-        target_index=options.target_index,
-        target_token_id=options.target_token_id,
-        neuron=options.neuron,
-    )
-    check_view_cells(model, options, lengths, block, limits)
-    run_on = model.device_for(options.device)
-    # With generation, the new tokens come from an unrecorded, key/value-cached run
-    # (SDPA), then one observed pass covers prompt + new tokens.
-    memory = functools.partial(
-        check_memory,
-        model,
-        lengths,
-        limits.max_request_bytes,
-        block=block,
-        runs=2 if options.ablate else 1,
-        display_size=options.display_size,
-        method=options.method,
-        free_bytes=device_free_bytes(run_on),
-        device=str(run_on),
-        layer_index=options.layer_index,
-        head_index=options.head_index,
-    )
-    observing = (
-        observe
-        and not tiles
-        and not options.ablate
-        and method_spec(options.method).observable
-        and (options.display_size is not None or options.head_index is not None)
-        and options.query_index is None
-        and not options.neuron
-        and recordings.kept(model, alone, alone_targets, device=options.device) is None
-    )
-    recorded = not observing or estimated_recording_bytes(model, lengths) <= recordings.max_bytes
-    # an observed pass is kept for tiles where it fits the cache: the next view of the same
-    # input (the enlarged head, a layer, a token's rows) then runs no forward pass
-    room = max(recordings.max_bytes, recordings.disk_bytes if run_on.type == "cpu" else 0)
-    keep = observing and model.attention_path == "recorded" and kept_bytes(model, lengths) <= room
-    memory(observed=observing, recorded=recorded, kept=keep or tiles)
-    generation = None
-    if options.max_new_tokens:
-        generation = recordings.generate(
-            model,
-            alone,
-            options.max_new_tokens,
-            temperature=options.temperature,
-            seed=options.seed,
-            device=options.device,
-            record_pass=not observing,
-        )
-        alone = model.extended(alone, generation.new_ids)
-        check_positions(
-            replace(lengths, new_tokens=len(generation.new_ids)),
-            query_index=options.query_index,
-            target_index=options.target_index,
-        )
-    walk_of = functools.partial(
-        LayerWalk,
-        block=block,
-        hide_special_tokens=options.hide_special_tokens,
-        layer_index=options.layer_index,
-        head_index=options.head_index,
-        display_size=options.display_size,
-        merge_words=options.merge_words,
-        deadline=deadline,
-    )
-    if observing:
-        inputs = PassInputs(alone, alone_targets, {b: model.block_layers(b) for b in model.blocks})
-        walk = walk_of(
-            inputs,
-            pending=observed_pass(
-                model,
-                alone,
-                alone_targets,
-                options.device,
-                recordings,
-                record=recorded,
-                keep=keep,
-            ),
-            block_of=model.block_of(model.on(run_on)),
-        )
-        return PreparedSequence(walk, None, str(run_on), generation, None)
-    states = needs_states(options)
-    result = (
-        generation.result
-        if generation is not None and generation.result is not None
-        else recordings.run(
-            model, alone, alone_targets, device=options.device, states=states, tiles=tiles
-        )
-    )
-    ablation = None
-    switched = None
-    if options.ablate:
-        intact = result
-        switched = ablated_modules(intact, block, options.ablate)
-        result = recordings.run(model, alone, alone_targets, device=options.device, ablate=switched)
-        ablation = ablation_fields(model, options.ablate, intact, result)
-    result = with_method(result, model.on(torch.device(result.device)), options.method)
-    walk = walk_of(result)
-    query_rows = None
-    if options.query_index is not None:
-        query_rows = result.query_rows(block, options.query_index)
-    step = None
-    if options.neuron:
-        assert options.layer_index is not None and options.head_index is not None
-        assert options.query_index is not None
-        step = result.neuron(block, options.layer_index, options.head_index, options.query_index)
-    added = MethodMaps()
-    compute = method_spec(options.method).compute
-    if compute is not None:
-        added = compute(
-            MethodRun(
-                model=model,
-                result=result,
-                block=block,
-                batch=alone,
-                targets=alone_targets,
-                recordings=recordings,
-                device=options.device,
-                ablate=switched,
-                layer_index=options.layer_index,
-                display_size=options.display_size,
-                target_index=options.target_index,
-                target_token_id=options.target_token_id,
-                pooled=lambda maps, size: pooled(maps, size)[0],
-                average_size=MAX_AVERAGE_SIZE,
-            )
-        )
-    return PreparedSequence(
-        walk,
-        result,
-        result.device,
-        generation,
-        query_rows,
-        step,
-        added.summed_norm,
-        added.method_map,
-        ablation,
-        added.gradients,
-        added.method_window,
-    )
 
 
 def needs_states(options: ViewOptions) -> bool:

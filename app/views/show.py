@@ -43,7 +43,7 @@ def show(
 
     Every setting of the /models page, as the fields of POST /api/v1/models/attention
     (the page's "Reproduce in Python" writes this call): the input runs alone through
-    :func:`attnviz.pretrained.analysis.prepare_sequence`, as the server runs it, so the
+    :func:`attnviz.pretrained.analysis.plan_view`, as the server runs it, so the
     maps are the page's, unpooled.
 
     Args:
@@ -94,8 +94,9 @@ def show(
             the API's field.
     """
     from ..attention.errors import AttentionInputError
-    from ..pretrained.analysis import Limits, ViewOptions, prepare_sequence
+    from ..pretrained.analysis import Limits, ViewOptions
     from ..pretrained.methods import METHODS, method_spec
+    from ..pretrained.view_plan import plan_view
 
     if method not in METHODS:
         raise AttentionInputError("method", f"{method!r}: choose one of {', '.join(METHODS)}")
@@ -122,9 +123,9 @@ def show(
     )
     # A local call has the machine to itself: no server's response or memory limits.
     unbounded = Limits(max_seq_len=2**31, max_weight_cells=2**62, max_request_bytes=2**62)
-    prepared = prepare_sequence(
+    prepared = plan_view(
         pretrained, options, batch, targets, shown_block, unbounded, _recordings()
-    )
+    ).run()
     walk = prepared.walk
     maps = np.stack([m.attentions.numpy() for m in walk.layers()])  # (N, H, L_q, L_k)
     view = walk.summary().view

@@ -133,11 +133,13 @@ def long_batch(model: PretrainedModel, length: int) -> Any:
 def prepared(
     model: PretrainedModel, batch: Any, cache: Any, observe: bool = False, **options: Any
 ) -> Any:
-    from attnviz.pretrained.analysis import Limits, ViewOptions, prepare_sequence
+    from attnviz.pretrained.analysis import Limits, ViewOptions
+    from attnviz.pretrained.view_plan import plan_view
 
     limits = Limits(max_seq_len=None, max_weight_cells=10**9, max_request_bytes=2**40)
     chosen = ViewOptions(sequence_index=0, device="cpu", **options)
-    return prepare_sequence(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
+    plan = plan_view(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
+    return plan.run()
 
 
 def views(model: PretrainedModel, batch: Any, cache: Any) -> dict[str, Any]:

@@ -265,12 +265,14 @@ def counted_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 def prepared(
     model: PretrainedModel, batch: Any, cache: Any, *, observe: bool = False, **options: Any
 ) -> Any:
-    """prepare_sequence of input 0 of ``batch`` on the CPU with ``options``, through ``cache``."""
-    from attnviz.pretrained.analysis import Limits, ViewOptions, prepare_sequence
+    """The view plan of input 0 of ``batch`` on the CPU with ``options``, through ``cache``."""
+    from attnviz.pretrained.analysis import Limits, ViewOptions
+    from attnviz.pretrained.view_plan import plan_view
 
     limits = Limits(max_seq_len=64, max_weight_cells=10**8, max_request_bytes=2**31)
     chosen = ViewOptions(sequence_index=0, device="cpu", **options)
-    return prepare_sequence(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
+    plan = plan_view(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
+    return plan.run()
 
 
 def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(

@@ -294,9 +294,9 @@ def test_a_request_over_the_device_s_free_memory_is_a_413_naming_both_figures(
     client: TestClient, nothing_runs: None, monkeypatch: pytest.MonkeyPatch, route: str
 ) -> None:
     """On a GPU, the device's free memory (torch.cuda.mem_get_info) is a second limit."""
-    from attnviz.pretrained import analysis
+    from attnviz.pretrained import view_plan
 
-    monkeypatch.setattr(analysis, "device_free_bytes", lambda device: 3 * 2**20)
+    monkeypatch.setattr(view_plan, "device_free_bytes", lambda device: 3 * 2**20)
     body = {"model": "tiny-llama", "texts": [prompt_of_length(24)], "sequence_index": 0}
     response = client.post(route, json={**body, "display_size": 8})
     assert response.status_code == 413, response.text

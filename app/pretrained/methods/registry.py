@@ -48,7 +48,7 @@ al.; :mod:`..gradients`), value zeroing (Mohebbi et al.; :mod:`..zeroing`)."""
 
 @dataclass(frozen=True)
 class MethodRun:
-    """What a method's computation is given, for one input (prepare_sequence's state).
+    """What a method's computation is given, for one input (a :class:`..analysis.ViewPlan` run).
 
     Attributes:
         model: the model that ran.

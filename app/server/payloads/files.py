@@ -23,13 +23,14 @@ from fastapi.responses import Response, StreamingResponse
 
 from ...pretrained import PretrainedModel
 from ...pretrained.admission import InputLengths
-from ...pretrained.analysis import Limits, prepare_sequence
+from ...pretrained.analysis import Limits
 from ...pretrained.blocks import Block
 from ...pretrained.methods import method_spec
 from ...pretrained.recordings import RecordingCache
 from ...pretrained.results import PretrainedAttentions
 from ...pretrained.tiles import TileError
 from ...pretrained.tokens import TokenizedBatch
+from ...pretrained.view_plan import plan_view
 from ..errors import engine_errors, field_error
 from ..schemas.pretrained import PretrainedDownloadRequest
 from ..settings import Settings
@@ -112,10 +113,10 @@ def maps_file(
     )
     plain = plain and not options.max_new_tokens
     with engine_errors(request.device):
-        prepared = prepare_sequence(
+        prepared = plan_view(
             model, options, batch, targets, block, limits, recordings, observe=not plain,
             tiles=plain,
-        )  # fmt: skip
+        ).run()  # fmt: skip
         walk = prepared.walk
         tiled = _tiled(walk.result, block, request.layer_index) if plain else None
         if tiled is None:

@@ -14,18 +14,14 @@ from fastapi.responses import Response, StreamingResponse
 from ...attention.cancellation import ComputeCancelledError
 from ...attention.errors import AttentionInputError
 from ...pretrained import ModelRegistry, PretrainedModel, TokenizedBatch
-from ...pretrained.analysis import (
-    Limits,
-    PreparedSequence,
-    needs_states,
-    prepare_sequence,
-)
+from ...pretrained.analysis import Limits, PreparedSequence, needs_states
 from ...pretrained.blocks import Block
 from ...pretrained.display import ProgressBudget
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import method_spec, with_method
 from ...pretrained.recordings import RecordingCache
 from ...pretrained.tiles import TileError
+from ...pretrained.view_plan import plan_view
 from ...pretrained.zoom import zoom_span
 from ..checks import check_cells, check_limit
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
@@ -553,7 +549,7 @@ def prepared_sequence(
     *,
     deadline: ProgressBudget | None = None,
 ) -> PreparedSequence:
-    """:func:`attnviz.pretrained.analysis.prepare_sequence` of the request, observed.
+    """The request's :class:`attnviz.pretrained.analysis.ViewPlan`, observed, run.
 
     ``deadline``: the stream's time budget (:class:`attnviz.pretrained.display.ProgressBudget`).
 
@@ -566,14 +562,7 @@ def prepared_sequence(
         max_request_bytes=settings.max_request_bytes,
     )
     with engine_errors(request.device):
-        return prepare_sequence(
-            model,
-            request.view_options(),
-            batch,
-            targets,
-            block,
-            limits,
-            recordings,
-            observe=True,
-            deadline=deadline,
+        plan = plan_view(
+            model, request.view_options(), batch, targets, block, limits, recordings, observe=True
         )
+        return plan.run(deadline=deadline)
