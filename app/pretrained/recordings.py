@@ -24,7 +24,7 @@ from typing import Final
 
 import torch
 
-from .calls import WeightsRecording
+from .calls import AttentionRecording, WeightsRecording
 from .computing import AttentionObserver
 from .gradients import GradientPass, gradient_pass
 from .model import PretrainedModel
@@ -267,7 +267,9 @@ class RecordingCache:
         no states. ``keep`` keeps the pass for tiles (q, k and each row's LSE,
         :mod:`.tiles`), so that the next view of the same input (a head, a layer, a
         token's rows) runs no forward pass; a kept pass with a layer tiles do not
-        reproduce is not kept without its recording.
+        reproduce is not kept without its recording. A recorded pass whose states and tiles
+        together are over the memory budget is kept as its tiles alone (the returned result
+        too: its views read tiles).
 
         Raises:
             AttentionInputError: as :meth:`.model.PretrainedModel.run`.
@@ -280,6 +282,12 @@ class RecordingCache:
         if not (record or keep):
             return result
         size = recording_bytes(result)
+        exact = result.kept is not None and result.kept.exact
+        if size > self.max_bytes and exact and result.recording.calls:
+            # The states with the tiles are over the budget: the tiles alone (q, k and the
+            # LSE, no value states) are smaller, and serve the zoom and every plain view.
+            result = dataclasses.replace(result, recording=AttentionRecording())
+            size = recording_bytes(result)
         on_disk = (
             size > self.max_bytes
             and 0 < size <= self.disk_bytes

@@ -460,3 +460,29 @@ def test_a_pass_kept_for_tiles_gives_its_head_groups_as_a_recorded_one(
         torch.testing.assert_close(
             torch.cat([w for _, w in pieces], dim=1), result.tile("decoder", layer)
         )
+
+
+def test_a_recorded_pass_whose_tiles_overflow_the_budget_is_kept_as_its_tiles(
+    folders: dict[str, Path],
+) -> None:
+    """A cache with room for a pass's recorded states but not for them with the tiles' LSE
+    keeps the tiles alone (smaller: no value states), so the zoom and the plain views of
+    the input still run no forward pass; before, it kept nothing."""
+    import dataclasses
+
+    from attnviz.pretrained.recordings import RecordingCache, recording_bytes
+
+    model = load_model_dir("llama", folders["llama"])
+    batch = model.tokenize([LONG])
+    full = RecordingCache(10**9).observed(model, batch, None, None, device="cpu", keep=True)
+    assert full.kept is not None and full.recording.calls
+    states = recording_bytes(dataclasses.replace(full, kept=None))
+    assert states < recording_bytes(full)
+    cache = RecordingCache(states)  # the states fit alone, not with the LSE
+    cache.observed(model, batch, None, None, device="cpu", keep=True)
+    key = cache.pass_key(model, batch, device="cpu")
+    assert key is not None
+    found = cache.by_pass_key(key)
+    assert found is not None and found[1].tiles_only
+    torch.testing.assert_close(found[1].tile("decoder", 1), full.tile("decoder", 1))
+    assert cache.held_bytes[0] == recording_bytes(found[1]) < states
