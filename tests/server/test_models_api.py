@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from attnviz.pretrained import MODELS, ModelFormatError
+from attnviz.server.limits import MAX_TEXT_CHARS
 from attnviz.server.main import create_app
 from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
@@ -101,7 +102,7 @@ def test_the_model_can_be_named(client: TestClient) -> None:
         ({"texts": []}, ["body", "texts"], "at least 1"),
         ({"texts": "not a list"}, ["body", "texts"], "list"),
         ({"texts": ["ok"], "unknown": 1}, ["body", "unknown"], "Extra inputs"),
-        ({"texts": ["x" * 65_537]}, ["body", "texts", 0], "65536"),
+        ({"texts": ["x" * (MAX_TEXT_CHARS + 1)]}, ["body", "texts", 0], str(MAX_TEXT_CHARS)),
         ({"texts": ["ok"], "device": "tpu"}, ["body", "device"], "auto"),
     ],
 )
