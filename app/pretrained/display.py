@@ -30,6 +30,7 @@ import math
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -349,6 +350,9 @@ class LayerWalk:
             try:
                 items.put(("done", run(observer)))
             except BaseException as error:  # handed to the iterating thread
+                # without the pass's frames: its tensors are freed as the thread ends, not
+                # when the error (raised again in the stream) is collected
+                traceback.clear_frames(error.__traceback__)
                 items.put(("error", error))
 
         thread = threading.Thread(

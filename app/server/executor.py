@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..attention.cancellation import Cancellation, cancellable, check_cancelled
 from .errors import field_error
-from .memory import release_memory
+from .memory import drop_frames, release_memory
 from .settings import Settings, get_settings
 
 P = ParamSpec("P")
@@ -155,6 +155,9 @@ async def run_within(
             with cancellable(token):
                 check_cancelled()  # given up while it waited for a worker
                 return function(*args, **kwargs)
+        except BaseException as error:  # cancelled, timed out or failed: its tensors go now
+            drop_frames(error)
+            raise
         finally:  # what the computation freed goes back to the system, not to the heap
             release_memory()
 

@@ -442,6 +442,13 @@ def stream_response(
     walk = prepared.walk
 
     def lines() -> Iterator[bytes]:
+        nonlocal prepared, walk
+        try:
+            yield from stream_lines()
+        finally:  # sent, failed, cut or abandoned: the walk's maps and pass go before the trim
+            prepared = walk = None  # type: ignore[assignment]
+
+    def stream_lines() -> Iterator[bytes]:
         yield ndjson(
             {"type": "start", **sequence_fields(model, request, prepared, prepared.result)}
         )

@@ -1,0 +1,116 @@
+"""Memory goes back after every computation, however it ends (issue 53, finding 1).
+
+A computation's tensors must be gone by the time the server hands its free memory back to
+the system (``release_memory``, glibc's ``malloc_trim``), whether it finished, failed, or
+was stopped by its time budget or a client that left. Before, a stopped or failed one kept
+every frame it unwound through alive in its exception's traceback (the future holding it
+is collected whenever), so the trim ran with gigabytes still in use and the idle server
+kept them. Each test holds a weak reference to a tensor the computation made and records,
+at the moment of the trim, whether it is still alive; the tests wait on the trim's event,
+not on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from attnviz.attention.cancellation import ComputeCancelledError, check_cancelled
+from attnviz.server import executor
+from attnviz.server.memory import drop_frames
+
+WAIT_S = 60.0  # an upper bound for a busy machine: each test waits on an event
+
+
+class Trims:
+    """A stand-in for ``release_memory`` that notes whether the tensor was alive at the trim."""
+
+    def __init__(self) -> None:
+        self.tensor: weakref.ref[torch.Tensor] | None = None
+        self.alive: list[bool] = []
+        self.done = threading.Event()
+
+    def __call__(self) -> bool:
+        self.alive.append(self.tensor is not None and self.tensor() is not None)
+        self.done.set()
+        return True
+
+    def made(self, tensor: torch.Tensor) -> None:
+        self.tensor = weakref.ref(tensor)
+
+
+@pytest.fixture
+def trims(monkeypatch: pytest.MonkeyPatch) -> Trims:
+    found = Trims()
+    monkeypatch.setattr(executor, "release_memory", found)
+    return found
+
+
+def computing(trims: Trims, end: Callable[[], Any]) -> Callable[[], Any]:
+    """A computation that makes a 4 MiB tensor, then ends as ``end`` does."""
+
+    def work() -> Any:
+        big = torch.zeros(1024, 1024)
+        trims.made(big)
+        return end()
+
+    return work
+
+
+def test_a_computation_stopped_by_its_time_budget_has_freed_its_tensors_at_the_trim(
+    trims: Trims,
+) -> None:
+    def until_stopped() -> None:
+        while True:  # a pass's layers: each checks whether it was given up
+            check_cancelled()
+            threading.Event().wait(0.01)
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(executor.run_within(0.1, computing(trims, until_stopped)))
+    assert trims.done.wait(WAIT_S)  # the worker stopped at its next check, then trimmed
+    assert trims.alive == [False]
+
+
+def test_a_failed_computation_has_freed_its_tensors_at_the_trim(trims: Trims) -> None:
+    def fail() -> None:
+        raise ValueError("a bad option, found late")
+
+    with pytest.raises(ValueError, match="found late") as raised:
+        asyncio.run(executor.run_within(WAIT_S, computing(trims, fail)))
+    assert trims.alive == [False]
+    # the traceback still says where it failed, for the log
+    assert raised.traceback[-1].name == "fail"
+
+
+def test_a_finished_computation_keeps_only_its_result(trims: Trims) -> None:
+    result = asyncio.run(executor.run_within(WAIT_S, computing(trims, lambda: 7)))
+    assert result == 7 and trims.alive == [False]
+
+
+def test_drop_frames_frees_the_locals_of_every_chained_exception() -> None:
+    refs: list[weakref.ref[torch.Tensor]] = []
+
+    def inner() -> None:
+        held = torch.ones(8)
+        refs.append(weakref.ref(held))
+        raise KeyError("inner")
+
+    def outer() -> None:
+        held = torch.ones(8)
+        refs.append(weakref.ref(held))
+        try:
+            inner()
+        except KeyError as error:
+            raise ComputeCancelledError("outer") from error
+
+    try:
+        outer()
+    except ComputeCancelledError as error:
+        assert all(ref() is not None for ref in refs)  # the traceback holds them
+        drop_frames(error)
+        assert all(ref() is None for ref in refs)
