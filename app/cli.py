@@ -25,7 +25,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from pydantic import ValidationError
 
@@ -383,6 +383,7 @@ def cmd_atlas(args: argparse.Namespace) -> None:
         value = getattr(args, option)
         if value is not None and value < 1:
             raise SystemExit(f"attnviz: --{option.replace('_', '-')}: {value} is below 1")
+    made = _writable_folder(args.out)  # before any pass: a bad --out loses no work
     started = time.perf_counter()
     options = {"repeat_length": None, "max_tokens": args.max_tokens, "device": args.device}
     try:
@@ -420,9 +421,14 @@ def cmd_atlas(args: argparse.Namespace) -> None:
                 shard = merged(parts)
                 how = f"{len(parts)} shards"
     except AttentionInputError as error:
+        _forget(made)
         raise SystemExit(f"attnviz: {error}") from None
     except (ImportError, ConnectionError) as error:
+        _forget(made)
         raise SystemExit(f"attnviz: {error}") from None
+    except BaseException:
+        _forget(made)
+        raise
     scores = atlas_of(plan, shard, (time.perf_counter() - started) * 1000.0)
     written = _write_atlas(scores, args.out)
     print(
@@ -432,25 +438,74 @@ def cmd_atlas(args: argparse.Namespace) -> None:
     )
 
 
+def usage_error(message: str) -> NoReturn:
+    """Say ``attnviz: message`` on stderr and exit 2, as argparse does for a usage error."""
+    print(f"attnviz: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _writable_folder(out: Path) -> Path | None:
+    """Make sure ``out`` is a folder files can be written in, before any work.
+
+    Returns:
+        ``out`` when this call made it (:func:`_forget` removes it if the run fails before
+        writing), None when it was there.
+
+    Raises:
+        SystemExit: (:func:`usage_error`, exit 2) ``out`` is a file, lies under a file, or
+            cannot be made or written in (``/proc/x``, a read-only disk), with the reason.
+    """
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        usage_error(f"--out: {out} is a file, not a folder")
+    existed = out.is_dir()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".attnviz-probe-"):
+            pass
+    except OSError as error:
+        if not existed:
+            _forget(out)
+        usage_error(f"--out: cannot write in {out}: {error.strerror or type(error).__name__}")
+    return None if existed else out
+
+
+def _forget(made: Path | None) -> None:
+    """Remove the --out folder this run made, if it is there and still empty."""
+    if made is not None and made.is_dir() and not any(made.iterdir()):
+        made.rmdir()
+
+
 def _write_atlas(scores: Any, out: Path) -> list[str]:
     """Write ``scores`` (a HeadScores with examples) into ``out``; the names written.
 
     atlas.json, scores.csv and examples.csv; scores.parquet and examples.parquet too
-    where pyarrow is installed (the ray extra).
+    where pyarrow is installed (the ray extra). Each file is written under a temporary
+    name in ``out`` and renamed into place (``os.replace``): a file is either the old one
+    or the whole new one, never half written.
     """
     import csv
+    import io
+    import os
+
+    def atomically(name: str, data: bytes) -> None:
+        part = out / f".{name}.part"
+        part.write_bytes(data)
+        os.replace(part, out / name)
 
     tables = {"scores": scores.to_rows(), "examples": scores.example_rows()}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "atlas.json").write_text(json.dumps(scores.to_dict(), ensure_ascii=False))
+    atomically("atlas.json", json.dumps(scores.to_dict(), ensure_ascii=False).encode())
     written = ["atlas.json"]
     for name, rows in tables.items():
-        with (out / f"{name}.csv").open("w", newline="", encoding="utf-8") as file:
-            writer = csv.DictWriter(
-                file, fieldnames=list(rows[0]) if rows else ["score"], lineterminator="\n"
-            )
-            writer.writeheader()
-            writer.writerows(rows)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(
+            text, fieldnames=list(rows[0]) if rows else ["score"], lineterminator="\n"
+        )
+        writer.writeheader()
+        writer.writerows(rows)
+        atomically(f"{name}.csv", text.getvalue().encode("utf-8"))
         written.append(f"{name}.csv")
     try:
         import pyarrow as pa
@@ -458,7 +513,9 @@ def _write_atlas(scores: Any, out: Path) -> list[str]:
     except ImportError:
         return written
     for name, rows in tables.items():
-        pq.write_table(pa.Table.from_pylist(rows), out / f"{name}.parquet")
+        buffer = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(rows), buffer)
+        atomically(f"{name}.parquet", buffer.getvalue().to_pybytes())
         written.append(f"{name}.parquet")
     return written
 

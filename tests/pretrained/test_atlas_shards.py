@@ -281,3 +281,34 @@ def test_the_atlas_and_its_examples_on_the_gpu_are_the_cpus(folders: dict[str, P
         # A query's peak can flip between two terms equal to float32 rounding (saturated heads).
         same = gpu.examples[score].positions == cpu.examples[score].positions
         assert same.mean() >= 0.95, (score, same.mean())
+
+
+def test_a_bad_out_folder_is_a_usage_error_before_any_pass(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """--out is checked before the corpus is read or the model loaded (issue 53): a file,
+    a path under a file and a folder that cannot be made are each a one-line usage error
+    (exit 2) naming --out, with no pass run and no traceback; a folder the run made is
+    removed when the run then fails (a missing corpus)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    a_file = tmp_path / "atlas.json"
+    a_file.write_text("{}")
+    for out in (a_file, a_file / "under", Path("/proc/attnviz-atlas")):
+        command = [
+            sys.executable, "-m", "attnviz.cli", "atlas", str(folders["bert"]),
+            "--corpus", str(corpus), "--out", str(out),
+        ]  # fmt: skip
+        run = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        assert run.returncode == 2, (out, run.stderr)
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("attnviz: --out:"), run.stderr
+        assert str(out) in lines[0]
+    made = tmp_path / "new" / "out"
+    missing = [
+        sys.executable, "-m", "attnviz.cli", "atlas", str(folders["bert"]),
+        "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(made),
+    ]  # fmt: skip
+    run = subprocess.run(missing, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0 and "no such file" in run.stderr
+    assert not made.exists()
