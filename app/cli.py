@@ -211,14 +211,35 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"attnviz: {error}") from None
 
 
+def check_model_names(names: list[str], where: str) -> None:
+    """Refuse at once (:func:`usage_error`, exit 2) a name no model can have.
+
+    A name that is neither a packaged model, an existing path nor a Hugging Face id
+    (:func:`attnviz.pretrained.registry.check_model_name`): checked before anything is
+    loaded or started, so ``serve --model org/name/../../x`` stops in a moment with the
+    rule, not after the server's start-up. ``where``: the option or setting named.
+    """
+    if not names:
+        return
+    from .pretrained.model import ModelFormatError
+    from .pretrained.registry import check_model_name
+
+    for name in names:
+        try:
+            check_model_name(name)
+        except ModelFormatError as error:
+            usage_error(f"{where}: {str(error).removeprefix('ATTNVIZ_MODELS: ')}")
+
+
 def _name_models(models: list[str] | None) -> None:
     """Add ``--model`` values to ATTNVIZ_MODELS, ahead of what it lists (every worker reads it).
 
+    Every name, given or listed, is checked first (:func:`check_model_names`).
+
     Raises:
-        SystemExit: ATTNVIZ_MODELS is not a JSON list of strings.
+        SystemExit: ATTNVIZ_MODELS is not a JSON list of strings, or a name is malformed
+            (exit 2).
     """
-    if not models:
-        return
     import json
     import os
 
@@ -227,9 +248,13 @@ def _name_models(models: list[str] | None) -> None:
     try:
         listed = json.loads(os.environ.get("ATTNVIZ_MODELS") or "[]")
     except json.JSONDecodeError as error:
-        raise SystemExit(f"attnviz: ATTNVIZ_MODELS is not JSON: {error}") from None
+        usage_error(f"ATTNVIZ_MODELS is not JSON: {error}")
     if not isinstance(listed, list) or not all(isinstance(m, str) for m in listed):
-        raise SystemExit("attnviz: ATTNVIZ_MODELS must be a JSON list of model names")
+        usage_error("ATTNVIZ_MODELS must be a JSON list of model names")
+    check_model_names(models or [], "--model")
+    check_model_names(listed, "ATTNVIZ_MODELS")
+    if not models:
+        return
     named = [*models, *(m for m in listed if m not in models)]
     os.environ["ATTNVIZ_MODELS"] = json.dumps(named)
     get_settings.cache_clear()
@@ -264,6 +289,8 @@ def cmd_export(args: argparse.Namespace) -> None:
         raise SystemExit("attnviz: export --model NAME needs --text TEXT, and --text a --model")
     if args.head is not None and args.layer is None:
         raise SystemExit("attnviz: --head needs --layer")
+    if args.model is not None:
+        check_model_names([args.model], "--model")
     try:
         if args.model is not None:
             view = show(
@@ -383,6 +410,7 @@ def cmd_atlas(args: argparse.Namespace) -> None:
         value = getattr(args, option)
         if value is not None and value < 1:
             raise SystemExit(f"attnviz: --{option.replace('_', '-')}: {value} is below 1")
+    check_model_names([args.model], "MODEL")
     made = _writable_folder(args.out)  # before any pass: a bad --out loses no work
     started = time.perf_counter()
     options = {"repeat_length": None, "max_tokens": args.max_tokens, "device": args.device}

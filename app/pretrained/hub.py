@@ -63,12 +63,33 @@ class HubId:
         return self.repo if self.revision is None else f"{self.repo}@{self.revision}"
 
 
+MAX_ID_PART: Final = 96
+"""The longest ``org`` or ``name`` the Hugging Face hub allows (its repo-name rule)."""
+ID_RULE: Final = (
+    "a Hugging Face id is name, org/name or org/name@revision: letters, digits, '-', '_' and "
+    f"'.', at most {MAX_ID_PART} characters a part, no '..', spaces, '#' or URL"
+)
+"""What an id may be, as the refusal of a malformed one says it."""
+
+
 def parse_hub_id(text: str) -> HubId | None:
-    """``text`` as a :class:`HubId`, or None when it cannot be one (a path, a URL, spaces)."""
+    """``text`` as a :class:`HubId`, or None when it cannot be one (a path, a URL, spaces).
+
+    :data:`ID_RULE`: a part over :data:`MAX_ID_PART` characters is not an id either.
+    """
     match = _ID.fullmatch(text.strip())
     if match is None or ".." in text or text.strip().endswith((".gguf", "/")):
         return None
+    if any(len(part) > MAX_ID_PART for part in match["repo"].split("/")):
+        return None
     return HubId(match["repo"], match["revision"])
+
+
+def shown_name(text: str, limit: int = 80) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters with its length said."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text):,} characters)"
 
 
 def hub_offline() -> bool:

@@ -20,13 +20,34 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..attention.errors import AttentionInputError
-from .hub import HubId, hub_source, parse_hub_id, resolve_hub_model
+from .hub import ID_RULE, HubId, hub_source, parse_hub_id, resolve_hub_model, shown_name
 from .loading import PACKAGED_MODELS, PRETRAINED_EXTRA, default_cache_dir, load_model
 from .model import LoadedModel, ModelFormatError
 from .placement import Placement
 
 ModelState = Literal["loading", "ready", "failed"]
 _LOADING = threading.Lock()
+
+
+def path_exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the system refuses (too long, a NUL in it)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def check_model_name(text: str) -> None:
+    """Refuse at once a model name that is neither packaged, a path nor a Hugging Face id.
+
+    What :meth:`ModelRegistry.configure` checks of each entry of ``models``, with nothing
+    loaded, resolved or downloaded: the CLI's usage check of ``--model`` and
+    ``ATTNVIZ_MODELS`` before it starts anything.
+
+    Raises:
+        ModelFormatError: the name and the rule it breaks (:data:`.hub.ID_RULE`).
+    """
+    ModelRegistry._named(text, {m.name: m for m in PACKAGED_MODELS}, time.monotonic())
 
 
 class ModelNotReady(Exception):  # noqa: N818  (a state, not an error of the caller)
@@ -157,16 +178,16 @@ class ModelRegistry:
                 )
             return ModelEntry(text, path, known[text].source(), queued_at=now)
         local = Path(text).expanduser()
-        if local.exists():
+        if path_exists(local):
             path = local.resolve()
             name = path.stem if path.suffix.lower() == ".gguf" else path.name
             return ModelEntry(name, path, str(path), queued_at=now)
         hub = parse_hub_id(text)
         if hub is None:
             raise ModelFormatError(
-                f"ATTNVIZ_MODELS: {text!r} is neither a packaged model ({', '.join(known)}), "
-                "an existing directory or .gguf file, nor a Hugging Face id "
-                "(name, org/name or org/name@revision)"
+                f"ATTNVIZ_MODELS: {shown_name(text)} is neither a packaged model "
+                f"({', '.join(known)}), an existing directory or .gguf file, nor a Hugging "
+                f"Face id ({ID_RULE})"
             )
         return ModelEntry(str(hub), Path(hub.repo), f"Hugging Face {hub}", queued_at=now, hub=hub)
 

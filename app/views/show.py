@@ -216,6 +216,7 @@ def text_model(model: Any = None, tokenizer: Any = None) -> Any:
     from ..attention.errors import AttentionInputError
     from ..pretrained import PACKAGED_MODELS, ModelRegistry, PretrainedModel, wrap_model
     from ..pretrained.model import LoadedModel, ModelFormatError
+    from ..pretrained.registry import path_exists
 
     loaded: LoadedModel
     if isinstance(model, LoadedModel):  # a model AttnViz loaded (an image model is refused)
@@ -229,7 +230,7 @@ def text_model(model: Any = None, tokenizer: Any = None) -> Any:
         if model is None:  # the default text model, not whichever model a registry holds
             model = PACKAGED_MODELS[0].name
         text = str(model)
-        local = text not in {m.name for m in PACKAGED_MODELS} and Path(text).exists()
+        local = text not in {m.name for m in PACKAGED_MODELS} and path_exists(Path(text))
         name = Path(text).resolve().name.removesuffix(".gguf") if local else text
         if _registry is None or name not in _registry.names():
             registry = ModelRegistry()

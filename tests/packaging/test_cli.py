@@ -5,8 +5,6 @@ which end in argparse or before any computation, run in this process
 (:func:`attnviz_here`): the same ``main``, without a second import of torch each time.
 """
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -19,6 +17,7 @@ from attnviz.attention import LayerConfig
 from attnviz.attention.tutorials import TUTORIAL_BATCH
 
 from tests import REPO_ROOT
+from tests.support.cli import attnviz_here
 
 pytestmark = pytest.mark.slow  # runs the attnviz command in subprocesses (torch's import each time)
 
@@ -31,25 +30,6 @@ def attnviz(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
-
-
-def attnviz_here(*args: str) -> subprocess.CompletedProcess[str]:
-    """``attnviz ARGS`` run by :func:`attnviz.cli.main` in this process: its exit code (a
-    SystemExit's message is printed to stderr with code 1, as Python does), stdout, stderr."""
-    from attnviz.cli import main
-
-    stdout, stderr = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        try:
-            main(list(args))
-        except SystemExit as exit_:
-            if isinstance(exit_.code, str):
-                print(exit_.code, file=sys.stderr)
-                code = 1
-            else:
-                code = exit_.code or 0
-    return subprocess.CompletedProcess(list(args), code, stdout.getvalue(), stderr.getvalue())
 
 
 @pytest.mark.parametrize("command", [[], ["serve"], ["compute"], ["export"], ["models"]])

@@ -1,0 +1,27 @@
+"""Running the attnviz command in the test's own process (help, refused arguments)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+
+
+def attnviz_here(*args: str) -> subprocess.CompletedProcess[str]:
+    """``attnviz ARGS`` run by :func:`attnviz.cli.main` in this process: its exit code (a
+    SystemExit's message is printed to stderr with code 1, as Python does), stdout, stderr."""
+    from attnviz.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            main(list(args))
+        except SystemExit as exit_:
+            if isinstance(exit_.code, str):
+                print(exit_.code, file=sys.stderr)
+                code = 1
+            else:
+                code = exit_.code or 0
+    return subprocess.CompletedProcess(list(args), code, stdout.getvalue(), stderr.getvalue())
