@@ -130,19 +130,30 @@ def _ready(model: TransformersModel) -> TransformersModel:
 def check_readable(path: Path) -> None:
     """Refuse a model path this process cannot read, naming the path and the real cause.
 
-    Walks a directory (its files, and the folders down to them) or checks one file, as
-    the process's own user: a cache written as root with mode 0600 (safetensors writes
-    its files so) and read by another user is "permission denied", not "missing".
+    Walks a directory that holds a ``config.json`` (its files, and the folders down to
+    them) or checks one file, as the process's own user: a cache written as root with mode
+    0600 (safetensors writes its files so) and read by another user is "permission
+    denied", not "missing".
 
     Raises:
-        ModelFormatError: the path does not exist ("missing"), or a file or folder of it
+        ModelFormatError: the path does not exist ("missing"), is a folder with no
+            ``config.json`` at its top ("no config.json in it"), or a file or folder of it
             cannot be read by this user ("permission denied", with its mode, owner and
             this process's uid).
     """
     if not path.exists():
         raise ModelFormatError(f"{path}: missing: no such directory or file")
     paths = [path]
-    if path.is_dir() and os.access(path, os.R_OK | os.X_OK):
+    if path.is_dir():
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise ModelFormatError(_denied(path))
+        # a model folder has its config.json at the top: look there before walking it (a
+        # path such as / or a home folder would otherwise be walked whole, minutes long)
+        if not (path / "config.json").is_file():
+            raise ModelFormatError(
+                f"{path}: no config.json in it: not a Hugging Face model folder (give the "
+                "folder that holds config.json, or a .gguf file)"
+            )
         paths += sorted(path.rglob("*"))
     for item in paths:
         wanted = os.R_OK | os.X_OK if item.is_dir() else os.R_OK

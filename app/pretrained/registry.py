@@ -181,7 +181,7 @@ class ModelRegistry:
         if path_exists(local):
             path = local.resolve()
             name = path.stem if path.suffix.lower() == ".gguf" else path.name
-            return ModelEntry(name, path, str(path), queued_at=now)
+            return ModelEntry(name or str(path), path, str(path), queued_at=now)
         hub = parse_hub_id(text)
         if hub is None:
             raise ModelFormatError(

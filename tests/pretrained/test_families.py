@@ -579,6 +579,28 @@ def test_loading_refuses_what_is_not_a_model(tmp_path: Path, folders: dict[str, 
     )
 
 
+def test_a_big_folder_that_is_not_a_model_is_refused_without_walking_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder with no config.json at its top (a home folder, /) is refused at once, named,
+    before any walk of its tree (issue 53: --model / walked the whole disk for 90 s)."""
+    from attnviz.pretrained import ModelFormatError
+
+    for n in range(50):
+        (tmp_path / f"d{n}" / "deeper").mkdir(parents=True)
+    walked: list[Path] = []
+    rglob = Path.rglob
+
+    def counted(self: Path, pattern: str, **kwargs: object) -> object:
+        walked.append(self)
+        return rglob(self, pattern, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "rglob", counted)
+    with pytest.raises(ModelFormatError, match=r"no config\.json in it") as raised:
+        load_model_dir("big", tmp_path)
+    assert str(tmp_path) in str(raised.value) and walked == []
+
+
 def test_a_cache_written_by_one_user_is_readable_by_another(
     tmp_path: Path, folders: dict[str, Path]
 ) -> None:
