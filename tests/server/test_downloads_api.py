@@ -206,3 +206,25 @@ def test_a_decoders_chat_and_generation_are_in_the_file(client: TestClient) -> N
     head = np.load(io.BytesIO(response.content))
     np.testing.assert_array_equal(head, expected)
     assert np.allclose(np.triu(head, 1), 0)  # causal: no weight on a later token
+
+
+def test_a_file_answers_to_the_download_limit_not_the_json_one(client: TestClient) -> None:
+    """ATTNVIZ_MAX_WEIGHT_CELLS bounds pooled JSON answers; a file of exact maps answers to
+    ATTNVIZ_MAX_DOWNLOAD_BYTES only (issue 53: a 145 MB layer at 2,004 tokens was a 413 from
+    the JSON limit, whose advice, display_size, the download route refuses)."""
+    body = {"texts": [TEXT], "layer_index": 1, "sequence_index": 0}
+    client.app.dependency_overrides[get_settings] = lambda: Settings(max_weight_cells=100)  # type: ignore[attr-defined]
+    try:
+        assert client.post("/api/v1/models/attention", json=body).status_code == 413
+        file = client.post(URL, json=body)
+        assert file.status_code == 200, file.text
+        assert np.load(io.BytesIO(file.content)).shape[0] == 12
+        small = Settings(max_download_bytes=1024)
+        client.app.dependency_overrides[get_settings] = lambda: small  # type: ignore[attr-defined]
+        refused = client.post(URL, json=body)
+        assert refused.status_code == 413
+        detail = refused.json()["detail"][0]
+        assert detail["loc"] == ["body", "layer_index"]
+        assert "ATTNVIZ_MAX_DOWNLOAD_BYTES" in detail["msg"] and "head_index" in detail["msg"]
+    finally:
+        client.app.dependency_overrides.clear()  # type: ignore[attr-defined]

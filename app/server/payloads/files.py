@@ -100,8 +100,11 @@ def maps_file(
         )
     limits = Limits(
         max_seq_len=settings.max_seq_len,
-        # The file's own bound was checked above; the walk's averages are not sent.
-        max_weight_cells=size // 4 + 4 * 2**20,
+        # The file's own bound (ATTNVIZ_MAX_DOWNLOAD_BYTES) was checked above: the limit on
+        # pooled JSON answers (ATTNVIZ_MAX_WEIGHT_CELLS) is not a file's, and the walk's
+        # averages are not sent (a 2,004-token layer was refused by it, with advice the
+        # route refuses: "set display_size").
+        max_weight_cells=2**62,
         max_request_bytes=settings.max_request_bytes,
     )
     options = request.view_options()
