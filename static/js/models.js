@@ -18,12 +18,13 @@ import { compute } from "./models/compute.js";
 import {
   ablateInput, blockSelect, colourScale, compareHead, compareModel, compareSentence,
   computeButton, form, hideSpecial, layerSelect, mediaElements, mergeWords, methodSelect,
-  modelSelect, neuronHead, refreshButton, restoreHeads, sequenceSelect, shadeHead, showError,
-  summary, targetSelect,
+  modelSelect, neuronHead, oneTextBox, refreshButton, restoreHeads, sequenceSelect, shadeHead,
+  showError, summary, targetSelect, textsBox,
 } from "./models/elements.js";
 import { revealMethod } from "./models/figures.js";
 import {
-  METHOD_VIEWS, ablatedHeads, adaptInputs, fillForm, gradientMethod, otherMethod, updateStale,
+  METHOD_VIEWS, ablatedHeads, adaptInputs, describeInputs, fillForm, gradientMethod, otherMethod,
+  updateStale,
 } from "./models/form.js";
 import { MODELS_URL, applyListing, describeModel, pollModels } from "./models/listing.js";
 import { showMethod } from "./models/notes.js";
@@ -88,6 +89,10 @@ modelSelect.addEventListener("change", () => {
 // Any edit of the inputs marks the results out of date (updateStale); Ctrl+Enter in a
 // text box, or the note's Update button, computes.
 form.addEventListener("input", updateStale);
+form.addEventListener("input", (event) => {
+  if (event.target === textsBox) describeInputs();
+});
+oneTextBox.addEventListener("change", describeInputs);
 form.addEventListener("change", updateStale);
 form.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.tagName === "TEXTAREA") {

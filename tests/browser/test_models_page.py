@@ -147,6 +147,38 @@ def test_each_sentence_runs_alone_and_special_tokens_can_be_hidden(page, server_
             assert math.isclose(value, head[i][j] / total, abs_tol=1e-5)
 
 
+def test_the_page_says_how_many_inputs_a_text_makes_and_a_pasted_document_is_one(
+    page, server_url
+) -> None:  # type: ignore[no-untyped-def]
+    """Lines are inputs, and the page says so under the box, offering to keep them as one
+    text; a pasted document (paragraphs: a blank line between lines) is one input whole
+    (issue 53: 17 paragraphs became 17 prompts, nothing said)."""
+    page.goto(server_url + "/models")
+    wait_drawn(page, "model")
+    said = page.locator("#texts-inputs")
+    inputs = "() => document.querySelectorAll('#sequence-index option').length"
+    page.fill("#texts", "The cat sat.\nThe dog ran.\nA bird sang.")
+    assert said.inner_text() == "3 lines: 3 sentences, one per line"
+    redraw(page, "model", lambda: page.click("#compute"))
+    assert page.evaluate(inputs) == 3
+    page.check("#one-text")
+    assert said.inner_text() == "one sentence of 3 lines"
+    redraw(page, "model", lambda: page.click("#compute"))
+    assert page.evaluate(inputs) == 1
+    tokens = page.evaluate("() => window.attnvizModels.lastResponse.tokens[0]")
+    assert "bird" in tokens and "cat" in tokens
+    page.uncheck("#one-text")
+    document = "The first paragraph.\nIt goes on here.\n\nThe second one.\n\n\nA third."
+    page.fill("#texts", document)
+    assert said.inner_text() == "one sentence of 3 paragraphs (a blank line keeps a text whole)"
+    assert page.locator("#one-text-control").is_hidden()
+    redraw(page, "model", lambda: page.click("#compute"))
+    assert page.evaluate(inputs) == 1
+    assert "third" in page.evaluate("() => window.attnvizModels.lastResponse.tokens[0]")
+    page.fill("#texts", "One line only.")
+    assert said.inner_text() == "" and page.locator("#one-text-control").is_hidden()
+
+
 def attention_requests(page) -> list[tuple[str, dict]]:  # type: ignore[no-untyped-def]
     """The page's requests to POST /attention and /attention/layers from now on: the last
     part of the path ("attention" or "layers") and the body, in order."""

@@ -14,7 +14,7 @@ import {
   generationControl, generationTab, hideSpecial, layerSelect, mergeWords, methodSelect,
   modelSelect, newTokensInput, pairsBox, pairsControl, resultsPane, seedInput, sequenceLabel,
   sequenceSelect, specialExamples, staleNote, targetSelect, targetsBox, targetsControl,
-  temperatureInput, textsBox, textsHint, textsLabel,
+  oneTextBox, oneTextControl, temperatureInput, textsBox, textsHint, textsInputs, textsLabel,
 } from "./elements.js";
 import { queryTokens } from "./response.js";
 import { state } from "./state.js";
@@ -78,10 +78,43 @@ export function adaptInputs(defaults) {
   showSpecialExamples(m ? m.name : null);
 }
 
+// Whether a text has paragraphs (a blank line between two lines of text): a pasted
+// document, which is one input whole. A blank line alone never splits a text.
+function hasParagraphs(value) {
+  return /\S[ \t]*\r?\n[ \t]*\r?\n\s*\S/u.test(value);
+}
+
+// The inputs #texts makes: one per non-empty line; the whole text, its line breaks kept,
+// when it has paragraphs or "keep it as one text" is checked.
+export function textInputs() {
+  const value = textsBox.value;
+  if (oneTextBox.checked || hasParagraphs(value)) {
+    const whole = value.trim();
+    return whole ? [whole] : [];
+  }
+  return nonEmptyLines(value);
+}
+
+// Say under #texts how many inputs its text makes (#texts-count), and offer to keep a
+// text of several lines as one.
+export function describeInputs() {
+  const lines = nonEmptyLines(textsBox.value).length;
+  const paragraphs = hasParagraphs(textsBox.value);
+  const count = textInputs().length;
+  const noun = textsLabel.textContent.split(" ")[0].toLowerCase().replace(/s$/u, "");
+  oneTextControl.hidden = lines <= 1 || paragraphs;
+  if (lines <= 1) textsInputs.textContent = "";
+  else if (paragraphs) {
+    const parts = textsBox.value.trim().split(/\r?\n[ \t]*\r?\n\s*/u).length;
+    textsInputs.textContent = `one ${noun} of ${parts} paragraphs (a blank line keeps a text whole)`;
+  } else if (count === 1) textsInputs.textContent = `one ${noun} of ${lines} lines`;
+  else textsInputs.textContent = `${count} lines: ${count} ${noun}s, one per line`;
+}
+
 export function readRequest() {
   const m = selectedModel();
   const fam = family(m);
-  const texts = nonEmptyLines(textsBox.value);
+  const texts = textInputs();
   const request = { model: modelSelect.value || null, texts, device: deviceSelect.value };
   if (fam === "decoder") {
     request.chat = chatBox.checked && !chatBox.disabled;
@@ -110,7 +143,11 @@ export function fillForm(request) {
   if (request.model && modelInfo(request.model)) modelSelect.value = request.model;
   adaptInputs(true);
   const decoder = family(selectedModel()) === "decoder";
-  textsBox.value = (request.texts || [decoder ? DEFAULT_PROMPT : DEFAULT_TEXT]).join("\n");
+  const texts = request.texts || [decoder ? DEFAULT_PROMPT : DEFAULT_TEXT];
+  textsBox.value = texts.join("\n");
+  // one text of several lines (a link's) stays one text
+  oneTextBox.checked = texts.length === 1 && texts[0].includes("\n");
+  describeInputs();
   pairsBox.value = (request.text_pairs || []).map((p) => p ?? "").join("\n");
   if (request.device) deviceSelect.value = request.device;
   fillOptions(request);

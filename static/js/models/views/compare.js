@@ -6,10 +6,10 @@ import { mediaModality } from "../../media.js";
 import { displayTokens } from "../../lib/display.js";
 import { modelInfo } from "../catalog.js";
 import {
-  compareHead, compareModel, compareSentence, sequenceSelect, textsBox, textsLabel,
+  compareHead, compareModel, compareSentence, oneTextBox, sequenceSelect, textsBox, textsLabel,
 } from "../elements.js";
 import { addMap } from "../figures.js";
-import { updateStale, valueName, viewRequest } from "../form.js";
+import { describeInputs, updateStale, valueName, viewRequest } from "../form.js";
 import { blockLabels, keyTokens, poolFactors, queryTokens } from "../response.js";
 import { state } from "../state.js";
 import { MAP_SIDES, layerMaps, requestLayer } from "../stream.js";
@@ -49,6 +49,8 @@ export async function renderCompare(section, res, l) {
     button.textContent = "Add a second line";
     button.addEventListener("click", () => {
       if (!textsBox.value.endsWith("\n")) textsBox.value += "\n";
+      oneTextBox.checked = false; // a second line is a second input
+      describeInputs();
       textsBox.focus();
       textsBox.setSelectionRange(textsBox.value.length, textsBox.value.length);
       updateStale();
