@@ -16,6 +16,7 @@ import asyncio
 import threading
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -51,6 +52,13 @@ def trims(monkeypatch: pytest.MonkeyPatch) -> Trims:
     return found
 
 
+def run_within(timeout_s: float, work: Callable[[], Any]) -> Any:
+    """:func:`attnviz.server.executor.run_within` on an event loop of its own thread (a test
+    before this one in the same process may have left a loop running in this thread)."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, executor.run_within(timeout_s, work)).result()
+
+
 def computing(trims: Trims, end: Callable[[], Any]) -> Callable[[], Any]:
     """A computation that makes a 4 MiB tensor, then ends as ``end`` does."""
 
@@ -71,7 +79,7 @@ def test_a_computation_stopped_by_its_time_budget_has_freed_its_tensors_at_the_t
             threading.Event().wait(0.01)
 
     with pytest.raises(TimeoutError):
-        asyncio.run(executor.run_within(0.1, computing(trims, until_stopped)))
+        run_within(0.1, computing(trims, until_stopped))
     assert trims.done.wait(WAIT_S)  # the worker stopped at its next check, then trimmed
     assert trims.alive == [False]
 
@@ -81,14 +89,14 @@ def test_a_failed_computation_has_freed_its_tensors_at_the_trim(trims: Trims) ->
         raise ValueError("a bad option, found late")
 
     with pytest.raises(ValueError, match="found late") as raised:
-        asyncio.run(executor.run_within(WAIT_S, computing(trims, fail)))
+        run_within(WAIT_S, computing(trims, fail))
     assert trims.alive == [False]
     # the traceback still says where it failed, for the log
     assert raised.traceback[-1].name == "fail"
 
 
 def test_a_finished_computation_keeps_only_its_result(trims: Trims) -> None:
-    result = asyncio.run(executor.run_within(WAIT_S, computing(trims, lambda: 7)))
+    result = run_within(WAIT_S, computing(trims, lambda: 7))
     assert result == 7 and trims.alive == [False]
 
 
