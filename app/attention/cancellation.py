@@ -17,6 +17,7 @@ nothing.
 from __future__ import annotations
 
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -73,3 +74,24 @@ def cancellable(token: Cancellation) -> Iterator[Cancellation]:
         yield token
     finally:
         _current.reset(reset)
+
+
+def drop_frames(error: BaseException) -> None:
+    """Free the locals of the finished frames an exception's traceback holds (and its causes').
+
+    A computation that ends in an exception (cancelled, timed out, failed) keeps every frame
+    it unwound through alive in the traceback, with their tensors: gigabytes of a long
+    input's pass, held until the exception object goes, which for a cancelled request whose
+    result nobody reads is whenever the future holding it is collected. The frames are
+    cleared (``traceback.clear_frames``: the file names and line numbers stay, for the log),
+    so their memory is free before the server hands it back to the system
+    (:func:`attnviz.server.memory.release_memory`). Frames still running (the caller's)
+    are left as they are.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__

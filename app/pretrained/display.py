@@ -30,7 +30,6 @@ import math
 import queue
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -38,7 +37,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from ..attention.cancellation import ComputeCancelledError, check_cancelled
+from ..attention.cancellation import ComputeCancelledError, check_cancelled, drop_frames
 from ..attention.errors import AttentionInputError
 from ..attention.pooling import Reduction, block_factor, block_reduce
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
@@ -352,7 +351,7 @@ class LayerWalk:
             except BaseException as error:  # handed to the iterating thread
                 # without the pass's frames: its tensors are freed as the thread ends, not
                 # when the error (raised again in the stream) is collected
-                traceback.clear_frames(error.__traceback__)
+                drop_frames(error)
                 items.put(("error", error))
 
         thread = threading.Thread(

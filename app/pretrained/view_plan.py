@@ -129,6 +129,7 @@ class ViewPlan:
             deadline=deadline,
         )
         if self.observing:
+            run_on = model.device_for(options.device)
             layers = {b: model.block_layers(b) for b in model.blocks}
             walk = walk_of(
                 PassInputs(alone, alone_targets, layers),
@@ -141,11 +142,9 @@ class ViewPlan:
                     record=self.recorded,
                     keep=self.keep,
                 ),
-                block_of=model.block_of(model.on(model.device_for(options.device))),
+                block_of=model.block_of(model.on(run_on)),
             )
-            return PreparedSequence(
-                walk, None, str(model.device_for(options.device)), generation, None
-            )
+            return PreparedSequence(walk, None, str(run_on), generation, None)
         result = (
             generation.result
             if generation is not None and generation.result is not None

@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..attention.cancellation import Cancellation, cancellable, check_cancelled
+from ..attention.cancellation import Cancellation, cancellable, check_cancelled, drop_frames
 from .errors import field_error
-from .memory import drop_frames, release_memory
+from .memory import release_memory
 from .settings import Settings, get_settings
 
 P = ParamSpec("P")

@@ -83,25 +83,3 @@ def release_memory() -> bool:
     if libc is None:
         return False
     return bool(libc.malloc_trim(0))
-
-
-def drop_frames(error: BaseException) -> None:
-    """Free the locals of the finished frames an exception's traceback holds (and its causes').
-
-    A computation that ends in an exception (cancelled, timed out, failed) keeps every frame
-    it unwound through alive in the traceback, with their tensors: gigabytes of a long
-    input's pass, held until the exception object goes, which for a cancelled request whose
-    result nobody reads is whenever the future holding it is collected. The frames are
-    cleared (``traceback.clear_frames``: the file names and line numbers stay, for the log),
-    so their memory is free before :func:`release_memory` hands it back. Frames still
-    running (the caller's) are left as they are.
-    """
-    import traceback
-
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if current.__traceback__ is not None:
-            traceback.clear_frames(current.__traceback__)
-        current = current.__cause__ or current.__context__

@@ -33,6 +33,7 @@ from tests.pretrained.support import (
     require_transformers,
 )
 from tests.pretrained.test_tiles import LONG, NAMES, as_tiles_give_them, eager_maps
+from tests.pretrained.test_tiles import prepared as tiles_prepared
 
 LENGTH = 4096
 
@@ -130,16 +131,12 @@ def long_batch(model: PretrainedModel, length: int) -> Any:
     return batch
 
 
-def prepared(
-    model: PretrainedModel, batch: Any, cache: Any, observe: bool = False, **options: Any
-) -> Any:
-    from attnviz.pretrained.analysis import Limits, ViewOptions
-    from attnviz.pretrained.view_plan import plan_view
+def prepared(model: PretrainedModel, batch: Any, cache: Any, **options: Any) -> Any:
+    """test_tiles' view plan, with no bound on the length and room for 4,096 tokens."""
+    from attnviz.pretrained.analysis import Limits
 
     limits = Limits(max_seq_len=None, max_weight_cells=10**9, max_request_bytes=2**40)
-    chosen = ViewOptions(sequence_index=0, device="cpu", **options)
-    plan = plan_view(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
-    return plan.run()
+    return tiles_prepared(model, batch, cache, limits=limits, **options)
 
 
 def views(model: PretrainedModel, batch: Any, cache: Any) -> dict[str, Any]:

@@ -263,13 +263,21 @@ def counted_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 def prepared(
-    model: PretrainedModel, batch: Any, cache: Any, *, observe: bool = False, **options: Any
+    model: PretrainedModel,
+    batch: Any,
+    cache: Any,
+    *,
+    observe: bool = False,
+    limits: Any = None,
+    **options: Any,
 ) -> Any:
-    """The view plan of input 0 of ``batch`` on the CPU with ``options``, through ``cache``."""
+    """The view plan of input 0 of ``batch`` on the CPU with ``options``, through ``cache``,
+    run; ``limits`` default 64 tokens, 10**8 numbers and 2 GiB."""
     from attnviz.pretrained.analysis import Limits, ViewOptions
     from attnviz.pretrained.view_plan import plan_view
 
-    limits = Limits(max_seq_len=64, max_weight_cells=10**8, max_request_bytes=2**31)
+    if limits is None:
+        limits = Limits(max_seq_len=64, max_weight_cells=10**8, max_request_bytes=2**31)
     chosen = ViewOptions(sequence_index=0, device="cpu", **options)
     plan = plan_view(model, chosen, batch, None, "decoder", limits, cache, observe=observe)
     return plan.run()

@@ -21,9 +21,8 @@ from typing import Any
 
 import pytest
 import torch
-from attnviz.attention.cancellation import ComputeCancelledError, check_cancelled
+from attnviz.attention.cancellation import ComputeCancelledError, check_cancelled, drop_frames
 from attnviz.server import executor
-from attnviz.server.memory import drop_frames
 
 WAIT_S = 60.0  # an upper bound for a busy machine: each test waits on an event
 
