@@ -27,7 +27,11 @@ NO_ROUTER = "The CLI imports no router: it reaches the server's work through pay
 ROUTERS = "No router imports another router: what they share is in dependencies, payloads, schemas"
 BLOCKS = "Layers in the pretrained package: architectures (by transformers' names) over blocks"
 CHECKS = "Layers in the server: the limit checks over the settings over the fixed limits"
-CONTRACTS = (LAYERS, ENGINE, NO_WEB, NO_ROUTER, ROUTERS, BLOCKS, CHECKS)
+ACYCLIC = (
+    "No import cycles: no module or package imports, even for type checking, one that "
+    "imports it back"
+)
+CONTRACTS = (LAYERS, ENGINE, NO_WEB, NO_ROUTER, ROUTERS, BLOCKS, CHECKS, ACYCLIC)
 
 
 def copy_package(tmp_path: Path) -> Path:
@@ -144,3 +148,57 @@ def test_a_wrong_way_import_breaks_its_contract(
     # The chain starts at the added line of the copy: the copy is what was analysed.
     module_name = "attnviz." + module.removesuffix(".py").replace("/", ".")
     assert f"{module_name} -> {imported} (l.{line})" in output, output
+
+
+@pytest.mark.parametrize(
+    ("module", "wrong_import", "package", "dependency"),
+    [
+        # Architecture review round 5, circle 1: the methods' bounds reading the lengths
+        # from admission, which reads the methods (now: pretrained/lengths.py), even only
+        # for type checking.
+        (
+            "pretrained/methods/registry.py",
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from ..admission import InputLengths",
+            "attnviz.pretrained",
+            ".methods -> .admission",
+        ),
+        # Circle 2: the atlas plan running its passes through the shards, which read plans
+        # (now: shards.head_scores), even from inside a function.
+        (
+            "pretrained/atlas/plan.py",
+            "def run():\n    from .shards import run_shard",
+            "attnviz.pretrained.atlas",
+            ".plan -> .shards",
+        ),
+        # The tiles' Triton kernel typing its layer from the tiles (now: kept_layer.py).
+        (
+            "pretrained/tile_kernel.py",
+            "from .tiles import tile",
+            "attnviz.pretrained",
+            ".tile_kernel -> .tiles",
+        ),
+    ],
+    ids=["methods-import-admission", "atlas-plan-imports-shards", "kernel-imports-tiles"],
+)
+def test_an_import_cycle_breaks_the_acyclic_contract(
+    tmp_path: Path, module: str, wrong_import: str, package: str, dependency: str
+) -> None:
+    root = copy_package(tmp_path)
+    path = root / "attnviz" / module
+    path.write_text(path.read_text() + "\n" + wrong_import + "\n")
+
+    code, output = lint_imports(root)
+    assert code == 1, output
+    found = verdicts(output)
+    assert found[ACYCLIC] == "BROKEN", output
+    assert all(found[name] == "KEPT" for name in CONTRACTS if name != ACYCLIC), output
+    # lint-imports names the package and one dependency of the circle that would open it
+    # (whichever way round it chooses)
+    assert f"No cycles are allowed in {package}." in output, output
+    importer, imported = dependency.split(" -> ")
+    assert re.search(
+        rf"- ({re.escape(dependency)}|{re.escape(imported)} -> {re.escape(importer)}) "
+        r"\(\d+ imports?\)",
+        output,
+    ), output

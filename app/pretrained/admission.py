@@ -17,7 +17,6 @@ the exact length is checked again before the recorded pass (:func:`check_positio
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Final
 
 import torch
@@ -26,8 +25,9 @@ from ..attention.errors import AttentionInputError, InputTooLargeError
 from ..attention.rollout import MAX_ROLLOUT_TOKENS
 from .blocks import Block
 from .computing import OBSERVED_CHUNK_FLOATS, QUERY_CHUNK, chunk_rows
-from .display import FULL_SUM_CELLS, MAX_AVERAGE_SIZE
 from .gradients import gradient_cells
+from .lengths import InputLengths
+from .maps import FULL_SUM_CELLS, MAX_AVERAGE_SIZE
 from .mask_rules import DENSE_MASK_CELLS
 from .methods import STATE_METHODS, check_method_bounds, method_spec
 from .model import PretrainedModel, output_attentions_note
@@ -46,43 +46,6 @@ FORWARD_COPIES: Final = 1
 where PyTorch's attention takes its math path (measured on the CPU, its blocked kernel
 holds far less: SmolLM2's recorded pass at 4,032 tokens grew RSS by 602 MiB, 505 of them
 the recording)."""
-
-
-@dataclass(frozen=True)
-class InputLengths:
-    """The lengths one input will have when it runs.
-
-    Attributes:
-        source: the input's tokens (a decoder's prompt; an encoder-decoder's source).
-        target: an encoder-decoder's decoder input (start token + target), else None.
-        new_tokens: the most tokens generation may add (a decoder's ``max_new_tokens``).
-    """
-
-    source: int
-    target: int | None = None
-    new_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        """The source after generation: prompt + new tokens."""
-        return self.source + self.new_tokens
-
-    def queries(self, block: Block) -> int:
-        """L_q of ``block``: the decoder's and cross attention's are the target's."""
-        if self.target is not None and block != "encoder":
-            return self.target
-        return self.total
-
-    def keys(self, block: Block) -> int:
-        """L_k of ``block``: cross attention's keys are the source's."""
-        if self.target is not None and block == "decoder":
-            return self.target
-        return self.total
-
-    @property
-    def outputs(self) -> int:
-        """The output positions a target may be taken at (the target's, else the input's)."""
-        return self.target if self.target is not None else self.total
 
 
 def _index(field: str, value: int | None, bound: int, what: str) -> None:
@@ -297,7 +260,7 @@ def estimate_peak_bytes(
       attention (:class:`.display.WalkObserver`, about
       :data:`.computing.OBSERVED_CHUNK_FLOATS` weights) x :data:`EAGER_COPIES`, what the view
       keeps for the whole input (the layer sum, L_q x L_k up to
-      :data:`.display.FULL_SUM_CELLS` and :data:`.display.MAX_AVERAGE_SIZE` squared past it;
+      :data:`.maps.FULL_SUM_CELLS` and :data:`.maps.MAX_AVERAGE_SIZE` squared past it;
       rollout's, L_q x L_k up to its 2,048 tokens; every layer's shown maps, pooled to
       ``display_size``) and one chunk of logits (256 x vocab);
     * a gradient method's pass (``method``): every layer's weights, their gradients and

@@ -23,8 +23,9 @@ from .admission import (
     InputLengths,
 )
 from .blocks import Block
-from .display import MAX_AVERAGE_SIZE, LayerWalk
+from .display import LayerWalk
 from .gradients import GradientPass
+from .maps import MAX_AVERAGE_SIZE
 from .methods import (
     GRADIENT_METHODS,
     ONE_INPUT_METHODS,

@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Any
 
 import torch
 from torch import nn
@@ -44,6 +44,8 @@ from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
 from .computing import MIN_CHUNK_ROWS, chunk_rows, observed_chunk_floats
 from .maps import (
+    FULL_SUM_CELLS,
+    MAX_AVERAGE_SIZE,
     BatchMaps,
     LayerMaps,
     Pooling,
@@ -75,15 +77,6 @@ __all__ = [
     "renormalised",
     "sequence_view",
 ]
-
-MAX_AVERAGE_SIZE: Final = 512
-"""Layer means and rollouts longer than this per side are block-max pooled to it."""
-
-FULL_SUM_CELLS: Final = 2048 * 2048
-"""The most cells (shown rows x key columns) whose layer mean is summed at full size and
-then block-max pooled to :data:`MAX_AVERAGE_SIZE`. A larger map's layer mean is summed at
-that display size directly, block by block (each layer's block sums, exact), and shown as
-block means: no L x L float32 sum (4 GiB at 32,768 tokens)."""
 
 
 class ProgressBudget:

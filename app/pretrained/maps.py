@@ -11,6 +11,7 @@ P_q x P_k pooled, A_q x A_k the averages.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import torch
 
@@ -19,6 +20,15 @@ from ..attention.rollout import rollout_step
 from .blocks import Block
 from .methods import method_spec
 from .results import PretrainedAttentions
+
+MAX_AVERAGE_SIZE: Final = 512
+"""Layer means and rollouts longer than this per side are block-max pooled to it."""
+
+FULL_SUM_CELLS: Final = 2048 * 2048
+"""The most cells (shown rows x key columns) whose layer mean is summed at full size and
+then block-max pooled to :data:`MAX_AVERAGE_SIZE`. A larger map's layer mean is summed at
+that display size directly, block by block (each layer's block sums, exact), and shown as
+block means: no L x L float32 sum (4 GiB at 32,768 tokens)."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +40,7 @@ class Pooling:
         key_factor: key tokens per displayed column.
         method: how a block's cells became one: "max" (the largest weight) or "mean"
             (the block's sum over the cells it has: the layer mean of a long input,
-            summed at its display size, :data:`.display.FULL_SUM_CELLS`).
+            summed at its display size, :data:`FULL_SUM_CELLS`).
     """
 
     factor: int

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from .tiles import KeptLayer
+    from .kept_layer import KeptLayer
 
 
 def available() -> bool:

@@ -38,8 +38,8 @@ from .analysis import (
     observed_pass,
 )
 from .blocks import Block
-from .display import MAX_AVERAGE_SIZE, LayerWalk, ProgressBudget
-from .maps import pooled
+from .display import LayerWalk, ProgressBudget
+from .maps import MAX_AVERAGE_SIZE, pooled
 from .methods import MethodMaps, MethodRun, method_spec, with_method
 from .model import PretrainedModel
 from .recordings import RecordingCache

@@ -41,7 +41,7 @@ shipped corpus (33 sequences, 5,157 tokens) and 16 sequences of 2 x 40 random to
 
 The package: :mod:`.definitions` (the scores and defaults), :mod:`.inputs` (the corpus and
 the repeated tokens), :mod:`.observer` (the sums during a pass), :mod:`.table` (the result),
-:mod:`.plan` (a request checked once, run by :func:`.plan.head_scores`), :mod:`.cache`
+:mod:`.plan` (a request checked once, run by :func:`.shards.head_scores`), :mod:`.cache`
 (results on disk).
 """
 
@@ -89,7 +89,8 @@ from .inputs import (
     unpadded_batch,
 )
 from .observer import HeadScoreObserver
-from .plan import AtlasPlan, Pass, head_scores, model_fingerprint, plan_atlas, repeat_length
+from .plan import AtlasPlan, Pass, model_fingerprint, plan_atlas, repeat_length
+from .shards import head_scores
 from .table import CorpusInfo, HeadScores, work_fingerprint
 
 __all__ = [

@@ -26,7 +26,8 @@ import numpy as np
 from ...attention.cancellation import Cancellation
 from ..model import LoadedModel
 from .definitions import DEFINITION_VERSION, SCORES
-from .plan import AtlasPlan, head_scores, plan_atlas
+from .plan import AtlasPlan, plan_atlas
+from .shards import head_scores
 from .table import HeadScores
 
 logger = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def cached_head_scores(
         cache_dir: the cache directory (the server's ATTNVIZ_CACHE_DIR).
         progress: ``progress(done, total)`` after each forward pass (not called when the
             scores come from disk).
-        cancel: as :func:`.plan.head_scores`.
+        cancel: as :func:`.shards.head_scores`.
 
     Returns:
         (the scores, whether they came from disk).
@@ -116,7 +117,7 @@ def cached_head_scores(
     Raises:
         As :func:`.plan.plan_atlas` (HeadScoresUnavailableError for a speech or image
         model, an unavailable device: before any cache lookup), and
-        :func:`.plan.head_scores`.
+        :func:`.shards.head_scores`.
     """
     if not isinstance(plan, AtlasPlan):
         plan = plan_atlas(plan, texts, repeat_length=None, device=device)

@@ -4,21 +4,19 @@
 is a text model, the texts, R, the sequences, the device, that every score will count a
 query) and builds every pass once: the corpus, its tokens, the random vocabulary and the
 repeated sequences. The plan's :attr:`AtlasPlan.key` names what decides its scores (the
-model's weights, the work), the cache key of :mod:`.cache`. :func:`head_scores` runs a plan.
+model's weights, the work), the cache key of :mod:`.cache`. :func:`.shards.head_scores` runs a plan.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ...attention.cancellation import Cancellation
 from ...attention.errors import AttentionInputError
 from ..blocks import Block
 from ..model import LoadedModel, PretrainedModel
@@ -43,7 +41,7 @@ from .inputs import (
     text_model,
     texts_corpus,
 )
-from .table import CorpusInfo, HeadScores, work_fingerprint
+from .table import CorpusInfo, work_fingerprint
 
 
 @dataclass(frozen=True)
@@ -213,53 +211,3 @@ def plan_atlas(
     )
     key = hashlib.sha256(json.dumps([model_fingerprint(text), work]).encode()).hexdigest()
     return AtlasPlan(text, block, corpus, tuple(passes), info, device, key)
-
-
-def head_scores(
-    plan: AtlasPlan | LoadedModel,
-    texts: Sequence[str] | None = None,
-    *,
-    repeat_length: int | None = REPEAT_LENGTH,
-    induction_sequences: int = INDUCTION_SEQUENCES,
-    seed: int = 0,
-    max_tokens: int = MAX_TOKENS,
-    device: str = "auto",
-    progress: Callable[[int, int], object] | None = None,
-    cancel: Cancellation | None = None,
-    top_k: int = 8,
-) -> HeadScores:
-    """Score every head of a model's self-attention (:data:`.definitions.DEFINITIONS`).
-
-    Args:
-        plan: a plan (:func:`plan_atlas`), or a loaded text model to plan for with the
-            arguments below (as :func:`plan_atlas`'s; ignored with a plan).
-        progress: called as ``progress(done, total)`` after each forward pass.
-        cancel: the computation stops (ComputeCancelledError) at the next layer or chunk
-            once it is cancelled; None: only an enclosing :func:`cancellable`'s.
-        top_k: the passages kept per head and score, the examples behind the scores
-            (:mod:`.shards`: each head's best passages and where it peaks).
-
-    Returns:
-        :class:`.table.HeadScores` of the plan's block: (N, H) float64 per score.
-
-    Raises:
-        As :func:`plan_atlas`, before any pass; ComputeCancelledError: cancelled.
-    """
-    started = time.perf_counter()
-    if not isinstance(plan, AtlasPlan):
-        plan = plan_atlas(
-            plan, texts, repeat_length=repeat_length, induction_sequences=induction_sequences,
-            seed=seed, max_tokens=max_tokens, device=device,
-        )  # fmt: skip
-    from .shards import atlas_of, run_shard  # shards runs plans: imported when run
-
-    done = 0
-
-    def counted(step: int) -> None:
-        nonlocal done
-        done += step
-        if progress is not None:
-            progress(done, len(plan.passes))
-
-    shard = run_shard(plan, range(len(plan.passes)), top_k=top_k, progress=counted, cancel=cancel)
-    return atlas_of(plan, shard, (time.perf_counter() - started) * 1000.0)

@@ -23,6 +23,7 @@ there.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -33,10 +34,18 @@ import numpy as np
 
 from ...attention.cancellation import Cancellation, cancellable, check_cancelled
 from ...attention.errors import AttentionInputError
-from .definitions import DEFINITIONS, INDUCTION_BATCH, SCORES
+from ..model import LoadedModel
+from .definitions import (
+    DEFINITIONS,
+    INDUCTION_BATCH,
+    INDUCTION_SEQUENCES,
+    MAX_TOKENS,
+    REPEAT_LENGTH,
+    SCORES,
+)
 from .inputs import decoder_start, unpadded_batch
 from .observer import HeadScoreObserver
-from .plan import AtlasPlan
+from .plan import AtlasPlan, plan_atlas
 from .table import HeadScores
 
 TOP_EXAMPLES: Final = 8
@@ -395,3 +404,51 @@ def merged(parts: Sequence[AtlasShard]) -> AtlasShard:
     for part in parts[1:]:
         total = total + part
     return total
+
+
+def head_scores(
+    plan: AtlasPlan | LoadedModel,
+    texts: Sequence[str] | None = None,
+    *,
+    repeat_length: int | None = REPEAT_LENGTH,
+    induction_sequences: int = INDUCTION_SEQUENCES,
+    seed: int = 0,
+    max_tokens: int = MAX_TOKENS,
+    device: str = "auto",
+    progress: Callable[[int, int], object] | None = None,
+    cancel: Cancellation | None = None,
+    top_k: int = 8,
+) -> HeadScores:
+    """Score every head of a model's self-attention (:data:`.definitions.DEFINITIONS`).
+
+    Args:
+        plan: a plan (:func:`.plan.plan_atlas`), or a loaded text model to plan for with the
+            arguments below (as :func:`.plan.plan_atlas`'s; ignored with a plan).
+        progress: called as ``progress(done, total)`` after each forward pass.
+        cancel: the computation stops (ComputeCancelledError) at the next layer or chunk
+            once it is cancelled; None: only an enclosing :func:`cancellable`'s.
+        top_k: the passages kept per head and score, the examples behind the scores
+            (each head's best passages and where it peaks).
+
+    Returns:
+        :class:`.table.HeadScores` of the plan's block: (N, H) float64 per score.
+
+    Raises:
+        As :func:`.plan.plan_atlas`, before any pass; ComputeCancelledError: cancelled.
+    """
+    started = time.perf_counter()
+    if not isinstance(plan, AtlasPlan):
+        plan = plan_atlas(
+            plan, texts, repeat_length=repeat_length, induction_sequences=induction_sequences,
+            seed=seed, max_tokens=max_tokens, device=device,
+        )  # fmt: skip
+    done = 0
+
+    def counted(step: int) -> None:
+        nonlocal done
+        done += step
+        if progress is not None:
+            progress(done, len(plan.passes))
+
+    shard = run_shard(plan, range(len(plan.passes)), top_k=top_k, progress=counted, cancel=cancel)
+    return atlas_of(plan, shard, (time.perf_counter() - started) * 1000.0)

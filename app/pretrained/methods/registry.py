@@ -30,8 +30,8 @@ from .flow import flow_map
 from .norm import MAX_SUMMED_NORM_TOKENS, NormRecording, output_projection
 
 if TYPE_CHECKING:
-    from ..admission import InputLengths
     from ..blocks import Block
+    from ..lengths import InputLengths
     from ..model import PretrainedModel
     from ..recordings import RecordingCache
     from ..results import PretrainedAttentions
@@ -62,7 +62,7 @@ class MethodRun:
         display_size: the side maps are pooled to, else None.
         target_index, target_token_id: a gradient method's target.
         pooled: pools a map to a side (:func:`..maps.pooled`'s first value).
-        average_size: the side of the averages (:data:`..display.MAX_AVERAGE_SIZE`).
+        average_size: the side of the averages (:data:`..maps.MAX_AVERAGE_SIZE`).
     """
 
     model: PretrainedModel
