@@ -1,6 +1,6 @@
 """``python -m attnviz``: serve AttnViz with uvicorn on ATTNVIZ_HOST:ATTNVIZ_PORT."""
 
-from .cli import serve
+from .cli.serve import serve
 
 if __name__ == "__main__":
     serve()

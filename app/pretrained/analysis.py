@@ -19,12 +19,10 @@ from typing import Any, Final
 import torch
 
 from ..attention.errors import AttentionInputError, InputTooLargeError, too_many_numbers
-from .admission import (
-    InputLengths,
-)
 from .blocks import Block
 from .display import LayerWalk
 from .gradients import GradientPass
+from .lengths import InputLengths
 from .maps import MAX_AVERAGE_SIZE
 from .methods import (
     GRADIENT_METHODS,

@@ -17,7 +17,6 @@ import torch
 
 from ..attention.errors import AttentionInputError
 from .admission import (
-    InputLengths,
     check_memory,
     check_options,
     check_positions,
@@ -39,6 +38,7 @@ from .analysis import (
 )
 from .blocks import Block
 from .display import LayerWalk, ProgressBudget
+from .lengths import InputLengths
 from .maps import MAX_AVERAGE_SIZE, pooled
 from .methods import MethodMaps, MethodRun, method_spec, with_method
 from .model import PretrainedModel

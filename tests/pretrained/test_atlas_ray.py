@@ -187,7 +187,7 @@ def test_a_corpus_is_read_from_parquet(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
     from attnviz.attention import AttentionInputError
-    from attnviz.pretrained.atlas.shards import read_corpus
+    from attnviz.pretrained.atlas.corpus import read_corpus
 
     good = tmp_path / "corpus.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3], "text": ["first", None, "  second "]}), good)

@@ -25,13 +25,13 @@ import torch
 from attnviz.attention import AttentionInputError
 from attnviz.pretrained import PretrainedModel
 from attnviz.pretrained.atlas import SCORES, HeadScores, head_scores, plan_atlas, repeated_tokens
+from attnviz.pretrained.atlas.corpus import read_corpus
 from attnviz.pretrained.atlas.on_ray import AtlasWorker
 from attnviz.pretrained.atlas.shards import (
     REPEATED_SCORES,
     atlas_of,
     example_rows,
     merged,
-    read_corpus,
     run_shard,
     shards,
 )

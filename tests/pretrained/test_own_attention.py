@@ -202,7 +202,8 @@ def test_an_input_whose_weights_would_not_fit_is_refused_before_it_runs(
     models: dict[str, PretrainedModel],
 ) -> None:
     from attnviz.attention.errors import InputTooLargeError
-    from attnviz.pretrained.admission import InputLengths, check_memory, estimate_peak_bytes
+    from attnviz.pretrained.admission import check_memory, estimate_peak_bytes
+    from attnviz.pretrained.lengths import InputLengths
 
     model = models["gpt_neo"]
     lengths = InputLengths(60)

@@ -161,7 +161,8 @@ def test_a_long_input_s_views_make_no_l_by_l_buffer_and_equal_dense_ones(
     the streamed grid, its averages, the enlarged head, a layer, a token's rows and zoom
     tiles make no tensor of L x L numbers; each equals the same view with dense masks and
     full-size sums (the bounds raised), to 1e-5."""
-    from attnviz.pretrained.admission import InputLengths, kept_bytes, recording_bytes
+    from attnviz.pretrained.admission import kept_bytes, recording_bytes
+    from attnviz.pretrained.lengths import InputLengths
     from attnviz.pretrained.recordings import RecordingCache
 
     model = long_llama

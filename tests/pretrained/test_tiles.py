@@ -290,7 +290,8 @@ def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
     streamed grid keeps its pass for tiles, and the enlarged head, a layer and a token's
     rows are its tiles (no forward pass), equal to the same views of a recorded pass; the
     neuron view, which needs the value states, runs the pass again."""
-    from attnviz.pretrained.admission import InputLengths, kept_bytes, recording_bytes
+    from attnviz.pretrained.admission import kept_bytes, recording_bytes
+    from attnviz.pretrained.lengths import InputLengths
     from attnviz.pretrained.recordings import RecordingCache
 
     model = load_model_dir("llama", folders["llama"])

@@ -254,7 +254,8 @@ def test_a_request_over_the_memory_budget_is_a_413_with_the_estimate(
     client: TestClient, nothing_runs: None
 ) -> None:
     from attnviz.pretrained import MODELS
-    from attnviz.pretrained.admission import InputLengths, estimate_peak_bytes
+    from attnviz.pretrained.admission import estimate_peak_bytes
+    from attnviz.pretrained.lengths import InputLengths
     from attnviz.server.settings import Settings, get_settings
 
     model = MODELS.get("tiny-llama")
@@ -306,7 +307,8 @@ def test_a_request_over_the_device_s_free_memory_is_a_413_naming_both_figures(
 
 
 def test_the_recording_is_estimated_in_the_model_s_dtype() -> None:
-    from attnviz.pretrained.admission import InputLengths, recording_bytes
+    from attnviz.pretrained.admission import recording_bytes
+    from attnviz.pretrained.lengths import InputLengths
 
     model = smollm2_shape()
     full = recording_bytes(model, InputLengths(1024))
@@ -317,7 +319,8 @@ def test_the_recording_is_estimated_in_the_model_s_dtype() -> None:
 def test_the_estimate_grows_with_the_input_and_admits_smollm2_at_4096_tokens() -> None:
     """The default budget admits the longest input of the packaged decoder's shape."""
 
-    from attnviz.pretrained.admission import InputLengths, estimate_peak_bytes
+    from attnviz.pretrained.admission import estimate_peak_bytes
+    from attnviz.pretrained.lengths import InputLengths
     from attnviz.server.limits import MAX_REQUEST_BYTES
 
     smollm2 = smollm2_shape()
@@ -380,7 +383,8 @@ def test_a_gradient_method_counts_its_own_pass_in_the_estimate() -> None:
     """At its 704-token bound the gradient pass (every weight and its gradient) is the
     largest phase: check_memory refuses under a limit the plain request would meet."""
     from attnviz.attention.errors import InputTooLargeError
-    from attnviz.pretrained.admission import InputLengths, check_memory, estimate_peak_bytes
+    from attnviz.pretrained.admission import check_memory, estimate_peak_bytes
+    from attnviz.pretrained.lengths import InputLengths
 
     model, lengths = smollm2_shape(), InputLengths(704)
     plain = estimate_peak_bytes(model, lengths, block="decoder")

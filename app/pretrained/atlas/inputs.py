@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import torch
 
@@ -47,6 +47,13 @@ class Corpus:
     name: str
     version: str | None
     sha256: str
+
+
+FIRST_PREFIX_CHARS: Final = 8
+"""Characters per kept token of the first prefix :func:`natural_tokens` tokenises."""
+PREFIX_MARGIN: Final = 16
+"""Tokens past the kept ones a prefix must make before its first ones are taken as the
+whole text's (the prefix's cut word lies past them)."""
 
 
 @cache
@@ -208,6 +215,13 @@ def repeated_tokens(
 def natural_tokens(model: PretrainedModel, text: str, max_tokens: int) -> tuple[list[int], bool]:
     """One text's ids as the tokenizer gives them (special tokens included), cut to fit.
 
+    A long text is tokenised by prefixes of :data:`FIRST_PREFIX_CHARS` x ``max_tokens``
+    characters (cut before a whitespace, where no tokenizer's pre-tokenizer joins words),
+    doubled until a prefix makes :data:`PREFIX_MARGIN` tokens more than it keeps (or is
+    the whole text): the first ``max_tokens`` ids of such a prefix are the whole text's,
+    and the tokenizer never gets a 60 MB passage at once (memory, and Ctrl-C waits for
+    it: the tokenizer does not return to Python while it runs).
+
     Args:
         max_tokens: the most ids (the model's own positions bound it too); the tokenizer
             cuts the text, keeping its special tokens ([SEP] stays last).
@@ -216,10 +230,22 @@ def natural_tokens(model: PretrainedModel, text: str, max_tokens: int) -> tuple[
         The ids, and whether the text was cut.
     """
     limit = max_tokens if model.max_tokens is None else min(max_tokens, model.max_tokens)
-    whole = list(model.tokenizer(text)["input_ids"])
-    if len(whole) <= limit:
-        return whole, False
-    return list(model.tokenizer(text, truncation=True, max_length=limit)["input_ids"]), True
+    size = FIRST_PREFIX_CHARS * limit
+    while True:
+        prefix = text[:size]
+        if len(prefix) < len(text):
+            space = max(prefix.rfind(" "), prefix.rfind("\n"), prefix.rfind("\t"))
+            # a prefix of one word: cut within it (the margin keeps the cut past the ids)
+            prefix = prefix[:space] if space > len(prefix) // 2 else prefix
+        whole = list(model.tokenizer(prefix)["input_ids"])
+        if len(prefix) == len(text):  # the whole text
+            if len(whole) <= limit:
+                return whole, False
+            break
+        if len(whole) > limit + PREFIX_MARGIN:
+            break
+        size *= 2
+    return list(model.tokenizer(prefix, truncation=True, max_length=limit)["input_ids"]), True
 
 
 def natural_queries(ids: torch.Tensor, special: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +127,7 @@ def plan_atlas(
     seed: int = 0,
     max_tokens: int = MAX_TOKENS,
     device: str = "auto",
+    progress: Callable[[int], object] | None = None,
 ) -> AtlasPlan:
     """Check an atlas request and build its passes (the module docstring).
 
@@ -143,6 +144,7 @@ def plan_atlas(
         max_tokens: tokens per natural-text sequence at most (longer texts are cut).
         device: "auto" (where the model lies), "cpu" or "cuda", as
             :meth:`.model.LoadedModel.device_for`.
+        progress: called with 1 after each natural text is tokenised (a bar's update).
 
     Raises:
         HeadScoresUnavailableError: (field ``model``) a speech or image model.
@@ -164,6 +166,8 @@ def plan_atlas(
         row = torch.tensor([ids], dtype=torch.int64)
         counted = natural_queries(row, special)
         passes.append(Pass(row, counted, natural_rules()))
+        if progress is not None:
+            progress(1)
         tokens, truncated, queries = (
             tokens + len(ids),
             truncated + cut,

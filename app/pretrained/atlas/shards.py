@@ -22,12 +22,10 @@ there.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
@@ -319,83 +317,6 @@ def example_rows(plan: AtlasPlan, shard: AtlasShard) -> list[dict[str, Any]]:
                 }
             )
     return rows
-
-
-def read_corpus(path: str | Path) -> list[str]:
-    """The passages of a corpus file: ``.txt``, ``.jsonl`` or ``.parquet``.
-
-    ``.txt``: one a line; ``.jsonl``: a ``text`` field a line; ``.parquet``: a ``text``
-    column (read with pyarrow, which the ray extra installs). Blank passages are skipped.
-
-    Raises:
-        AttentionInputError: (field ``corpus``) no such file, another format, a JSON
-            line without a string ``text``, a Parquet file without a string ``text``
-            column (or no pyarrow to read it), or no passage.
-    """
-    file = Path(path)
-    if not file.is_file():
-        raise AttentionInputError("corpus", f"{file}: no such file")
-    if file.suffix == ".parquet":
-        texts = [text for text in _parquet_texts(file) if text.strip()]
-        if not texts:
-            raise AttentionInputError("corpus", f"{file}: no passage in it")
-        return texts
-    lines = file.read_text(encoding="utf-8").splitlines()
-    if file.suffix == ".txt":
-        texts = [line for line in lines if line.strip()]
-    elif file.suffix == ".jsonl":
-        texts = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line).get("text")
-            except (ValueError, AttributeError) as error:
-                raise AttentionInputError("corpus", f"{file}:{number}: {error}") from error
-            if not isinstance(text, str):
-                raise AttentionInputError("corpus", f"{file}:{number}: no string 'text' field")
-            if text.strip():
-                texts.append(text)
-    else:
-        raise AttentionInputError(
-            "corpus",
-            f"{file}: a .txt (a passage a line), .jsonl (a 'text' field a line) or .parquet "
-            "(a 'text' column)",
-        )
-    if not texts:
-        raise AttentionInputError("corpus", f"{file}: no passage in it")
-    return texts
-
-
-def _parquet_texts(file: Path) -> list[str]:
-    """The ``text`` column of a Parquet file, nulls as empty passages.
-
-    Raises:
-        AttentionInputError: (``corpus``) no pyarrow, not Parquet, or no string column
-            ``text``.
-    """
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise AttentionInputError(
-            "corpus", f"{file}: reading Parquet needs pyarrow (pip install 'attnviz[ray]')"
-        ) from None
-    try:
-        schema = pq.read_schema(file)
-        if "text" not in schema.names:
-            raise AttentionInputError(
-                "corpus", f"{file}: no 'text' column (it has {', '.join(schema.names)})"
-            )
-        kind = schema.field("text").type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise AttentionInputError(
-                "corpus", f"{file}: the 'text' column holds {kind}, not strings"
-            )
-        column = pq.read_table(file, columns=["text"]).column("text")
-    except (pa.ArrowException, OSError) as error:
-        raise AttentionInputError("corpus", f"{file}: not a Parquet file ({error})") from None
-    return [text or "" for text in column.to_pylist()]
 
 
 def merged(parts: Sequence[AtlasShard]) -> AtlasShard:

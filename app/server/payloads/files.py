@@ -22,9 +22,9 @@ from fastapi import status
 from fastapi.responses import Response, StreamingResponse
 
 from ...pretrained import PretrainedModel
-from ...pretrained.admission import InputLengths
 from ...pretrained.analysis import Limits
 from ...pretrained.blocks import Block
+from ...pretrained.lengths import InputLengths
 from ...pretrained.methods import method_spec
 from ...pretrained.recordings import RecordingCache
 from ...pretrained.results import PretrainedAttentions

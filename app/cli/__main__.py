@@ -1,0 +1,5 @@
+"""``python -m attnviz.cli``: the ``attnviz`` command."""
+
+from . import main
+
+main()
