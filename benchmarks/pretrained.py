@@ -30,7 +30,7 @@ import httpx2 as httpx
 import torch
 from attnviz.devtools import CHROMIUM_ARGS, chromium_path, live_process
 from attnviz.pretrained import ModelRegistry
-from attnviz.pretrained.display import batch_maps
+from attnviz.pretrained.maps import batch_maps
 
 from benchmarks.run import median_ms
 

@@ -202,3 +202,18 @@ def test_an_import_cycle_breaks_the_acyclic_contract(
         r"\(\d+ imports?\)",
         output,
     ), output
+
+
+MAX_MODULE_LINES = 600
+"""The most lines of one Python module in app/ (architecture review, round 5): a longer
+one is split by what it does (the CLI by command, a view's pipeline from its helpers)."""
+
+
+def test_no_module_in_app_is_over_600_lines() -> None:
+    sizes = {
+        str(path.relative_to(REPO_ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in (REPO_ROOT / "app").rglob("*.py")
+    }
+    assert len(sizes) > 100  # the whole package was read
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert not over, f"split these modules (over {MAX_MODULE_LINES} lines): {over}"

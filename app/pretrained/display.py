@@ -27,83 +27,49 @@ from __future__ import annotations
 
 import contextvars
 import math
-import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional
 
-from ..attention.cancellation import ComputeCancelledError, check_cancelled, drop_frames
+from ..attention.cancellation import ComputeCancelledError, check_cancelled
 from ..attention.errors import AttentionInputError
-from ..attention.pooling import Reduction, block_factor, block_reduce
+from ..attention.pooling import block_factor
 from ..attention.rollout import MAX_ROLLOUT_TOKENS, rollout_step
 from .blocks import Block
-from .computing import MIN_CHUNK_ROWS, chunk_rows, observed_chunk_floats
+from .computing import chunk_rows, observed_chunk_floats
 from .maps import (
     FULL_SUM_CELLS,
     MAX_AVERAGE_SIZE,
-    BatchMaps,
     LayerMaps,
     Pooling,
     SequenceView,
     ViewSummary,
-    batch_maps,
-    block_pooled,
+    block_rows,
+    block_sizes,
     pooled,
     renormalised,
 )
 from .methods import method_spec
 from .results import Averages, PassInputs, PretrainedAttentions
+from .streaming import ProgressBudget, ThreadFeed
 from .tokens import TokenizedBatch
 from .words import WordMerge, shown_tokens
 
 __all__ = [
     "MAX_AVERAGE_SIZE",
-    "MIN_CHUNK_ROWS",
-    "BatchMaps",
     "LayerMaps",
     "LayerWalk",
     "Pooling",
     "SequenceView",
     "ViewSummary",
     "WalkObserver",
-    "batch_maps",
-    "block_pooled",
     "pooled",
     "renormalised",
     "sequence_view",
 ]
-
-
-class ProgressBudget:
-    """A stream's time budget: it stops once ``idle_s`` seconds pass with no new layer.
-
-    A long input's grid may take minutes on a small machine while every layer arrives
-    within seconds: the budget covers the wait for the next layer (and for the first),
-    not the whole stream, so work that makes progress is not cut, and work that sends
-    nothing is.
-
-    Args:
-        idle_s: the most seconds between two layers (and before the first).
-        message: the ComputeCancelledError's message once the budget ends.
-    """
-
-    def __init__(self, idle_s: float, message: str) -> None:
-        self.idle_s, self.message = idle_s, message
-        self.until = time.monotonic() + idle_s
-
-    def progressed(self) -> None:
-        """A layer was made: the next may take ``idle_s`` again."""
-        self.until = time.monotonic() + self.idle_s
-
-    def check(self) -> None:
-        """Raise ComputeCancelledError with :attr:`message` once the budget has ended."""
-        if time.monotonic() > self.until:
-            raise ComputeCancelledError(self.message)
 
 
 class LayerWalk:
@@ -335,35 +301,14 @@ class LayerWalk:
         """
         assert self.pending is not None
         run, self.pending = self.pending, None
-        items: queue.Queue[tuple[str, Any]] = queue.Queue()
-        observer = WalkObserver(self, lambda maps: items.put(("layer", maps)))
-
-        def work() -> None:
-            try:
-                items.put(("done", run(observer)))
-            except BaseException as error:  # handed to the iterating thread
-                # without the pass's frames: its tensors are freed as the thread ends, not
-                # when the error (raised again in the stream) is collected
-                drop_frames(error)
-                items.put(("error", error))
-
-        thread = threading.Thread(
-            target=self.context.run, args=(work,), name="attnviz-observed-pass", daemon=True
+        feed: ThreadFeed[LayerMaps] = ThreadFeed()
+        observer = WalkObserver(self, feed.put)
+        self.result = yield from feed.run(
+            lambda: run(observer),
+            context=self.context,
+            name="attnviz-observed-pass",
+            stop=observer.stopped.set,
         )
-        thread.start()
-        try:
-            while True:
-                kind, item = items.get()
-                if kind == "layer":
-                    yield item
-                elif kind == "error":
-                    raise item
-                else:
-                    break
-        finally:
-            observer.stopped.set()
-            thread.join()
-        self.result = item
         observer.finish()
         self._keep_averages()
 
@@ -387,8 +332,8 @@ class LayerWalk:
         else:  # block sums: each block's mean over the cells it has
             (factor_q, factor_k), sums = self.sum_factors, self.layer_sum
             cells = torch.outer(
-                _block_sizes(self.units, factor_q, sums.shape[0]),
-                _block_sizes(self.key_units, factor_k, sums.shape[1]),
+                block_sizes(self.units, factor_q, sums.shape[0]),
+                block_sizes(self.key_units, factor_k, sums.shape[1]),
             )
             layer_mean = sums / (self.num_layers * cells)
             average_pooling = Pooling(factor_q, factor_k, "mean")
@@ -572,7 +517,7 @@ class WalkObserver:
         (zeros before them change no maximum: maps are >= 0), and a block keeps the
         maximum of what every chunk gave it.
         """
-        for b0, part in _block_rows(maps, u0, factors, "max"):
+        for b0, part in block_rows(maps, u0, factors, "max"):
             region = target[..., b0 : b0 + part.shape[-2], : part.shape[-1]]
             region.copy_(torch.maximum(region, part))
 
@@ -585,7 +530,7 @@ class WalkObserver:
         As :meth:`_pool_into`, with sums: the zeros before a chunk that begins inside a
         block add nothing, and a block spanning chunks gets each chunk's part.
         """
-        for b0, part in _block_rows(maps, u0, factors, "sum"):
+        for b0, part in block_rows(maps, u0, factors, "sum"):
             target[..., b0 : b0 + part.shape[-2], : part.shape[-1]] += part
 
     def layer_done(self) -> None:
@@ -619,29 +564,6 @@ class WalkObserver:
             walk.rollout = walk.rollout.cpu()
 
 
-def _block_rows(
-    maps: torch.Tensor, u0: int, factors: tuple[int, int], how: Reduction
-) -> Iterator[tuple[int, torch.Tensor]]:
-    """(..., R, C) rows from row ``u0`` of a larger map, reduced by blocks of ``factors``.
-
-    Yields (first block row, reduced rows) for the rows up to the next block boundary
-    (a block the chunk begins inside of, reduced alone: one row) and then the rest, which
-    starts a block; nothing is padded or copied.
-    """
-    factor_q, factor_k = factors
-    head = min((-u0) % factor_q, maps.shape[-2])
-    if head:
-        yield u0 // factor_q, block_reduce(maps[..., :head, :], head, factor_k, how)
-    if head < maps.shape[-2]:
-        yield -(-u0 // factor_q), block_reduce(maps[..., head:, :], factor_q, factor_k, how)
-
-
-def _block_sizes(length: int, factor: int, blocks: int) -> torch.Tensor:
-    """(blocks,) float32: the positions each block of ``factor`` holds (the last maybe fewer)."""
-    starts = torch.arange(blocks) * factor
-    return (length - starts).clamp(max=factor).float()
-
-
 def sequence_view(
     result: PretrainedAttentions,
     *,
@@ -657,14 +579,8 @@ def sequence_view(
     Args:
         result: :meth:`attnviz.pretrained.model.PretrainedModel.run` of one input (B = 1,
             no padding).
-        block: the attention block (default the first of the model's family).
-        hide_special_tokens: remove the special tokens and renormalise rows.
-        layer_index: keep this layer's attentions and head mean only.
-        head_index: with ``layer_index``, keep this head's attentions only.
-        display_size: pool attentions and head means to at most this many rows and
-            columns (block max).
-        merge_words: merge word pieces into words (sum over key pieces, mean over
-            query pieces).
+        block, hide_special_tokens, layer_index, head_index, display_size, merge_words:
+            as :class:`LayerWalk` takes them (the module docstring).
 
     Raises:
         AttentionInputError: as :class:`LayerWalk`.

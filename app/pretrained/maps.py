@@ -10,6 +10,7 @@ P_q x P_k pooled, A_q x A_k the averages.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -200,3 +201,26 @@ def batch_maps(result: PretrainedAttentions, block: Block | None = None) -> Batc
             folded = rollout_step(folded, mean)
         rollout = None if folded is None else folded.float()
     return BatchMaps(layers, head_mean, head_mean.mean(dim=0), rollout)
+
+
+def block_rows(
+    maps: torch.Tensor, u0: int, factors: tuple[int, int], how: Reduction
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """(..., R, C) rows from row ``u0`` of a larger map, reduced by blocks of ``factors``.
+
+    Yields (first block row, reduced rows) for the rows up to the next block boundary
+    (a block the chunk begins inside of, reduced alone: one row) and then the rest, which
+    starts a block; nothing is padded or copied.
+    """
+    factor_q, factor_k = factors
+    head = min((-u0) % factor_q, maps.shape[-2])
+    if head:
+        yield u0 // factor_q, block_reduce(maps[..., :head, :], head, factor_k, how)
+    if head < maps.shape[-2]:
+        yield -(-u0 // factor_q), block_reduce(maps[..., head:, :], factor_q, factor_k, how)
+
+
+def block_sizes(length: int, factor: int, blocks: int) -> torch.Tensor:
+    """(blocks,) float32: the positions each block of ``factor`` holds (the last maybe fewer)."""
+    starts = torch.arange(blocks) * factor
+    return (length - starts).clamp(max=factor).float()

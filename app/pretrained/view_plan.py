@@ -37,13 +37,14 @@ from .analysis import (
     observed_pass,
 )
 from .blocks import Block
-from .display import LayerWalk, ProgressBudget
+from .display import LayerWalk
 from .lengths import InputLengths
 from .maps import MAX_AVERAGE_SIZE, pooled
 from .methods import MethodMaps, MethodRun, method_spec, with_method
 from .model import PretrainedModel
 from .recordings import RecordingCache
 from .results import PassInputs
+from .streaming import ProgressBudget
 from .tokens import TokenizedBatch
 
 __all__ = ["ViewPlan", "plan_view"]
@@ -89,7 +90,7 @@ class ViewPlan:
         """Generate when asked, run (or reuse) the forward pass, make the walk.
 
         With :attr:`observing`, no pass runs here: the walk runs it. ``deadline``
-        (:class:`.display.ProgressBudget`): the walk stops once it ends (a stream's time
+        (:class:`.streaming.ProgressBudget`): the walk stops once it ends (a stream's time
         budget), raising ComputeCancelledError with the message.
 
         Raises:

@@ -13,12 +13,12 @@ from attnviz.attention import AttentionInputError
 from attnviz.pretrained import PretrainedAttentions, PretrainedModel, attention_rollout, display
 from attnviz.pretrained.display import (
     LayerWalk,
-    batch_maps,
     pooled,
     renormalised,
     sequence_view,
 )
 from attnviz.pretrained.loading import load_model_dir
+from attnviz.pretrained.maps import batch_maps
 
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers

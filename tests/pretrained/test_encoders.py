@@ -21,8 +21,8 @@ from attnviz.pretrained import (
     PretrainedModel,
     attention_rollout,
 )
-from attnviz.pretrained.display import batch_maps
 from attnviz.pretrained.loading import load_model_dir
+from attnviz.pretrained.maps import batch_maps
 
 from tests.pretrained import tiny
 

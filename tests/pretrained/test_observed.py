@@ -19,8 +19,9 @@ from attnviz.attention.pooling import block_factor
 from attnviz.pretrained import PretrainedModel
 from attnviz.pretrained import computing as computing_module
 from attnviz.pretrained import display as display_module
-from attnviz.pretrained.display import LayerWalk, ProgressBudget
+from attnviz.pretrained.display import LayerWalk
 from attnviz.pretrained.loading import load_model_dir
+from attnviz.pretrained.streaming import ProgressBudget
 
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers

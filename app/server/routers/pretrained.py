@@ -16,10 +16,10 @@ from ...attention.errors import AttentionInputError
 from ...pretrained import ModelRegistry, PretrainedModel, TokenizedBatch
 from ...pretrained.analysis import Limits, PreparedSequence, needs_states
 from ...pretrained.blocks import Block
-from ...pretrained.display import ProgressBudget
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import method_spec, with_method
 from ...pretrained.recordings import RecordingCache
+from ...pretrained.streaming import ProgressBudget
 from ...pretrained.tiles import TileError
 from ...pretrained.view_plan import plan_view
 from ...pretrained.zoom import zoom_span
@@ -45,9 +45,8 @@ from ..schemas.pretrained import (
     PretrainedAttentionResponse,
     PretrainedDownloadRequest,
     PretrainedLayersRequest,
-    PretrainedTilesRequest,
-    PretrainedTilesResponse,
 )
+from ..schemas.tiles import PretrainedTilesRequest, PretrainedTilesResponse
 from ..settings import Settings
 from ..transport import encode_floats, respond
 
@@ -558,7 +557,7 @@ def prepared_sequence(
 ) -> PreparedSequence:
     """The request's :class:`attnviz.pretrained.analysis.ViewPlan`, observed, run.
 
-    ``deadline``: the stream's time budget (:class:`attnviz.pretrained.display.ProgressBudget`).
+    ``deadline``: the stream's time budget (:class:`attnviz.pretrained.streaming.ProgressBudget`).
 
     Raises:
         HTTPException: 422 naming a bad option, 413 over a limit, 503 out of device memory.
