@@ -93,6 +93,11 @@ test-models: install
 test-slow: install
 	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "slow and not browser"
 
+# The whole suite on a busy machine: two processes keep both cores busy while it runs
+# (scripts/busy.py). Every test waits on the event it needs, never on the clock.
+test-busy: install browser espeak container-engine
+	$(BIN)/python scripts/busy.py 2 -- $(MAKE) test
+
 # Speed figures side by side (a few minutes; not part of the tests).
 bench: install browser
 	$(BIN)/python -m benchmarks.run

@@ -15,17 +15,24 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
-from typing import Final, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 from fastapi import HTTPException, status
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..attention.cancellation import Cancellation, cancellable, check_cancelled, drop_frames
+from ..attention.cancellation import (
+    Cancellation,
+    ComputeCancelledError,
+    cancellable,
+    check_cancelled,
+    drop_frames,
+)
 from .errors import field_error
 from .memory import release_memory
 from .settings import Settings, get_settings
@@ -54,6 +61,51 @@ _large: asyncio.Semaphore | None = None
 _long: asyncio.Semaphore | None = None
 _long_waiting = 0
 _client: ContextVar[Request | None] = ContextVar("attnviz_client", default=None)
+_counts_lock = threading.Lock()
+_counts = {"queued": 0, "computing": 0, "finished": 0, "stopped": 0, "failed": 0}
+"""Computations waiting for a worker and running now, and how each one since the start
+ended (:func:`work_state`)."""
+
+
+def work_state() -> dict[str, int]:
+    """What the compute pool is doing (GET /healthz's ``work``).
+
+    Returns:
+        ``queued``: computations waiting for a worker of the pool (a cancelled one leaves
+        the queue); ``computing``: computations running on it now; ``long_running`` and
+        ``long_waiting``: long computations holding a slot, and waiting for one
+        (:func:`long_slot`); ``finished``, ``stopped`` (given up before their end or before
+        they started: the client went away or the time budget ran out) and
+        ``failed``: how the computations since the start ended. Counts, not times: a test
+        or a load balancer waits on them.
+    """
+    with _counts_lock:
+        state = dict(_counts)
+    taken = 0 if _long is None else long_slots(pool_workers()) - _long._value
+    return {**state, "long_running": max(0, taken), "long_waiting": _long_waiting}
+
+
+def _counted(function: Callable[[], R]) -> Callable[[], R]:
+    """``function`` counted in :func:`work_state` while it runs and by how it ends."""
+
+    def run() -> R:
+        ended = "failed"
+        with _counts_lock:
+            _counts["queued"] -= 1
+            _counts["computing"] += 1
+        try:
+            result = function()
+            ended = "finished"
+            return result
+        except ComputeCancelledError:
+            ended = "stopped"
+            raise
+        finally:
+            with _counts_lock:
+                _counts["computing"] -= 1
+                _counts[ended] += 1
+
+    return run
 
 
 class ClientWatchMiddleware:
@@ -127,7 +179,20 @@ async def run_compute(function: Callable[P, R], *args: P.args, **kwargs: P.kwarg
     if _executor is None:
         start_executor(get_settings().compute_workers)
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor, functools.partial(function, *args, **kwargs))
+    assert _executor is not None
+    with _counts_lock:
+        _counts["queued"] += 1
+    future = _executor.submit(_counted(functools.partial(function, *args, **kwargs)))
+    future.add_done_callback(_left_queue)  # cancelled before it started: never ran
+    return await asyncio.wrap_future(future, loop=loop)
+
+
+def _left_queue(future: Future[Any]) -> None:
+    """A computation given up while it waited for a worker: it never runs, and is stopped."""
+    if future.cancelled():
+        with _counts_lock:
+            _counts["queued"] -= 1
+            _counts["stopped"] += 1
 
 
 async def run_within(

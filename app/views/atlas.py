@@ -134,7 +134,9 @@ def head_examples(atlas: Any) -> Any:
     Columns: score, layer, head, rank (0 the best), passage (its index in the corpus, or
     among the random sequences), value (the passage's own mean of the score; entropy in
     nats), position (the query where the head's term peaks), kind ("corpus" or "random
-    tokens"), token (at ``position``) and text (the passage; None for random tokens).
+    tokens"), token (at ``position``, as the page shows it: ``␣cat`` for ``Ġcat``,
+    :func:`.display.display_token`), raw_token (as the tokenizer writes it, as the atlas
+    files and the API keep it) and text (the passage; None for random tokens).
     :func:`attnviz.pretrained.atlas.shards.example_rows` defines them.
 
     Args:
@@ -148,6 +150,7 @@ def head_examples(atlas: Any) -> Any:
         ValueError: an atlas computed before examples were kept (or not an atlas).
     """
     from ..pretrained.atlas.table import examples_with_texts
+    from .display import display_token
 
     if isinstance(atlas, str | Path):
         atlas = read_atlas(atlas)
@@ -157,7 +160,10 @@ def head_examples(atlas: Any) -> Any:
         examples, passages = getattr(atlas, "examples", None), getattr(atlas, "passages", {})
     if not examples:
         raise ValueError("this atlas keeps no examples (computed before they were kept)")
-    rows = examples_with_texts(examples, passages or {})
+    rows = [
+        {**row, "token": display_token(row["token"]), "raw_token": row["token"]}
+        for row in examples_with_texts(examples, passages or {})
+    ]
     try:
         import pandas as pd  # type: ignore[import-untyped,unused-ignore]
     except ImportError:

@@ -250,7 +250,7 @@ def long_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "ATTNVIZ_PACKAGED_MODELS": "false",
         "ATTNVIZ_COMPUTE_TIMEOUT_S": "300",
     }
-    with live_process(env=env, timeout_s=60) as (url, _):
+    with live_process(env=env, timeout_s=300) as (url, _):
         wait_model_ready(url, LONG_MODEL)
         yield url
 

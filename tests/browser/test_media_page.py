@@ -46,7 +46,7 @@ def media_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "ATTNVIZ_PACKAGED_MODELS": '["whisper-tiny.en"]',
         "ATTNVIZ_ACCESS_LOG": "false",
     }
-    with live_process(timeout_s=60, env=env) as (url, _):
+    with live_process(timeout_s=300, env=env) as (url, _):
         yield url
 
 

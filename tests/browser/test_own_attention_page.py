@@ -30,7 +30,7 @@ def neo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "ATTNVIZ_PACKAGED_MODELS": "false",
         "ATTNVIZ_MODEL_DIRS": json.dumps([str(f) for f in folders]),
     }
-    with live_process(env=env, timeout_s=60) as (url, _):
+    with live_process(env=env, timeout_s=300) as (url, _):
         yield url
 
 

@@ -38,7 +38,7 @@ def zoom_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "llama", tmp_path_factory.mktemp("zoom") / MODEL, max_position_embeddings=2048
     )
     env = {"ATTNVIZ_MODEL_DIRS": json.dumps([str(folder)]), "ATTNVIZ_PACKAGED_MODELS": "false"}
-    with live_process(env=env, timeout_s=60) as (url, _):
+    with live_process(env=env, timeout_s=300) as (url, _):
         wait_model_ready(url, MODEL)
         yield url
 
@@ -141,7 +141,7 @@ def long_zoom_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         "ATTNVIZ_PACKAGED_MODELS": "false",
         "ATTNVIZ_COMPUTE_TIMEOUT_S": "300",  # the wait for a layer, on a busy machine
     }
-    with live_process(env=env, timeout_s=60) as (url, _):
+    with live_process(env=env, timeout_s=300) as (url, _):
         wait_model_ready(url, LONG_MODEL)
         yield url, folder
 

@@ -49,7 +49,7 @@ def test_two_replicas_draw_the_same_pretrained_maps() -> None:
     body = {"texts": ["The cat sat on the mat."], "sequence_index": 0, "display_size": 8}
     answers = []
     for _ in range(2):
-        with live_process(env=env, timeout_s=60) as (url, _):
+        with live_process(env=env, timeout_s=300) as (url, _):
             deadline = time.monotonic() + 120
             while True:
                 with urllib.request.urlopen(f"{url}/api/v1/models", timeout=30) as response:

@@ -31,6 +31,14 @@ def test_healthz(client: TestClient) -> None:
     body = response.json()
     assert body["status"] == "ok"
     assert body["torch"] == torch.__version__
+    before = body["work"]
+    assert before["queued"] == before["computing"] == 0
+    assert before["long_running"] == before["long_waiting"] == 0
+    # a computation on the pool is counted by how it ended
+    assert client.post("/api/v1/attention", json={"sequences": ["a b c"]}).status_code == 200
+    after = client.get("/healthz").json()["work"]
+    assert after["finished"] == before["finished"] + 1
+    assert after["computing"] == 0 and after["stopped"] == before["stopped"]
 
 
 def test_presets_default_is_the_tutorial_batch_with_padding_and_causal(client: TestClient) -> None:

@@ -1,5 +1,8 @@
 """Isolation on a real server: a large request does not block small ones, and the
-compute time budget cuts a request off without harming the server."""
+compute time budget cuts a request off without harming the server.
+
+Each test waits on the events GET /healthz reports (``work``: computations running on
+the pool, and how each one ended), not on the clock: it holds on a busy machine."""
 
 import json
 import threading
@@ -11,7 +14,10 @@ from typing import Any
 import pytest
 from attnviz.devtools import live_process
 
-pytestmark = pytest.mark.slow  # times small requests against the largest, in a real server
+pytestmark = pytest.mark.slow  # small requests beside the largest, in a real server
+
+HUNG_S = 300.0
+"""How long an event may take before the server is taken as hung (not a speed bound)."""
 
 LARGEST = {  # B=1, H=8, L=2048: the largest the default limits allow, with verification
     "sequences": [[1 + i % 99 for i in range(2048)]],
@@ -37,6 +43,21 @@ def post(url: str, body: dict[str, Any], timeout: float = 120) -> tuple[int, dic
         return error.code, json.loads(error.read())
 
 
+def work(url: str) -> dict[str, int]:
+    with urllib.request.urlopen(url + "/healthz", timeout=HUNG_S) as response:
+        assert response.status == 200
+        return json.loads(response.read())["work"]  # type: ignore[no-any-return]
+
+
+def wait_for(url: str, event: Any, what: str) -> dict[str, int]:
+    """Poll /healthz until ``event(work)`` holds; the work then. Fails after HUNG_S."""
+    deadline = time.monotonic() + HUNG_S
+    while not event(now := work(url)):
+        assert time.monotonic() < deadline, f"{what}: not after {HUNG_S:g} s ({now})"
+        time.sleep(0.02)
+    return now
+
+
 def threads_of(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Threads:"):
@@ -44,43 +65,43 @@ def threads_of(pid: int) -> int:
     raise KeyError("Threads")
 
 
-def test_small_requests_answer_within_a_second_while_the_largest_runs() -> None:
-    with live_process() as (url, _):
-        done: dict[str, float] = {}
+def test_small_requests_are_answered_while_the_largest_runs() -> None:
+    with live_process(timeout_s=HUNG_S) as (url, _):
+        done = threading.Event()
 
         def large() -> None:
-            status, _ = post(url, LARGEST)
+            status, _ = post(url, LARGEST, timeout=HUNG_S)
             assert status == 200
-            done["large"] = time.perf_counter()
+            done.set()
 
         worker = threading.Thread(target=large)
         worker.start()
-        time.sleep(0.3)  # the large request is computing now
-        start = time.perf_counter()
-        with urllib.request.urlopen(url + "/healthz", timeout=5) as response:
-            assert response.status == 200
-        health_s = time.perf_counter() - start
-        start = time.perf_counter()
-        status, body = post(url, SMALL, timeout=5)
-        small_s = time.perf_counter() - start
-        finished_small = time.perf_counter()
-        worker.join(timeout=120)
+        wait_for(url, lambda w: w["computing"] == 1, "the large request computing")
+        status, body = post(url, SMALL, timeout=HUNG_S)
+        # answered while the large one still computes: not queued behind it (and /healthz
+        # answered meanwhile too, in wait_for and here)
+        assert not done.is_set(), "the large one was answered first"
+        assert work(url)["computing"] == 1
         assert status == 200 and body["shape"] == [1, 2, 3, 3]
-        assert health_s < 1.0 and small_s < 1.0, (health_s, small_s)
-        assert "large" in done and done["large"] > finished_small, "the large one was still running"
+        worker.join(timeout=HUNG_S)
+        assert done.is_set()
 
 
 def test_compute_time_budget_answers_503_and_the_server_keeps_serving() -> None:
     # No pretrained model: its background loading (and the tokenizers' thread pool) would
     # add threads of its own while this counts the compute pool's.
     env = {"ATTNVIZ_COMPUTE_TIMEOUT_S": "0.05", "ATTNVIZ_PACKAGED_MODELS": "false"}
-    with live_process(env=env) as (url, process):
+    with live_process(env=env, timeout_s=HUNG_S) as (url, process):
         before = threads_of(process.pid)
         for seed in range(4):
-            status, body = post(url, {**LARGEST, "seed": seed})
+            status, body = post(url, {**LARGEST, "seed": seed}, timeout=HUNG_S)
             assert status == 503
             assert "ATTNVIZ_COMPUTE_TIMEOUT_S" in body["detail"][0]["msg"]
-        with urllib.request.urlopen(url + "/healthz", timeout=5) as response:
-            assert response.status == 200
-        time.sleep(3)  # the cut-off computations finish in the pool's threads
+        # the cut-off computations end in the pool's threads, each run to its end (the toy
+        # engine's layer has no check inside; its result dropped) or given up while it
+        # waited for a worker (a request may hand the pool more than one computation)
+        after = wait_for(
+            url, lambda w: w["queued"] == w["computing"] == 0, "the cut-off computations ended"
+        )
+        assert after["finished"] + after["stopped"] >= 4 and after["failed"] == 0, str(after)
         assert threads_of(process.pid) <= before + 2, "no thread leak: the pool stays bounded"

@@ -27,15 +27,23 @@ def decode(spec: dict[str, Any], expect: str | None = None) -> np.ndarray:
     return np.frombuffer(base64.b64decode(spec["bdata"]), dtype=dtype).reshape(spec["shape"])
 
 
-def wait_model_ready(url: str, name: str, timeout_s: float = 60.0) -> None:
+def wait_model_ready(url: str, name: str, timeout_s: float = 300.0) -> None:
     """Poll GET /api/v1/models of the server at ``url`` until ``name`` is ready (a server
-    loads its models in the background); returns after ``timeout_s`` either way."""
+    loads its models in the background: the event a test waits on).
+
+    Raises:
+        AssertionError: not ready after ``timeout_s`` (a bound on a hang, not on speed:
+            a busy machine loads slowly), or the model failed to load.
+    """
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        models = httpx.get(f"{url}/api/v1/models", timeout=10).json()
-        if any(m["name"] == name and m["state"] == "ready" for m in models["models"]):
+    while True:
+        models = httpx.get(f"{url}/api/v1/models", timeout=timeout_s).json()["models"]
+        states = {m["name"]: m["state"] for m in models}
+        if states.get(name) == "ready":
             return
-        time.sleep(0.5)
+        assert states.get(name) != "failed", f"{name} failed to load: {models}"
+        assert time.monotonic() < deadline, f"{name} not ready after {timeout_s:g} s: {states}"
+        time.sleep(0.2)
 
 
 def merged_reference(maps: torch.Tensor, words: list[int]) -> torch.Tensor:

@@ -18,6 +18,7 @@ import traitlets
 from attnviz import atlas_view, head_examples, head_scores, read_atlas
 from attnviz.pretrained.atlas import SCORES, HeadScores, repeat_length
 from attnviz.pretrained.atlas import head_scores as compute
+from attnviz.views.display import display_token
 
 from tests.pretrained.support import require_transformers
 from tests.pretrained.tiny import save_tiny
@@ -135,7 +136,8 @@ def test_an_atlas_file_reads_back_with_its_examples(tiny: Any, tmp_path: Path) -
             }
             assert row["value"] == pytest.approx(want["value"], rel=1e-12)
             text = row["text"] if isinstance(row["text"], str) else None  # pandas: NaN
-            assert text == want["text"] and row["token"] == want["token"]
+            assert text == want["text"] and row["raw_token"] == want["token"]
+            assert row["token"] == display_token(want["token"])  # as the page shows it
     shown = atlas_view(path).atlas  # the notebook extra's widget (make install has it)
     np.testing.assert_allclose(shown["scores"]["self"], scores.scores["self"], rtol=1e-12)
     (tmp_path / "bad.json").write_text("{not json")

@@ -312,10 +312,31 @@ class EncodedArray(BaseModel):
     shape: list[int]
 
 
+class WorkState(BaseModel):
+    """What the compute pool is doing (:func:`attnviz.server.executor.work_state`)."""
+
+    queued: int = Field(description="Computations waiting for a worker of the compute pool.")
+    computing: int = Field(description="Computations running on the compute pool now.")
+    long_running: int = Field(
+        description="Long computations (an atlas, a long input, a gradient method) holding "
+        "one of their slots now (all compute workers but one)."
+    )
+    long_waiting: int = Field(
+        description="Long computations waiting for a slot; one more than the slots is a 503."
+    )
+    finished: int = Field(description="Computations that ran to their end since the start.")
+    stopped: int = Field(
+        description="Computations given up before their end since the start: the client "
+        "went away or the time budget ran out."
+    )
+    failed: int = Field(description="Computations that raised an error since the start.")
+
+
 class HealthResponse(BaseModel):
-    """Liveness answer of GET /healthz."""
+    """Liveness answer of GET /healthz, with what this process is computing."""
 
     status: Literal["ok"] = "ok"
     version: str
     torch: str
     cuda_available: bool
+    work: WorkState
