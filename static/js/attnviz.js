@@ -5,18 +5,18 @@ import {
   visibleWeights,
 } from "./heatmap.js";
 import {
-  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, PAD_LABEL, bindDownloads, bindLinkSettings, busy,
-  fillIndexSelect, linkedTokens, onTabClick, oneHeadAnswer, openTab, option, readUrlRequest,
-  selectLinked, selectedIndex, settingsFromUrl, viewFromUrl, whileBusy, writeLinkSettings,
-  writeUrlState,
+  ATTENTION_LINK_FIELDS, COMPACT, DISPLAY_SIZE, bindDownloads, bindLinkSettings, bindTabs, busy,
+  fillIndexSelect, linkedTokens, oneHeadAnswer, openTab, option, readUrlRequest, selectLinked,
+  selectedIndex, settingsFromUrl, viewFromUrl, whileBusy, writeLinkSettings, writeUrlState,
 } from "./api.js";
 import { VIEWS } from "./lessons.js";
+import { sequenceChoices } from "./lessons/common.js";
 import {
   additive, fillHeadChoice, focusToken, nextSelection, outline, selectionShapes, shadedWeights,
   tokenStrip,
 } from "./tokens.js";
 import { clearError, errorElement, fetchJson, unmarkField } from "./attnviz/errors.js";
-import { fillForm, readRequest } from "./attnviz/form.js";
+import { fillForm, fitVocabulary, readRequest } from "./attnviz/form.js";
 import { describe, renderBadge } from "./attnviz/summary.js";
 
 const SCRIPT_START = performance.now();
@@ -115,6 +115,7 @@ function clearResults() {
 async function compute() {
   clearError();
   await whileBusy(computeButton, async () => {
+    fitVocabulary(form); // words need one id each: vocab_size grows to fit, and says so
     const request = readRequest(form);
     state.link = { ...request, verify: form.verify.checked };
     writeUrl();
@@ -224,11 +225,9 @@ function bindSelection(div, data) {
   });
 }
 
+// The pickers of the response `data` to state.request (the sequences: lessons/common.js).
 function populateSelectors(data) {
-  fillIndexSelect(sequenceSelect, data.key_labels.map((labels, b) => {
-    const preview = labels.filter((t) => t !== PAD_LABEL).slice(0, 6).join(" ");
-    return `${b}: ${preview}${labels.length > 6 ? " …" : ""}`;
-  }));
+  fillIndexSelect(sequenceSelect, sequenceChoices(state.request));
   fillIndexSelect(headSelect, Array.from({ length: data.shape[1] }, (_, h) => `Head ${h}`));
   selectLinked(sequenceSelect, state.linked.sequence);
   selectLinked(headSelect, state.linked.head);
@@ -409,7 +408,7 @@ document.addEventListener("keydown", (event) => {
   if (event.key === "Escape" && state.view === "heads" && state.selected.size) selectToken(null);
 });
 headSelect.addEventListener("change", renderView);
-onTabClick((view) => {
+bindTabs((view) => {
   state.view = view;
   if (state.link) writeUrl();
   renderView();
@@ -429,6 +428,7 @@ bindLinkSettings(() => ({
   head: headSelect.value === "0" ? null : headSelect.value,
 }));
 state.view = viewFromUrl(state.view);
+openTab(state.view); // the link's tab, and the tab list's one stop (roving tabindex)
 const settings = settingsFromUrl();
 selectLinked(colourScale, settings.scale);
 state.selected = linkedTokens(settings.tokens); // dropped if the input has fewer rows

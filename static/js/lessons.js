@@ -14,7 +14,9 @@ import {
 import {
   renderDecoding, renderDropout, renderParameters, renderScaling, renderSummary,
 } from "./lessons/experiments.js";
-import { controlValue, layerFields, note, oneHead, plotGrid, range } from "./lessons/common.js";
+import {
+  controlValue, layerFields, note, oneHead, plotGrid, range, sequenceChoices,
+} from "./lessons/common.js";
 import { tokenStrip } from "./tokens.js";
 import { lineView, neuronView } from "./tokenviews.js";
 
@@ -213,16 +215,31 @@ async function renderNeuron(body, ctx) {
   box.dataset.query = String(q);
 }
 
+// The rows or columns of a map of `length` positions pooled in blocks of `factor`
+// (`count` of them): labelled by their first position ("288"), hovered by all of them
+// ("288–290").
+function positionAxis(count, factor, length) {
+  const first = range(count).map((i) => i * factor);
+  const hover = first.map((p) => {
+    const last = Math.min(p + factor, length) - 1;
+    return p === last ? String(p) : `${p}–${last}`;
+  });
+  return { labels: first.map(String), hover };
+}
+
 // Compare: one head's map for sequence A (the selected one) and B (#compare-sequence),
 // and A − B. Masked cells are masked in the difference when either side masks them.
 async function renderCompare(body, ctx) {
   const { data } = ctx;
   const select = document.getElementById("compare-sequence");
   const count = data.weights.length;
-  if (select.options.length !== count) {
+  // B's choices name each sequence by its own first tokens (sequenceChoices), refreshed
+  // with every new input (the same number of sequences may hold other tokens).
+  const choices = sequenceChoices(ctx.request);
+  if (select.dataset.choices !== JSON.stringify(choices)) {
     const previous = select.value;
-    select.replaceChildren(...data.key_labels.map((labels, b) => (
-      option(String(b), `${b}: ${labels.slice(0, 6).join(" ")}`))));
+    select.replaceChildren(...choices.map((text, b) => option(String(b), text)));
+    select.dataset.choices = JSON.stringify(choices);
     select.value = previous && Number(previous) < count ? previous : String(count > 1 ? 1 : 0);
   }
   if (count < 2) {
@@ -251,6 +268,10 @@ async function renderCompare(body, ctx) {
   const mapB = visibleWeights(data.weights[b][h], data.attn_mask[b]);
   const diff = mapA.map((row, i) => row.map((v, j) => (
     v === null || mapB[i][j] === null ? null : v - mapB[i][j])));
+  // The difference's rows and columns are positions (blocks of them when pooled).
+  const [, , Lq, Lk] = data.full_shape;
+  const rows = positionAxis(diff.length, data.downsample?.factor_q ?? 1, Lq);
+  const cols = positionAxis((diff[0] || []).length, data.downsample?.factor_k ?? 1, Lk);
   clearPlots(body);
   const grid = plotGrid(body);
   const zmax = Math.max(maxOf(mapA), maxOf(mapB), 1e-12);
@@ -267,8 +288,9 @@ async function renderCompare(body, ctx) {
       ...attentionHover(data, b), title: `B: sequence ${b}, head ${h}`,
     }), "plot compare-plot"),
     addPlot(grid, heatmapFigure({
-      z: diff, rowLabels: range(diff.length).map(String), colLabels: range((diff[0] || []).length).map(String),
-      signed: true, valueName: "A − B", colorTitle: "weight A − B", title: "A − B",
+      z: diff, rowLabels: rows.labels, colLabels: cols.labels, rowHover: rows.hover,
+      colHover: cols.hover, signed: true,
+      valueName: "A − B", colorTitle: "weight A − B", title: "A − B",
       maskedNote: "masked in A or B", yTitle: "Query position", xTitle: "Key position",
     }), "plot compare-plot"),
   ];

@@ -8,7 +8,7 @@
 // page state (state.js), the form, the streamed overview, the notes, and one module per
 // view (views/, their table in views.js).
 import {
-  MODELS_LINK_FIELDS, bindDownloads, bindLinkSettings, jsonFetcher, onTabClick, openTab,
+  MODELS_LINK_FIELDS, bindDownloads, bindLinkSettings, bindTabs, jsonFetcher, openTab,
   readUrlRequest, selectLinked, settingsFromUrl, viewFromUrl, writeUrlState,
 } from "./api.js";
 import { fillColourScales } from "./heatmap.js";
@@ -145,7 +145,7 @@ document.addEventListener("keydown", (event) => {
     selectToken(null);
   }
 });
-onTabClick((view) => {
+bindTabs((view) => {
   state.view = view;
   if (state.request) writeUrlState(state.request, state.view);
   else openTab(view);

@@ -407,3 +407,37 @@ def test_a_refused_view_control_is_marked_beside_it(page, server_url) -> None:  
     assert page.locator("#num-layers-error").text_content() == "must be at most 12"
     assert page.locator("#num-layers").get_attribute("aria-invalid") == "true"
     assert page.errors == []
+
+
+def test_a_text_of_more_words_than_vocab_size_grows_it_and_says_so(page, server_url) -> None:  # type: ignore[no-untyped-def]
+    """300 typed words met a vocab_size error first (issue 53): Compute grows vocab_size to
+    the distinct words plus the pad token, says so under the field, and draws; token ids
+    and a vocab_size that fits are left as they are."""
+    page.goto(server_url + "/")
+    wait_for_heads(page, 2)
+    words = [f"w{i}" for i in range(300)]
+    page.fill("#sequences", " ".join(words) + "\n" + " ".join(words[:10]))
+    page.fill("#targets", "")
+    page.fill("#vocab_size", "100")
+    compute_heads(page, 2)
+    assert page.input_value("#vocab_size") == "301"
+    note = page.locator("#vocab-note")
+    assert note.is_visible()
+    assert note.text_content() == (
+        "vocab_size grew from 100 to 301 to fit the text: 300 distinct words, one id each, "
+        "and the pad token."
+    )
+    assert page.locator("#error").is_hidden()
+    shape = json.loads(page.evaluate("JSON.stringify(window.attnviz.lastResponse.shape)"))
+    assert shape[0] == 2  # both sequences computed (300 tokens pooled for display)
+    # a vocab_size that fits: nothing changes and the note goes
+    page.fill("#sequences", "the cat sat")
+    compute_heads(page, 2)
+    assert page.input_value("#vocab_size") == "301" and note.is_hidden()
+    # token ids are ids: an id past vocab_size is still the API's error, naming its field
+    page.fill("#sequences", "1 2 3\n4 5 400")
+    page.click("#compute")
+    page.wait_for_function("!document.getElementById('error').hidden")
+    assert page.input_value("#vocab_size") == "301" and note.is_hidden()
+    assert "sequences line 2: token id 400 is outside" in page.locator("#error").text_content()
+    assert page.errors == []

@@ -18,11 +18,11 @@ HEADS = "#heads .head-plot"
 
 
 def wait_for_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
-    """Until ``count`` heads are drawn (15 s)."""
+    """Until ``count`` heads are drawn (a bound of 60 s on a hang)."""
     page.wait_for_function(
         f"document.querySelectorAll('{HEADS} .main-svg').length >= {count}"
         f" && document.getElementById('heads').dataset.drawnHeads === '{count}'",
-        timeout=15_000,
+        timeout=60_000,
     )
 
 
@@ -45,14 +45,14 @@ def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
     page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
     page.click(f".tabs button[data-view={view}]")
     page.wait_for_function(
-        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=15_000
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=60_000
     )
 
 
 def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
     """A page at another viewport, made like the `page` fixture (CSP bypassed for eval)."""
     context = browser.new_context(viewport={"width": width, "height": height}, bypass_csp=True)
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(60_000)  # a bound on a hang: a busy machine draws slowly
     page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
@@ -96,7 +96,7 @@ def grid_point(page, r: int, c: int, i: int | None = None, j: int | None = None)
 def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]
     """Until the view ``view`` of /models is drawn (20 s)."""
     page.wait_for_function(
-        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=20_000
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=60_000
     )
 
 

@@ -55,3 +55,44 @@ export function readRequest(form) {
   }
   return request;
 }
+
+const PAD_LABEL = "<pad>"; // the pad token's word (app/attention/tokens.py)
+const MAX_VOCAB_SIZE = 32768; // the API's bound (app/server/limits.py)
+
+// The note under vocab_size (made on first use), saying when it grew.
+function vocabNote(form) {
+  let note = document.getElementById("vocab-note");
+  if (!note) {
+    note = document.createElement("p");
+    note.id = "vocab-note";
+    note.className = "hint";
+    note.setAttribute("role", "status");
+    note.hidden = true;
+    form.vocab_size.parentElement.append(note);
+  }
+  return note;
+}
+
+// Words need one id each besides the pad token's (the API numbers them in order): when
+// vocab_size is too small for the words typed, it grows to fit before Compute sends the
+// request, and the note under it says so (300 typed words met a vocab_size error first).
+// Token ids, a vocab_size that is not a whole number, or more words than the API's bound
+// are left as they are: the API's message names the field. Returns the new size, or null.
+export function fitVocabulary(form) {
+  const lines = nonEmptyLines(form.sequences.value).concat(nonEmptyLines(form.targets.value));
+  const tokens = lines.flatMap((line) => line.split(/\s+/));
+  const asIds = tokens.length > 0 && tokens.every((token) => INT_TOKEN.test(token));
+  const size = parseNumber(form.vocab_size.value);
+  const note = vocabNote(form);
+  const words = new Set(tokens.filter((token) => token !== PAD_LABEL));
+  const needed = words.size + 1;
+  if (asIds || !Number.isInteger(size) || needed <= size || needed > MAX_VOCAB_SIZE) {
+    note.hidden = true;
+    return null;
+  }
+  form.vocab_size.value = String(needed);
+  note.textContent = `vocab_size grew from ${size} to ${needed} to fit the text: ` +
+    `${words.size} distinct words, one id each, and the pad token.`;
+  note.hidden = false;
+  return needed;
+}

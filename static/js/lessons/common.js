@@ -6,9 +6,31 @@ import { COMPACT, LAYER_FIELDS, paragraph } from "../api.js";
 // note in that lesson, not an error of the form.
 export const LESSON_LIMITS = JSON.parse(document.getElementById("lesson-limits").textContent);
 
-// The tokens of a sequence as the form sends it: ids, or words split on whitespace.
+// The tokens of a sequence as the form sends it: ids, or words split on whitespace (the
+// engine's labels: app/attention/tokens.py).
+export function sequenceTokens(sequence) {
+  return Array.isArray(sequence) ? sequence.map(String) : sequence.trim().split(/\s+/u);
+}
+
 export function tokenCount(sequence) {
-  return Array.isArray(sequence) ? sequence.length : sequence.trim().split(/\s+/u).length;
+  return sequenceTokens(sequence).length;
+}
+
+const PREVIEW_TOKENS = 6; // the first tokens a sequence's choice shows
+const PREVIEW_CHARS = 60;
+
+// The choices of a picker of the request's sequences: each one's number, its first tokens
+// as typed and, when longer, its length ("1: the cat sat on the mat … (300 tokens)"). Read
+// from the request, not from the response, whose labels are blocks of tokens ("the…cat")
+// when the maps are pooled; one choice per sequence (at most the API's batch limit).
+export function sequenceChoices(request) {
+  return request.sequences.map((sequence, b) => {
+    const tokens = sequenceTokens(sequence);
+    let preview = [...tokens.slice(0, PREVIEW_TOKENS).join(" ")];
+    if (preview.length > PREVIEW_CHARS) preview = [...preview.slice(0, PREVIEW_CHARS - 1), "…"];
+    const more = tokens.length > PREVIEW_TOKENS ? ` … (${tokens.length} tokens)` : "";
+    return `${b}: ${preview.join("")}${more}`;
+  });
 }
 
 export function range(n) {

@@ -27,9 +27,15 @@ function formatLoc(loc) {
 }
 
 // An API error's JSON answer (`data`, null when the body was not JSON) as the error box
-// shows it: one "<field>: <message>" line per error, else its detail, else the HTTP status.
+// shows it: one "<field>: <message>" line per error, else its detail, else the HTTP status
+// (a server error that is not the API's: a proxy's, or a Ray Serve replica that stopped
+// while it computed, says to try again).
 export function errorText(data, status) {
   const detail = data && data.detail;
+  if (!detail && status >= 500) {
+    return `HTTP ${status}: the server stopped before it answered (a worker or replica ` +
+      "that ended while it computed?). Try again: the request itself was not refused.";
+  }
   if (!Array.isArray(detail)) return String(detail || `HTTP ${status}`);
   return detail.map((d) => `${formatLoc(d.loc || [])}: ${d.msg}`).join("\n");
 }

@@ -4,6 +4,11 @@
 // Tabs. Each button of .tabs (data-view=<name>) opens its panel, #view-<name>. The open
 // tab travels in the URL as #view=<name> (writeUrlState): a bare #<name> could be an
 // element's id (#heads, #summary, #model), which the browser scrolls to.
+//
+// The keyboard follows the WAI-ARIA Authoring Practices' Tabs pattern, with automatic
+// activation: the tab list is one stop of the Tab key (a roving tabindex: the selected tab
+// 0, the others -1), Left and Right arrow move to the previous and next tab (wrapping),
+// Home and End to the first and last, and the tab reached opens as a click would.
 
 function tabButtons() {
   return [...document.querySelectorAll(".tabs button")];
@@ -14,14 +19,44 @@ export function openTab(view) {
   for (const tab of tabButtons()) {
     const active = tab.dataset.view === view;
     tab.setAttribute("aria-selected", String(active));
+    tab.tabIndex = active ? 0 : -1;
     document.getElementById(`view-${tab.dataset.view}`).hidden = !active;
   }
 }
 
-// Call onSelect(view) when a tab is clicked.
-export function onTabClick(onSelect) {
+// The tab a key moves to from `tab` among `tabs` (the list's tabs in order), or null
+// for a key that moves nothing.
+function tabForKey(tabs, tab, key) {
+  const at = tabs.indexOf(tab);
+  if (at < 0) return null;
+  if (key === "ArrowRight") return tabs[(at + 1) % tabs.length];
+  if (key === "ArrowLeft") return tabs[(at - 1 + tabs.length) % tabs.length];
+  if (key === "Home") return tabs[0];
+  if (key === "End") return tabs[tabs.length - 1];
+  return null;
+}
+
+// Call onSelect(view) when a tab is clicked, or reached by its list's arrow keys, Home or
+// End (the focus moves to it). Each tab names its panel (aria-controls), each panel its
+// tab (aria-labelledby).
+export function bindTabs(onSelect) {
   for (const tab of tabButtons()) {
+    tab.id ||= `tab-${tab.dataset.view}`;
+    const panel = document.getElementById(`view-${tab.dataset.view}`);
+    tab.setAttribute("aria-controls", panel.id);
+    panel.setAttribute("aria-labelledby", tab.id);
     tab.addEventListener("click", () => onSelect(tab.dataset.view));
+  }
+  for (const list of document.querySelectorAll(".tabs")) {
+    list.addEventListener("keydown", (event) => {
+      if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+      const tabs = [...list.querySelectorAll("button")].filter((t) => !t.hidden && !t.disabled);
+      const next = tabForKey(tabs, event.target, event.key);
+      if (!next) return;
+      event.preventDefault(); // Home and End would scroll the page
+      next.focus();
+      if (next.getAttribute("aria-selected") !== "true") onSelect(next.dataset.view);
+    });
   }
 }
 

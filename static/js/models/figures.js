@@ -49,14 +49,19 @@ export function addMap(container, res, map, title, className, extra = {}) {
 }
 
 // Head h of layer l enlarged in `container` (MAP_SIDES.head per side at most: a longer
-// input's comes pooled, with a note), the selection outlined on it.
+// input's comes pooled, with a note), the selection outlined on it. The link and the
+// downloads name it at once, before its map comes (a long input's is a request of its
+// own); a map overtaken meanwhile by another choice (a click, Go to head) or another
+// drawing is left out, so that what they name is what is drawn last.
 export async function showEnlarged(container, res, l, h) {
+  const ticket = state.ticket;
+  rememberHead(l, h);
   const map = await busy(() => headMap(res, l, h));
-  if (map === null) return;
+  const [chosenLayer, chosenHead] = state.enlargedHead;
+  if (map === null || ticket !== state.ticket || chosenLayer !== l || chosenHead !== h) return;
   clearPlots(container);
   container.dataset.layer = String(l);
   container.dataset.head = String(h);
-  rememberHead(l, h);
   const pooled = map.factor > 1 || map.keyFactor > 1;
   const title = headTitle(res, l, h) + (pooled ? `, block max of ${map.factor} × ${map.keyFactor} tokens` : "");
   const div = addMap(container, res, map, title, "plot enlarged-plot");

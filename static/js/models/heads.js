@@ -40,7 +40,9 @@ export function rememberHead(l, h) {
 
 // The jump box: Enter (or a change) with "L18.H6" selects layer 18 and enlarges its head 6
 // in the model or layer view (another view opens the layer view); a head the model does
-// not have is an error naming the box and the model's heads.
+// not have is an error naming the box and the model's heads. The link and the head's
+// download name the chosen head at once, before its map is drawn (a long input's takes
+// seconds): its file is asked of the server, which needs nothing of the drawing.
 export function bindHeadJump() {
   const jump = async () => {
     const res = state.overview;
@@ -59,6 +61,7 @@ export function bindHeadJump() {
     state.layerHead = h;
     state.jumpTo = [l, h];
     if (state.view !== "model" && state.view !== "layer") state.view = "layer";
+    rememberHead(l, h);
     await page.renderView();
     headJump.focus();
   };

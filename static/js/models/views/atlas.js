@@ -10,6 +10,7 @@ import {
   atlasOwn, blockSelect, clearError, displayNote, layerSelect, modelSelect, showError, summary,
 } from "../elements.js";
 import { reveal } from "../figures.js";
+import { rememberHead } from "../heads.js";
 import { page, state } from "../state.js";
 import { drawProgress } from "../stream.js";
 import { showExamples } from "./examples.js";
@@ -110,6 +111,7 @@ async function openHead(l, h) {
     await page.compute();
   }
   layerSelect.value = String(l);
+  rememberHead(l, h); // the link and the downloads name it before its map is drawn
   writeUrlState(state.request, state.view);
   if (await page.renderView()) reveal(document.querySelector("#view-layer .enlarged"));
 }
