@@ -38,13 +38,27 @@ class ProgressBudget:
     def __init__(self, idle_s: float, message: str) -> None:
         self.idle_s, self.message = idle_s, message
         self.until = time.monotonic() + idle_s
+        self.stopped: str | None = None
 
     def progressed(self) -> None:
         """A layer was made: the next may take ``idle_s`` again."""
         self.until = time.monotonic() + self.idle_s
 
+    def stop(self, reason: str) -> None:
+        """End the budget now (the stream's client went away): the next check raises.
+
+        Safe from any thread (a stream's sender stops the pass computing in another).
+        """
+        self.stopped = reason
+
     def check(self) -> None:
-        """Raise ComputeCancelledError with :attr:`message` once the budget has ended."""
+        """Raise ComputeCancelledError once the budget has ended (or was stopped).
+
+        Raises:
+            ComputeCancelledError: with :attr:`message`, or the reason given to :meth:`stop`.
+        """
+        if self.stopped is not None:
+            raise ComputeCancelledError(self.stopped)
         if time.monotonic() > self.until:
             raise ComputeCancelledError(self.message)
 

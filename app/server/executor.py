@@ -374,22 +374,45 @@ async def held_while_sent(
         release()
         return response
     inner = response.body_iterator
+    # a stream's own stop (``stop_work``, at once) and close (``close_work``, in a thread:
+    # it may wait for the computation's thread): a stream that ends unsent (its client
+    # gone) stops its computation and drops what it holds before the memory is trimmed
+    stop_work = getattr(response, "stop_work", None)
+    close_work = getattr(response, "close_work", None)
+    sent = False
+    finished = False
+
+    def after() -> None:
+        if close_work is not None:
+            close_work()
+        release_memory()
+
+    def finish() -> None:
+        nonlocal finished
+        if finished:
+            return
+        finished = True
+        if not sent and stop_work is not None:
+            stop_work()
+        release()
+        with contextlib.suppress(RuntimeError):  # no loop: the server is stopping
+            asyncio.get_running_loop().run_in_executor(None, after)
 
     async def body() -> AsyncIterator[str | bytes | memoryview]:
+        nonlocal sent
         try:
             async for chunk in inner:
                 yield chunk
+            sent = True
         finally:  # sent, failed or abandoned: the slot is free again
-            release()
-            with contextlib.suppress(RuntimeError):  # no loop: the server is stopping
-                asyncio.get_running_loop().run_in_executor(None, release_memory)
+            finish()
 
     response.body_iterator = body()
     # A client gone before the first chunk: Starlette cancels the send before body() ever
     # starts, and a generator that never started runs no finally. The response's own
     # call releases the slot however it ends.
     response.__class__ = _SlotStreamingResponse
-    response.release_slot = release  # type: ignore[attr-defined]
+    response.release_slot = finish  # type: ignore[attr-defined]
     return response
 
 

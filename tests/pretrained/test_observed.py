@@ -318,3 +318,46 @@ def test_a_chunk_is_sized_for_the_device_its_call_runs_on(
     list(observed.layers())  # observed during the pass
     assert replayed == model.num_layers and len(devices) == 2 * model.num_layers
     assert set(devices) == {"cpu"}
+
+
+def test_a_stream_stopped_from_outside_stops_its_observed_pass_at_the_next_chunk(
+    models: dict[str, PretrainedModel],
+) -> None:
+    """A stream whose client went away stops its walk through the budget (``stop``): the
+    pass, waiting in its own thread for the next layer to be asked, stops at its next
+    chunk with the reason given, its thread ends, and nothing ran after."""
+    import threading
+
+    model = models["llama"]
+    batch = model.tokenize([TEXT])
+    recorded = model.run(batch)
+    calls: list[int] = []
+    first_layer_sent = threading.Event()
+
+    def run(observer: object) -> object:
+        take = observer.take  # type: ignore[attr-defined]
+
+        def gated(*args: object) -> None:
+            if observer.layer >= 1:  # type: ignore[attr-defined]
+                first_layer_sent.set()
+                # layer 0 is out: the next chunk waits until the stream is stopped
+                assert budget.stopped is not None or stopped.wait(300)
+            calls.append(1)
+            take(*args)
+
+        observer.take = gated  # type: ignore[attr-defined]
+        return model.run(batch, observer=observer, record=False)  # type: ignore[arg-type]
+
+    walk = LayerWalk(recorded, display_size=8, pending=run, block_of=model.block_of(model.model))
+    budget = walk.deadline = ProgressBudget(300, "the time budget ran out")
+    stopped = threading.Event()
+    layers = walk.layers()
+    next(layers)
+    assert first_layer_sent.wait(300)
+    budget.stop("the stream's client went away")  # from the sender's thread
+    stopped.set()
+    with pytest.raises(ComputeCancelledError, match="client went away"):
+        next(layers)
+    made = len(calls)
+    assert made < 4 * model.num_layers  # layer 0 and the chunk that found it stopped
+    assert not [t for t in threading.enumerate() if t.name == "attnviz-observed-pass"]

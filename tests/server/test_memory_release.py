@@ -121,3 +121,47 @@ def test_drop_frames_frees_the_locals_of_every_chained_exception() -> None:
         assert all(ref() is not None for ref in refs)  # the traceback holds them
         drop_frames(error)
         assert all(ref() is None for ref in refs)
+
+
+@pytest.mark.parametrize("sent", [True, False], ids=["sent", "abandoned"])
+def test_a_stream_abandoned_by_its_client_stops_its_work(sent: bool) -> None:
+    """A streamed answer whose sending ends before its end (the client went away) calls the
+    stream's ``stop_work``, which stops its computation running in a thread of its own
+    (pretrained.streaming.ProgressBudget.stop); one sent in full does not. Either way its
+    ``close_work`` runs, in a thread, before the memory is trimmed: what the stream holds
+    is dropped then, not whenever a cycle of it is collected."""
+    from starlette.responses import StreamingResponse
+
+    stops: list[str] = []
+    closed: list[str] = []
+
+    async def chunks() -> Any:
+        for part in (b"start\n", b"layer 0\n", b"layer 1\n", b"end\n"):
+            yield part
+
+    loop_thread: list[str] = []
+
+    async def scenario() -> list[bytes]:
+        loop_thread.append(threading.current_thread().name)
+
+        async def work() -> StreamingResponse:
+            response = StreamingResponse(chunks())
+            response.stop_work = lambda: stops.append("stopped")  # type: ignore[attr-defined]
+            response.close_work = lambda: closed.append(threading.current_thread().name)  # type: ignore[attr-defined]
+            return response
+
+        response = await executor.held_while_sent(work())
+        body = response.body_iterator
+        got = [await body.__anext__(), await body.__anext__()]
+        if sent:
+            got += [chunk async for chunk in body]
+        else:
+            await body.aclose()  # Starlette stops sending: the client is gone
+        return got  # type: ignore[return-value]
+
+    with ThreadPoolExecutor(1) as thread:
+        got = thread.submit(asyncio.run, scenario()).result()
+    assert stops == ([] if sent else ["stopped"])
+    assert len(got) == (4 if sent else 2)
+    # asyncio.run waited for the default executor: the close ran there, off the loop
+    assert len(closed) == 1 and closed[0] != loop_thread[0]

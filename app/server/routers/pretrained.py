@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import torch
@@ -28,6 +30,7 @@ from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
 from ..errors import ERROR_RESPONSES, engine_errors, field_error, out_of_memory
 from ..executor import computed, held_while_sent
 from ..limits import LONG_WORK_TOKENS
+from ..memory import release_memory
 from ..payloads.files import maps_file
 from ..payloads.pretrained import (
     batch_payload,
@@ -440,12 +443,13 @@ def stream_response(
     enc = request.encoding
     walk = prepared.walk
 
-    def lines() -> Iterator[bytes]:
+    def lines() -> Generator[bytes, None, None]:
         nonlocal prepared, walk
         try:
             yield from stream_lines()
         finally:  # sent, failed, cut or abandoned: the walk's maps and pass go before the trim
             prepared = walk = None  # type: ignore[assignment]
+            release_memory()
 
     def stream_lines() -> Iterator[bytes]:
         yield ndjson(
@@ -466,7 +470,8 @@ def stream_response(
             yield ndjson({"type": "error", "detail": out_of_memory(request.device)})
             return
         except (AttentionInputError, ComputeCancelledError, RuntimeError, ValueError) as error:
-            yield ndjson({"type": "error", "detail": str(error)})
+            if deadline.stopped is None:  # a client gone reads nothing: the stream just ends
+                yield ndjson({"type": "error", "detail": str(error)})
             return
         # An observed pass ran while the layers were sent: its time and next tokens
         # come last (the start line has compute_ms 0 and next_tokens null).
@@ -498,7 +503,20 @@ def stream_response(
             }
         )
 
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    stream = lines()
+
+    def close_work() -> None:
+        """Close the stream: its walk and pass are dropped now, not when collected."""
+        with contextlib.suppress(ValueError):  # running in a sender's thread: it ends itself
+            stream.close()
+
+    response = StreamingResponse(stream, media_type="application/x-ndjson")
+    # its sender stops the walk (and an observed pass) when the stream ends unsent: the
+    # pass's thread stops at its next chunk instead of running to its end, and the stream
+    # is closed before the memory is trimmed (executor.held_while_sent)
+    response.stop_work = functools.partial(deadline.stop, "the stream's client went away")  # type: ignore[attr-defined]
+    response.close_work = close_work  # type: ignore[attr-defined]
+    return response
 
 
 def tokenized(
