@@ -11,9 +11,10 @@ after it ended, against the server's idle RSS measured after a warm-up request:
 2. client gone, one-shot: the maps of a 4,000-token input (display_size 64), the client
    leaving 3 s after its computation started (GET /healthz's ``work``);
 3. client gone, stream: the streamed grid of the same input, leaving after its first layer;
-4. timed out, one-shot (a second server with ATTNVIZ_COMPUTE_TIMEOUT_S=3): the maps of the
-   4,000-token input, answered 503;
-5. timed out, stream (same server): the streamed grid, ended by its time budget.
+4. timed out, one-shot (a second server with ATTNVIZ_COMPUTE_TIMEOUT_S=0.5): the maps of
+   the 4,000-token input, answered 503;
+5. timed out, stream (same server): the streamed grid, ended by its time budget (the
+   longest wait for a layer: its first takes longer than 0.5 s here).
 
 Target (docs/security.md): each RSS 10 s after within 64 MiB of the idle figure.
 """
@@ -74,6 +75,23 @@ def leave_after(url: str, path: str, body: dict[str, Any], ready: Callable[[byte
     return len(received)
 
 
+def held_mib(client: httpx.Client) -> tuple[float, float]:
+    """What the caches hold now (GET /healthz's ``held``): (in memory: kept passes and
+    cached responses; on disk, memory-mapped: kept passes larger than the memory budget)."""
+    held = client.get("/healthz").json()["held"]
+    return (held["recordings"] + held["responses"]) / MiB, held["recordings_on_disk"] / MiB
+
+
+def rss_parts(pid: int) -> tuple[float, float]:
+    """(RssAnon, RssFile) of a process in MiB: memory it holds, and file pages mapped in
+    (a kept pass memory-mapped from disk: the page cache, dropped under memory pressure)."""
+    parts = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("RssAnon:", "RssFile:")):
+            parts[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return parts["RssAnon"], parts["RssFile"]
+
+
 def case(name: str, client: httpx.Client, pid: int, run: Callable[[], str]) -> dict[str, Any]:
     """Run one way of ending; the RSS figures around it."""
     idle(client)
@@ -89,6 +107,8 @@ def case(name: str, client: httpx.Client, pid: int, run: Callable[[], str]) -> d
         "s": seconds,
         "peak_growth_mib": (rss["peak"] - rss["before"]) / MiB,
         "after_10s_mib": rss_bytes(pid) / MiB,
+        "anon_file_mib": rss_parts(pid),
+        "held_mib": held_mib(client),
     }
 
 
@@ -167,15 +187,19 @@ def run_server(env: dict[str, str], text: str, timed_out: bool) -> None:
         idle(client)
         time.sleep(SETTLE_S)
         baseline = rss_bytes(process.pid) / MiB
-        print(f"  idle RSS after a warm-up: {baseline:.0f} MiB")
+        anon, _ = rss_parts(process.pid)
+        print(f"  idle RSS after a warm-up: {baseline:.0f} MiB (anonymous {anon:.0f} MiB)")
         for name, run in ways(url, client, text, timed_out):
             for again in ("", " (again)"):  # the second: what stays is held, or leaks
                 row = case(name + again, client, process.pid, run)
+                memory, disk = row["held_mib"]
+                row_anon, row_file = row["anon_file_mib"]
                 print(
                     f"  {row['case']:<48} {row['status']:>16} {row['s']:6.1f} s  peak +"
-                    f"{row['peak_growth_mib']:6.0f} MiB  10 s after: "
-                    f"{row['after_10s_mib']:6.0f} MiB ({row['after_10s_mib'] - baseline:+.0f} "
-                    "over idle)"
+                    f"{row['peak_growth_mib']:5.0f} MiB | 10 s after: RSS "
+                    f"{row['after_10s_mib'] - baseline:+5.0f} MiB over idle, anonymous "
+                    f"{row_anon - anon:+5.0f} (caches {memory:.0f}), file-mapped "
+                    f"{row_file:4.0f} (kept passes on disk {disk:.0f})"
                 )
 
 
@@ -191,8 +215,8 @@ def main() -> None:
     env = {"ATTNVIZ_PACKAGED_MODELS": json.dumps([SMOLLM2])}
     print("Server A (default settings)")
     run_server(env, text, timed_out=False)
-    print("Server B (ATTNVIZ_COMPUTE_TIMEOUT_S=3)")
-    run_server({**env, "ATTNVIZ_COMPUTE_TIMEOUT_S": "3"}, text, timed_out=True)
+    print("Server B (ATTNVIZ_COMPUTE_TIMEOUT_S=0.5)")
+    run_server({**env, "ATTNVIZ_COMPUTE_TIMEOUT_S": "0.5"}, text, timed_out=True)
 
 
 if __name__ == "__main__":

@@ -332,6 +332,17 @@ class WorkState(BaseModel):
     failed: int = Field(description="Computations that raised an error since the start.")
 
 
+class HeldBytes(BaseModel):
+    """What the caches hold now, in bytes.
+
+    Their budgets: ATTNVIZ_RECORDING_CACHE_BYTES, ATTNVIZ_RESPONSE_CACHE_BYTES.
+    """
+
+    recordings: int = Field(description="Kept forward passes in memory (bytes).")
+    recordings_on_disk: int = Field(description="Kept passes memory-mapped from disk (bytes).")
+    responses: int = Field(description="Cached /api/v1/attention responses (bytes).")
+
+
 class HealthResponse(BaseModel):
     """Liveness answer of GET /healthz, with what this process is computing."""
 
@@ -340,3 +351,4 @@ class HealthResponse(BaseModel):
     torch: str
     cuda_available: bool
     work: WorkState
+    held: HeldBytes
