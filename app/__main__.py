@@ -1,6 +1,9 @@
-"""``python -m attnviz``: serve AttnViz with uvicorn on ATTNVIZ_HOST:ATTNVIZ_PORT."""
+"""``python -m attnviz``: serve AttnViz with uvicorn on ATTNVIZ_HOST:ATTNVIZ_PORT.
 
-from .cli.serve import serve
+As ``attnviz serve`` (:func:`attnviz.cli.main`): Ctrl-C stops it with one line, no traceback.
+"""
+
+from .cli import main
 
 if __name__ == "__main__":
-    serve()
+    main(["serve"])

@@ -65,9 +65,13 @@ def leave_after(url: str, path: str, body: dict[str, Any], ready: Callable[[byte
             f"\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
             + payload
         )
+        connection.settimeout(0.05)  # ready() is asked while no byte comes too
         received = b""
         while not ready(received):
-            chunk = connection.recv(65536)
+            try:
+                chunk = connection.recv(65536)
+            except TimeoutError:
+                continue
             if not chunk:
                 break
             received += chunk
@@ -134,8 +138,13 @@ def ways(url: str, client: httpx.Client, text: str, timed_out: bool) -> list[tup
         return "/".join(str(s) for s in sorted(statuses))
 
     def gone_one_shot() -> str:
-        def ready(_: bytes) -> bool:
-            return work(client)["computing"] > 0 and (time.sleep(3) is None)
+        computing: list[float] = []
+
+        def ready(received: bytes) -> bool:  # 3 s after its computation started
+            assert not received, "answered before the client left"
+            if not computing and work(client)["computing"] > 0:
+                computing.append(time.monotonic())
+            return bool(computing) and time.monotonic() - computing[0] > 3
 
         leave_after(url, "/api/v1/models/attention", {**maps, "texts": [f"left {text}"]}, ready)
         return "left"

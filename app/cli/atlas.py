@@ -46,10 +46,11 @@ def run(args: argparse.Namespace) -> None:
 
     if args.ray is None and (args.workers is not None or args.gpus_per_worker):
         raise SystemExit("attnviz: --workers and --gpus-per-worker need --ray")
-    for option in ("shards", "workers", "threads", "top_k", "max_tokens"):
+    least = {"shards": 1, "workers": 1, "threads": 1, "top_k": 1, "max_tokens": 2}
+    for option, bound in least.items():  # before the corpus is read or the model loaded
         value = getattr(args, option)
-        if value is not None and value < 1:
-            raise SystemExit(f"attnviz: --{option.replace('_', '-')}: {value} is below 1")
+        if value is not None and value < bound:
+            raise SystemExit(f"attnviz: --{option.replace('_', '-')}: {value} is below {bound}")
     check_model_names([args.model], "MODEL")
     made = _writable_folder(args.out)  # before any pass: a bad --out loses no work
     started = time.perf_counter()

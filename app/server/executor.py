@@ -24,7 +24,7 @@ from typing import Any, Final, ParamSpec, TypeVar
 from fastapi import HTTPException, status
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..attention.cancellation import (
     Cancellation,
@@ -182,7 +182,12 @@ async def run_compute(function: Callable[P, R], *args: P.args, **kwargs: P.kwarg
     assert _executor is not None
     with _counts_lock:
         _counts["queued"] += 1
-    future = _executor.submit(_counted(functools.partial(function, *args, **kwargs)))
+    try:
+        future = _executor.submit(_counted(functools.partial(function, *args, **kwargs)))
+    except BaseException:  # the pool is shut down: nothing was queued
+        with _counts_lock:
+            _counts["queued"] -= 1
+        raise
     future.add_done_callback(_left_queue)  # cancelled before it started: never ran
     return await asyncio.wrap_future(future, loop=loop)
 
@@ -383,17 +388,22 @@ async def held_while_sent(
     finished = False
 
     def after() -> None:
-        if close_work is not None:
-            close_work()
-        release_memory()
+        try:
+            if close_work is not None:
+                close_work()
+        finally:
+            release_memory()
+
+    def stop_now() -> None:
+        if not sent and stop_work is not None:
+            stop_work()
 
     def finish() -> None:
         nonlocal finished
         if finished:
             return
         finished = True
-        if not sent and stop_work is not None:
-            stop_work()
+        stop_now()
         release()
         with contextlib.suppress(RuntimeError):  # no loop: the server is stopping
             asyncio.get_running_loop().run_in_executor(None, after)
@@ -413,6 +423,7 @@ async def held_while_sent(
     # call releases the slot however it ends.
     response.__class__ = _SlotStreamingResponse
     response.release_slot = finish  # type: ignore[attr-defined]
+    response.stop_now = stop_now  # type: ignore[attr-defined]
     return response
 
 
@@ -424,8 +435,17 @@ class _SlotStreamingResponse(StreamingResponse):
 
         However it ends: sent, failed, or abandoned before or after its first chunk.
         """
+
+        async def watched() -> Message:
+            # the client gone: its computation stops now, not once the sender's thread
+            # returns with the next chunk (a layer may take seconds)
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.stop_now()  # type: ignore[attr-defined]
+            return message
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, watched, send)
         finally:
             self.release_slot()  # type: ignore[attr-defined]
 

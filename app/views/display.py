@@ -44,7 +44,7 @@ def _byte_of() -> dict[str, int]:
 BYTE_OF: Final = _byte_of()
 _SHIFTED: Final = re.compile("[\u0100-\u0143]")  # only byte-level BPE writes these
 _LATIN_PAIR: Final = re.compile("[\u00a1-\u00ff]{2}")
-_SENTENCEPIECE_BYTE: Final = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+_SENTENCEPIECE_BYTE: Final = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _WHITESPACE: Final = {" ": "␣", "\n": "↵", "\r": "↵", "\t": "⇥"}
 _CONTROL: Final = re.compile("[\u0000-\u001f\u007f-\u009f]")
 
@@ -78,7 +78,7 @@ def display_token(token: Any) -> str:
         The form every view of the pages shows (``Ġcat`` -> ``␣cat``).
     """
     text = str(token)
-    piece = _SENTENCEPIECE_BYTE.match(text)
+    piece = _SENTENCEPIECE_BYTE.fullmatch(text)
     if piece:
         byte = int(piece.group(1), 16)
         return _visible_whitespace(chr(byte)) if byte < 128 else text

@@ -22,7 +22,7 @@ def test_a_server_error_without_the_apis_json_says_to_try_again(page: Any, serve
         }"""
     )
     for text, status in zip(texts[:2], (500, 502), strict=True):
-        assert text.startswith(f"HTTP {status}: the server stopped before it answered")
+        assert text.startswith(f"HTTP {status}: the server failed before it answered")
         assert "Try again" in text
     assert texts[2:] == ["texts[0]: too long", "Not Found", "HTTP 404"]
     assert not page.errors

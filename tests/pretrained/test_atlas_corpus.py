@@ -262,3 +262,40 @@ def test_ctrl_c_stops_the_atlas_with_one_line_and_exit_130(
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
     assert text.replace("\r", "\n").strip().splitlines()[-1] == "attnviz atlas: stopped (Ctrl-C)"
     assert not out.exists()
+
+
+def test_every_line_break_of_splitlines_ends_a_passage_even_past_a_long_line(
+    tmp_path: Path,
+) -> None:
+    # A classic Mac file (\r alone) of long lines, and passages separated by \x0b, \x1c,
+    # U+2028: each is a passage, as str.splitlines splits them, however far into the file
+    # (the reader skips only the rest of a line past max_chars, never the lines after it).
+    long = words(20_000)  # about 80,000 characters: past 64 x 12
+    parts = [long, "second", long, "third é", "fourth"]
+    for separator in ("\r", "\r\n", "\x0b", "\x1c", "\u2028", "\x85"):
+        corpus = tmp_path / "corpus.txt"
+        corpus.write_text(separator.join(parts), encoding="utf-8", newline="")
+        expected = [part[:768] for part in separator.join(parts).splitlines()]
+        assert read_corpus(corpus, max_chars=768) == expected, repr(separator)
+        assert read_corpus(corpus) == separator.join(parts).splitlines()
+
+
+def test_a_jsonl_string_may_hold_line_separators_as_they_are(tmp_path: Path) -> None:
+    # JSON allows U+2028, U+2029 and U+0085 raw in a string (json.dumps with
+    # ensure_ascii=False writes them so): a .jsonl line ends at "\n" only.
+    texts = ["a\u2028b", "c\x85d", "e\u2029f\x0bg", "plain"]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"text": t}, ensure_ascii=False) + "\r\n" for t in texts),
+        encoding="utf-8",
+        newline="",
+    )
+    assert read_corpus(corpus) == texts
+    assert read_corpus(corpus, max_chars=3) == [t[:3] for t in texts]
+
+
+def test_a_bad_byte_far_into_a_long_line_is_found_with_its_line(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"first\n" + words(300_000).encode() + b" caf\xe9\nlast\n")
+    with pytest.raises(AttentionInputError, match=r"corpus.txt:2: not UTF-8 text"):
+        read_corpus(corpus, max_chars=100)

@@ -25,6 +25,7 @@ from attnviz.views.display import BYTE_OF, display_token, display_tokens
         ("<0x0A>", "↵"),
         ("<0x09>", "⇥"),
         ("<0xE2>", "<0xE2>"),  # a byte above 127 alone is no character
+        ("<0x41>\n", "<0x41>↵"),  # not a byte piece: a whole token only
         ("##ing", "##ing"),  # WordPiece is shown as written
         ("[CLS]", "[CLS]"),
         ("a b", "a␣b"),

@@ -12,9 +12,9 @@ read, for a bar.
 
 from __future__ import annotations
 
-import codecs
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -30,7 +30,9 @@ skipped unread into memory."""
 MAX_JSON_LINE_BYTES: Final = 64 * 2**20
 """The longest ``.jsonl`` line read (a JSON line is parsed whole): 64 MiB."""
 READ_BYTES: Final = 2**20
-"""Bytes read at a time while skipping the rest of a long line."""
+"""Bytes of a .txt corpus read at a time."""
+LINE_BREAKS: Final = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Where :meth:`str.splitlines` ends a line: a .txt passage ends at any of them."""
 
 
 def passage_chars(max_tokens: int) -> int:
@@ -86,49 +88,115 @@ def _passages(
     file: Path, stream: BinaryIO, max_chars: int | None, progress: Callable[[int], object] | None
 ) -> list[str]:
     """The passages of a .txt or .jsonl file, a line at a time."""
-    jsonl = file.suffix == ".jsonl"
-    # UTF-8 holds a character in 4 bytes at most
-    text_limit = -1 if max_chars is None else 4 * max_chars + 1
-    limit = MAX_JSON_LINE_BYTES + 1 if jsonl else text_limit
-    found: list[str] = []
+    lines = (
+        _json_lines(file, stream, progress)
+        if file.suffix == ".jsonl"
+        else _text_lines(file, stream, max_chars, progress)
+    )
+    return [line if max_chars is None else line[:max_chars] for line in lines if line.strip()]
+
+
+def _text_lines(
+    file: Path, stream: BinaryIO, max_chars: int | None, progress: Callable[[int], object] | None
+) -> Iterator[str]:
+    """The lines of a .txt file as :meth:`str.splitlines` splits them, each cut to fit.
+
+    Each line is cut to ``max_chars`` characters; the file is read :data:`READ_BYTES` at a
+    time, so memory holds one chunk and the kept part of one line, however long the line.
+
+    Raises:
+        AttentionInputError: (``corpus``) bytes that are not UTF-8, with their line.
+    """
+    carry = b""  # an incomplete UTF-8 character at the end of the bytes read so far
+    tail = ""  # a "\r" at the end of the text so far: "\r\n" may be split between chunks
+    line: list[str] = []
+    room = max_chars if max_chars is not None else -1  # characters the line may still keep
+    number = 1
+    while True:
+        chunk = stream.read(READ_BYTES)
+        if progress is not None and chunk:
+            progress(len(chunk))
+        data = carry + chunk
+        end = _complete(data) if chunk else len(data)
+        try:
+            text = tail + data[:end].decode("utf-8")
+        except UnicodeDecodeError as error:
+            before = tail + data[: error.start].decode("utf-8", "replace")
+            at = number + len(LINE_BREAKS.findall(before))
+            raise AttentionInputError(
+                "corpus", f"{file}:{at}: not UTF-8 text ({error.reason}): a corpus is UTF-8 text"
+            ) from None
+        carry, tail = data[end:], ""
+        if chunk and text.endswith("\r"):
+            text, tail = text[:-1], "\r"
+        start = 0
+        for match in LINE_BREAKS.finditer(text):
+            if room != 0:
+                piece = text[start : match.start()]
+                line.append(piece if room < 0 else piece[:room])
+                room = room if room < 0 else room - len(line[-1])
+            yield "".join(line)
+            line, room = [], max_chars if max_chars is not None else -1
+            number += 1
+            start = match.end()
+        if room != 0:
+            piece = text[start:]
+            line.append(piece if room < 0 else piece[:room])
+            room = room if room < 0 else room - len(line[-1])
+        if not chunk:
+            break
+    if line:
+        yield "".join(line)
+
+
+def _complete(data: bytes) -> int:
+    """How many bytes of ``data`` end on a whole UTF-8 character (the rest waits for more)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: look further back
+            continue
+        need = (
+            2
+            if byte >> 5 == 0b110
+            else 3
+            if byte >> 4 == 0b1110
+            else 4
+            if byte >> 3 == 0b11110
+            else 1
+        )
+        return len(data) - back if back < need else len(data)
+    return len(data)
+
+
+def _json_lines(
+    file: Path, stream: BinaryIO, progress: Callable[[int], object] | None
+) -> Iterator[str]:
+    """The ``text`` of each line of a .jsonl file, each line whole.
+
+    Lines end at a newline only (a JSON string may hold U+2028 or U+0085 as it is), and
+    hold at most :data:`MAX_JSON_LINE_BYTES`.
+
+    Raises:
+        AttentionInputError: (``corpus``) a line that is not UTF-8, not JSON, without a
+            string ``text``, or too long; its number named.
+    """
     number = 0
-    while data := stream.readline(limit):
+    while data := stream.readline(MAX_JSON_LINE_BYTES + 1):
         number += 1
-        read = len(data)
-        cut = not data.endswith(b"\n") and len(data) == limit
-        if cut:  # a line longer than the limit: skip its rest
-            if jsonl:
-                raise AttentionInputError(
-                    "corpus",
-                    f"{file}:{number}: a JSON line over {MAX_JSON_LINE_BYTES // 2**20} MiB",
-                )
-            while chunk := stream.readline(READ_BYTES):
-                read += len(chunk)
-                if chunk.endswith(b"\n"):
-                    break
         if progress is not None:
-            progress(read)
-        text = _decoded(file, number, data, final=not cut)
-        lines = text.splitlines() or [""]  # as str.splitlines splits (\r, \x1c, U+2028)
-        for line in lines:
-            if jsonl:
-                line = _json_text(file, number, line)
-            if line.strip():
-                found.append(line if max_chars is None else line[:max_chars])
-    return found
-
-
-def _decoded(file: Path, number: int, data: bytes, final: bool) -> str:
-    """One line's bytes as text; a cut line's last partial character dropped."""
-    decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    try:
-        return decoder.decode(data, final=final)
-    except UnicodeDecodeError as error:
-        raise AttentionInputError(
-            "corpus",
-            f"{file}:{number}: not UTF-8 text ({error.reason} at byte {error.start} of the "
-            "line): a corpus is UTF-8 text",
-        ) from None
+            progress(len(data))
+        if not data.endswith(b"\n") and len(data) > MAX_JSON_LINE_BYTES:
+            raise AttentionInputError(
+                "corpus", f"{file}:{number}: a JSON line over {MAX_JSON_LINE_BYTES // 2**20} MiB"
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise AttentionInputError(
+                "corpus",
+                f"{file}:{number}: not UTF-8 text ({error.reason}): a corpus is UTF-8 text",
+            ) from None
+        yield _json_text(file, number, text)
 
 
 def _json_text(file: Path, number: int, line: str) -> str:

@@ -33,8 +33,9 @@ function formatLoc(loc) {
 export function errorText(data, status) {
   const detail = data && data.detail;
   if (!detail && status >= 500) {
-    return `HTTP ${status}: the server stopped before it answered (a worker or replica ` +
-      "that ended while it computed?). Try again: the request itself was not refused.";
+    return `HTTP ${status}: the server failed before it answered, without the API's ` +
+      "message (a worker or replica that stopped while it computed?). Try again; if it " +
+      "fails again, it is a bug worth reporting.";
   }
   if (!Array.isArray(detail)) return String(detail || `HTTP ${status}`);
   return detail.map((d) => `${formatLoc(d.loc || [])}: ${d.msg}`).join("\n");
