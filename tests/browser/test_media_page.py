@@ -327,18 +327,12 @@ def test_a_click_on_a_token_plays_its_span_and_stops_at_its_end(page, media_url:
     )
     chip.click()
     page.wait_for_function(
-        f"window.samples.some(([, playing]) => playing) && !{PLAYER}.playing", timeout=10_000
+        f"window.samples.some(([, playing]) => playing) && !{PLAYER}.playing", timeout=60_000
     )
     played = page.evaluate("window.samples.filter(([, playing]) => playing)")
     assert all(start <= t <= end for t, _, _ in played), (start, end, played)
-    # It played for the span's length (in wall time), then stopped at the span's end: from
-    # the first frame that saw it playing to the first that saw it stopped (frames come late
-    # on a busy machine: the last playing frame can be well before the end).
-    samples = page.evaluate("window.samples")
-    first = next(i for i, (_, playing, _) in enumerate(samples) if playing)
-    stopped = next(i for i in range(first, len(samples)) if not samples[i][1])
-    wall_s = (samples[stopped][2] - samples[first][2]) / 1000
-    assert 0.5 * (end - start) < wall_s < (end - start) + 0.5, wall_s
+    # It played within the span (above) and stopped at the span's end (below): positions in
+    # the media's time, not the wall's (frames come late on a busy machine, issue 53).
     page.wait_for_timeout(300)
     assert page.evaluate(f"[{PLAYER}.playing, {PLAYER}.currentTime]") == [
         False,
