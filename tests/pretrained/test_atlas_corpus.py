@@ -24,43 +24,14 @@ from attnviz.pretrained.atlas.corpus import CHARS_PER_TOKEN, passage_chars, read
 from attnviz.pretrained.atlas.inputs import natural_tokens
 from attnviz.pretrained.loading import load_model_dir
 
-from tests.pretrained import tiny
-from tests.pretrained.support import require_transformers
-from tests.pretrained.test_heads import save_sharp
+from tests.pretrained import test_atlas_shards, tiny
 
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "the",
-    "mat",
-    "because",
-    "it",
-    "was",
-    "tired",
-    "and",
-    "a",
-    "dog",
-    "ran",
-    "to",
-    "the",
-    "park",
-]
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    require_transformers()
-    root = tmp_path_factory.mktemp("tiny-corpus")
-    return {
-        "llama": save_sharp("llama", tiny.DECODER_STYLE, root / "llama"),
-        "bert": save_sharp("bert", tiny.BERT_STYLE, root / "bert"),
-    }
+folders = test_atlas_shards.folders
+"""The tiny Llama and BERT folders (module-scoped), the atlas shards tests' fixture."""
 
 
 def words(count: int, start: int = 0) -> str:
-    return " ".join(WORDS[(start + i) % len(WORDS)] for i in range(count))
+    return " ".join(tiny.WORDS[(start + i) % len(tiny.WORDS)] for i in range(count))
 
 
 def test_a_huge_line_is_cut_while_it_is_read_and_the_lines_after_it_are_kept(

@@ -205,6 +205,16 @@ def let_go(server: str, long: list[Request]) -> None:
     idle(server)
 
 
+def short_answered_beside(server: str, long: list[Request], body: dict[str, Any]) -> None:
+    """A sentence through the model is answered while both long requests are unanswered (not
+    queued behind them), one of them still computing and the other waiting."""
+    short = httpx.post(f"{server}/api/v1/models/attention", json=body, timeout=HUNG_S)
+    assert short.status_code == 200, short.text
+    assert not any(request.answered.is_set() for request in long)
+    now = work(server)
+    assert (now["long_running"], now["long_waiting"]) == (1, 1), now
+
+
 def test_a_short_request_is_answered_while_two_atlases_run(server: str) -> None:
     """Long work (an atlas not cached) runs on all compute workers but one (2 here): the
     first atlas computes, the second waits for its turn, a third is refused with 503 and
@@ -217,16 +227,7 @@ def test_a_short_request_is_answered_while_two_atlases_run(server: str) -> None:
         assert third.headers["retry-after"] == "30"
         assert third.json()["detail"][0]["type"] == "busy"
         assert third.json()["detail"][0]["loc"] == ["body", "texts"]
-        short = httpx.post(
-            f"{server}/api/v1/models/attention",
-            json={"model": MODEL, "texts": ["the cat sat"]},
-            timeout=HUNG_S,
-        )
-        assert short.status_code == 200, short.text
-        # answered before either atlas: not queued behind them
-        assert not any(request.answered.is_set() for request in long)
-        now = work(server)
-        assert (now["long_running"], now["long_waiting"]) == (1, 1), now
+        short_answered_beside(server, long, {"model": MODEL, "texts": ["the cat sat"]})
     finally:
         let_go(server, long)
 
@@ -245,15 +246,9 @@ def test_a_short_request_is_answered_while_two_long_inputs_run(server: str) -> N
     through the same model is answered on the other while both are unanswered."""
     long = two_long(server, long_inputs("red"))
     try:
-        short = httpx.post(
-            f"{server}/api/v1/models/attention",
-            json={"model": MODEL, "texts": ["the cat sat"], "sequence_index": 0},
-            timeout=HUNG_S,
+        short_answered_beside(
+            server, long, {"model": MODEL, "texts": ["the cat sat"], "sequence_index": 0}
         )
-        assert short.status_code == 200, short.text
-        assert not any(request.answered.is_set() for request in long)
-        now = work(server)
-        assert (now["long_running"], now["long_waiting"]) == (1, 1), now
     finally:
         let_go(server, long)
 
