@@ -163,7 +163,7 @@ def test_the_atlas_command_on_ray_writes_the_one_process_files(
             sys.executable, "-m", "attnviz.cli", "atlas", str(folder), "--corpus", str(corpus),
             "--out", str(outs[name]), "--top-k", "3", "--max-tokens", str(MAX_TOKENS), *extra,
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
         assert done.returncode == 0, done.stderr[-3000:]
     one = json.loads((outs["one"] / "atlas.json").read_text())
     on_ray = json.loads((outs["ray"] / "atlas.json").read_text())

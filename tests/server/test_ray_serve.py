@@ -171,7 +171,7 @@ def test_the_builder_and_the_module_app_are_serve_applications() -> None:
 
 
 @pytest.mark.slow
-def test_attnviz_serve_ray_starts_a_local_ray_serves_and_stops_on_ctrl_c() -> None:
+def test_attnviz_serve_ray_starts_a_local_ray_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     """``attnviz serve --ray`` (serve_on_ray): a Ray of its own, the URL printed, Ctrl-C
     stops Serve and that Ray (run before the module's Ray starts: one Ray at a time here)."""
     pytest.importorskip("ray", reason="Ray is the optional extra attnviz[ray]")
@@ -182,21 +182,23 @@ def test_attnviz_serve_ray_starts_a_local_ray_serves_and_stops_on_ctrl_c() -> No
     ]  # fmt: skip
     env = {**os.environ, "ATTNVIZ_PACKAGED_MODELS": "false", "ATTNVIZ_ACCESS_LOG": "false"}
     env.pop("RAY_ADDRESS", None)
-    process = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    stderr = tmp_path / "stderr.txt"  # Ray's and Serve's logs; shown if the start fails
+    with stderr.open("w") as errors:
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=errors, text=True
+        )
     watchdog = threading.Timer(600, process.kill)  # a hung start fails, not hangs, the test
     watchdog.start()
     try:
         assert process.stdout is not None
+        lines = []
         for line in process.stdout:  # printed once the replica has started
+            lines.append(line)
             if line.startswith("AttnViz on Ray Serve"):
                 break
-        assert line.startswith(f"AttnViz on Ray Serve at http://127.0.0.1:{port}/ (1 replica ")
+        assert line.startswith(f"AttnViz on Ray Serve at http://127.0.0.1:{port}/ (1 replica "), (
+            "".join(lines)[-4000:] + stderr.read_text(errors="replace")[-8000:]
+        )
         assert "Ctrl-C" in line
         response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30)
         assert response.status_code == 200
