@@ -25,7 +25,10 @@ ENGINE = "The engine is torch only: no web, validation, tokenizer, transformers 
 NO_WEB = "Pretrained models and views know no web server"
 NO_ROUTER = "The CLI imports no router: it reaches the server's work through payloads and settings"
 ROUTERS = "No router imports another router: what they share is in dependencies, payloads, schemas"
-BLOCKS = "Layers in the pretrained package: architectures (by transformers' names) over blocks"
+BLOCKS = (
+    "Layers in the pretrained package: architectures (by transformers' names) over families "
+    "over blocks"
+)
 CHECKS = "Layers in the server: the limit checks over the settings over the fixed limits"
 ACYCLIC = (
     "No import cycles: no module or package imports, even for type checking, one that "
@@ -111,6 +114,14 @@ def test_the_unmodified_package_keeps_every_contract(tmp_path: Path) -> None:
             BLOCKS,
             [LAYERS, ENGINE, NO_WEB],
         ),
+        # The family registry reaching up into the architecture tables.
+        (
+            "pretrained/families.py",
+            "from .architectures import CROSS_MODULES",
+            "attnviz.pretrained.architectures",
+            BLOCKS,
+            [LAYERS, ENGINE, NO_WEB],
+        ),
         # The fixed limits reaching up into the settings (a circle).
         (
             "server/limits.py",
@@ -127,6 +138,7 @@ def test_the_unmodified_package_keeps_every_contract(tmp_path: Path) -> None:
         "cli-imports-a-router",
         "router-imports-a-router",
         "blocks-import-architectures",
+        "families-import-architectures",
         "limits-import-settings",
     ],
 )

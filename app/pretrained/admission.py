@@ -101,7 +101,7 @@ def check_options(
             )
     layers, heads = model.block_layers(block), model.block_heads(block)
     len_q = lengths.queries(block)
-    if lengths.new_tokens and model.family != "decoder":
+    if lengths.new_tokens and not model.spec.generates:
         raise AttentionInputError(
             "max_new_tokens", f"{model.name} is {model.described}; generation is for decoders"
         )
@@ -119,7 +119,7 @@ def check_options(
                 "ablate", f"head {head} is not below {heads} ({model.name}'s heads per layer)"
             )
     _index("target_index", target_index, lengths.outputs, f"the output tokens{generated}")
-    if target_token_id is not None and model.family == "encoder":
+    if target_token_id is not None and model.spec.gradient_target != "logit":
         raise AttentionInputError(
             "target_token_id",
             f"{model.name} is {model.described}: its target is an embedding score, not a logit",
@@ -188,7 +188,7 @@ def recording_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
     for block in model.blocks:
         len_q, len_k = lengths.queries(block), lengths.keys(block)
         heads = model.block_heads(block)
-        kv_heads = heads if model.family == "encoder-decoder" else model.num_key_value_heads
+        kv_heads = model.block_kv_heads(block)
         per_layer = (heads * len_q + 2 * kv_heads * len_k) * d_k
         area = len_q * len_k
         total += model.block_layers(block) * per_layer + (area if area <= DENSE_MASK_CELLS else 0)
@@ -210,7 +210,7 @@ def kept_bytes(model: PretrainedModel, lengths: InputLengths) -> int:
     for block in model.blocks:
         len_q, len_k = lengths.queries(block), lengths.keys(block)
         heads = model.block_heads(block)
-        kv_heads = heads if model.family == "encoder-decoder" else model.num_key_value_heads
+        kv_heads = model.block_kv_heads(block)
         states = (heads * len_q + kv_heads * len_k) * d_k * dtype_bytes(model)
         total += model.block_layers(block) * (states + heads * len_q * FLOAT_BYTES)
         if _position_bias(model):
@@ -305,7 +305,7 @@ def estimate_peak_bytes(
     if len_q <= MAX_ROLLOUT_TOKENS:
         sums += area
     view_sums = sums + shown
-    logits = 256 * model.vocab_size if model.family != "encoder" else 0
+    logits = 256 * model.vocab_size if model.spec.reads_text_output else 0
     view = eager + view_sums + logits
     if observed:  # the view is built during the pass, a chunk at a time
         forward = max(forward, eager) + view_sums

@@ -26,21 +26,25 @@ from .tokens import TokenizedBatch
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from .blocks import Block, Family
+    from .blocks import Block
+    from .families import FamilySpec
 
 
 class GenerationMixin:
     """Generation for :class:`.model.PretrainedModel`.
 
-    The host class gives ``name``, ``family``, ``tokenizer``, ``described``,
+    The host class gives ``name``, ``spec``, ``tokenizer``, ``described``,
     ``num_layers``, ``placed_on``, ``block_calls``, ``extended``, ``token_strings`` and
     ``forward_arguments``.
     """
 
     if TYPE_CHECKING:
         name: str
-        family: Family
         tokenizer: PreTrainedTokenizerBase
+
+        @property
+        def spec(self) -> FamilySpec: ...  # noqa: D102
+
         attention_path: Literal["recorded", "output_attentions"]
 
         @property
@@ -110,7 +114,7 @@ class GenerationMixin:
                 generate, or a batch of more than one prompt; ``max_new_tokens`` below
                 1 or ``temperature`` below 0.
         """
-        if self.family != "decoder":
+        if not self.spec.generates:
             raise AttentionInputError(
                 "max_new_tokens", f"{self.name} is {self.described}; generation is for decoders"
             )

@@ -133,9 +133,8 @@ def gradient_rollout(relevance: list[torch.Tensor]) -> torch.Tensor:
 def gradient_cells(model: PretrainedModel, length: int, target_length: int | None) -> int:
     """N x H x L_q x L_k of every block for one input (what a gradient pass keeps)."""
     target = length if target_length is None else target_length
+    # a decoder's block reads the input itself (no target_length: target is length)
     areas = {"encoder": length * length, "decoder": target * target, "cross": target * length}
-    if model.family == "decoder":
-        areas["decoder"] = length * length
     return sum(
         model.block_layers(block) * model.block_heads(block) * areas[block]
         for block in model.blocks
@@ -240,7 +239,7 @@ def gradient_pass(
     target_length = None if targets is None else int(targets.input_ids.shape[1])
     check_gradient_cells(model, length, target_length)
     outputs_length = target_length if target_length is not None else length
-    kind = "embedding" if model.family == "encoder" else "logit"
+    kind = model.spec.gradient_target
     if position is None:
         position = 0 if kind == "embedding" else last_content_position(model, targets or batch)
     if not -outputs_length <= position < outputs_length:
@@ -327,7 +326,7 @@ def _logits(
     position: int,
 ) -> torch.Tensor:
     """The next-token logits (vocab,) at one output position, with autograd on."""
-    if model.family == "decoder":
+    if model.spec.outputs == "next-token":
         backbone = network.base_model
         head = network.get_output_embeddings()  # type: ignore[no-untyped-call]
         if backbone is not network and head is not None:

@@ -21,7 +21,8 @@ import torch
 from ..attention.engine import resolve_device
 from ..attention.errors import AttentionInputError
 from .architectures import POSITIONS_AFTER_PADDING
-from .blocks import BLOCKS, Block, Family
+from .blocks import Block, Family
+from .families import FamilySpec, family_spec
 from .placement import (
     Placement,
     home_device,
@@ -139,14 +140,19 @@ class LoadedModel:
         return str(self.config.model_type)
 
     @property
+    def spec(self) -> FamilySpec:
+        """The family's spec (:mod:`.families`): its blocks, inputs and outputs."""
+        return family_spec(self.family)
+
+    @property
     def described(self) -> str:
         """The family with its article, for messages: "an encoder", "a decoder"."""
-        return f"{'an' if self.family.startswith('e') else 'a'} {self.family}"
+        return self.spec.described
 
     @property
     def blocks(self) -> tuple[Block, ...]:
-        """The attention blocks of the family (:data:`BLOCKS`)."""
-        return BLOCKS[self.family]
+        """The attention blocks of the family, the first the default of every view."""
+        return self.spec.blocks
 
     @property
     def num_layers(self) -> int:
@@ -202,8 +208,8 @@ class LoadedModel:
 
     @property
     def can_generate(self) -> bool:
-        """Whether the model continues text (a decoder or an encoder-decoder)."""
-        return self.family != "encoder"
+        """Whether the model predicts text (a decoder or an encoder-decoder)."""
+        return self.spec.reads_text_output
 
     @functools.cached_property
     def home(self) -> torch.device:
@@ -287,15 +293,14 @@ class LoadedModel:
 
     def block_layers(self, block: Block) -> int:
         """N of one block: an encoder-decoder's decoder may have another depth (T5, BART)."""
-        if self.family == "encoder-decoder" and block != "encoder":
-            return _config_value(self.config, "num_decoder_layers", "decoder_layers") or (
-                self.num_layers
-            )
-        return self.num_layers
+        shape = self.spec.block_shapes.get(block)
+        return (_config_value(self.config, *shape.layers) if shape else None) or self.num_layers
 
     def block_heads(self, block: Block) -> int:
         """H of one block (BART's encoder and decoder may have different head counts)."""
-        if self.family == "encoder-decoder":
-            name = "encoder_attention_heads" if block == "encoder" else "decoder_attention_heads"
-            return _config_value(self.config, name, "num_heads") or self.num_heads
-        return self.num_heads
+        shape = self.spec.block_shapes.get(block)
+        return (_config_value(self.config, *shape.heads) if shape else None) or self.num_heads
+
+    def block_kv_heads(self, block: Block) -> int:
+        """H_kv of one block: the config's where the family groups heads, else the block's H."""
+        return self.num_key_value_heads if self.spec.grouped_kv else self.block_heads(block)

@@ -42,6 +42,7 @@ import torch
 
 from .architectures import SPEECH_TYPES, VISION_TYPES, family_of
 from .blocks import Family
+from .families import family_spec
 from .model import LoadedModel, ModelFormatError, PretrainedModel
 from .placement import Placement, PlacementError
 from .recorder import use_recorder
@@ -106,11 +107,7 @@ PACKAGED_MODELS: Final = (
 def _auto_class(family: Family) -> Any:
     import transformers
 
-    return {
-        "encoder": transformers.AutoModel,
-        "decoder": transformers.AutoModelForCausalLM,
-        "encoder-decoder": transformers.AutoModelForSeq2SeqLM,
-    }[family]
+    return getattr(transformers, family_spec(family).auto_class)
 
 
 def _quiet_transformers() -> None:

@@ -136,7 +136,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         if self.attention_path_found:
             return
         warm = self.tokenize([WARM_UP_TEXT])
-        targets = self.decoder_inputs([WARM_UP_TEXT]) if self.family == "encoder-decoder" else None
+        targets = self.decoder_inputs([WARM_UP_TEXT]) if self.spec.targets else None
         try:
             check_reproducible(self.run(warm, targets, device="auto").recording)
         except UnrecordedError as error:
@@ -262,7 +262,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             AttentionInputError: (field ``targets``) missing for an encoder-decoder or given
                 to another family.
         """
-        if (targets is None) == (self.family == "encoder-decoder"):
+        if (targets is None) == self.spec.targets:
             raise AttentionInputError(
                 "targets",
                 "an encoder-decoder needs the decoder's text (targets)"
@@ -273,7 +273,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             "input_ids": batch.input_ids.to(device),
             "attention_mask": batch.attention_mask.to(device).long(),
         }
-        if self.family == "encoder" and "token_type_ids" in self.forward_arguments:
+        if self.spec.text_pairs and "token_type_ids" in self.forward_arguments:
             inputs["token_type_ids"] = batch.token_type_ids.to(device)
         if targets is not None:
             inputs["decoder_input_ids"] = targets.input_ids.to(device)
@@ -311,14 +311,10 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             outputs, decoder_head, final_hidden = self._forward(
                 model, inputs, output_attentions=True
             )
-            if self.family == "encoder-decoder":
-                layers = {
-                    "encoder": outputs.encoder_attentions,
-                    "decoder": outputs.decoder_attentions,
-                    "cross": outputs.cross_attentions,
-                }
-            else:
-                layers = {self.blocks[0]: outputs.attentions}
+            layers = {
+                block: getattr(outputs, name, None)
+                for block, name in self.spec.output_attentions.items()
+            }
             if run_on.type == "cuda":
                 torch.cuda.synchronize(run_on)
         compute_ms = (time.perf_counter() - start) * 1000.0
@@ -397,7 +393,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
                 model's embeddings.
         """
         try:
-            if self.family == "decoder":
+            if self.spec.outputs == "next-token":
                 decoder_head, outputs = self._decode(model, inputs, **options)
                 return outputs, decoder_head, None
             outputs = model(**inputs, use_cache=False, **options)
@@ -407,7 +403,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
                 f"{self.name} cannot take this input ({error}): a token id beyond its "
                 "vocabulary or more tokens than its positions",
             ) from error
-        if self.family == "encoder":
+        if self.spec.outputs == "hidden":
             return outputs, None, outputs.last_hidden_state.float().cpu()
         # the logits (B, L_t, vocab): the targets' next tokens
         return outputs, DecoderHead(outputs.logits, nn.Identity()), None
@@ -436,7 +432,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             modules = [call.module for call in recording.calls]
         else:
             modules = [layer.module for layer in recording.layers]
-        if self.family != "encoder-decoder":
+        if len(self.blocks) == 1:
             return {self.blocks[0]: list(range(len(modules)))}
         block = self.block_of(model)
         split: dict[Block, list[int]] = {name: [] for name in self.blocks}
@@ -446,7 +442,7 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
 
     def block_of(self, model: PreTrainedModel) -> Callable[[nn.Module], Block]:
         """The block each attention module of ``model`` is in, by name (as :meth:`block_calls`)."""
-        if self.family != "encoder-decoder":
+        if len(self.blocks) == 1:
             only = self.blocks[0]
             return lambda module: only
         names = {id(module): name for name, module in model.named_modules()}
@@ -456,9 +452,8 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         """Attention numbers of every block's maps for ``batch``: N * B * H * L_q * L_k, summed."""
         size, source = (int(n) for n in batch.input_ids.shape)
         target = source if targets is None else int(targets.input_ids.shape[1])
+        # a decoder's block reads the input itself (no targets: target is source)
         areas = {"encoder": source * source, "decoder": target * target, "cross": target * source}
-        if self.family == "decoder":
-            areas["decoder"] = source * source
         return size * sum(
             self.block_layers(block) * self.block_heads(block) * areas[block]
             for block in self.blocks

@@ -20,7 +20,7 @@ from ..attention.errors import AttentionInputError
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from .blocks import Family
+    from .families import FamilySpec
 
 
 @dataclass(frozen=True)
@@ -97,14 +97,16 @@ def word_numbers(
 class TokenizerMixin:
     """Tokenisation for :class:`.model.PretrainedModel`, from its ``tokenizer``.
 
-    The host class gives ``name``, ``family``, ``tokenizer``, ``config``, ``described``
+    The host class gives ``name``, ``spec``, ``tokenizer``, ``config``, ``described``
     and ``max_tokens``.
     """
 
     if TYPE_CHECKING:
         name: str
-        family: Family
         tokenizer: PreTrainedTokenizerBase
+
+        @property
+        def spec(self) -> FamilySpec: ...  # noqa: D102
 
         @property
         def config(self) -> Any: ...  # noqa: D102
@@ -208,7 +210,7 @@ class TokenizerMixin:
     ) -> list[str | None]:
         if text_pairs is None:
             return [None] * len(texts)
-        if self.family != "encoder":
+        if not self.spec.text_pairs:
             raise AttentionInputError(
                 "text_pairs", f"sentence pairs are for encoders; {self.name} is {self.described}"
             )
@@ -251,7 +253,7 @@ class TokenizerMixin:
             AttentionInputError: (field ``targets``) a model of another family;
                 (``targets[i]``) as :meth:`tokenize`.
         """
-        if self.family != "encoder-decoder":
+        if not self.spec.targets:
             raise AttentionInputError(
                 "targets", f"targets are for encoder-decoders; {self.name} is {self.described}"
             )

@@ -252,7 +252,7 @@ def plan_view(
     b = options.sequence_index
     assert b is not None  # and below len(texts): checked by the caller
     check_view_options(options, block)
-    if options.top_k and model.family != "decoder":
+    if options.top_k and not model.spec.generates:
         raise AttentionInputError(
             "top_k",
             f"next tokens are for decoders; {model.name} is {model.described}",

@@ -364,10 +364,13 @@ def smollm2_shape() -> Any:
     """SmolLM2-135M's config as the estimate reads it: 30 layers, 9 heads, 3 key/value heads."""
     from types import SimpleNamespace
 
+    from attnviz.pretrained.families import family_spec
+
     return SimpleNamespace(
         name="SmolLM2-135M-Instruct",
         blocks=("decoder",),
         family="decoder",
+        spec=family_spec("decoder"),
         d_model=576,
         num_heads=9,
         num_key_value_heads=3,
@@ -375,6 +378,7 @@ def smollm2_shape() -> Any:
         vocab_size=49_152,
         block_layers=lambda block: 30,
         block_heads=lambda block: 9,
+        block_kv_heads=lambda block: 3,
         attention_path="recorded",
     )
 

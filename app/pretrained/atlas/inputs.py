@@ -133,7 +133,7 @@ def scored_block(model: LoadedModel) -> Block:
     Raises:
         HeadScoresUnavailableError: (field ``model``) as :func:`text_model`.
     """
-    return "decoder" if text_model(model).family == "decoder" else "encoder"
+    return text_model(model).spec.scored_block
 
 
 def special_affixes(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:

@@ -211,7 +211,7 @@ def run_shard(
         model.block_layers(block),
         model.block_heads(block),
         block=block,
-        block_of=model.block_of(runner) if model.family == "encoder-decoder" else None,
+        block_of=model.block_of(runner) if len(model.blocks) > 1 else None,
         examples=True,
     )
     examples = {
@@ -224,9 +224,7 @@ def run_shard(
             check_cancelled()
             observer.begin(work.counted, work.rules)
             batch = unpadded_batch(model, work.ids)
-            targets = (
-                decoder_start(model, len(work.ids)) if model.family == "encoder-decoder" else None
-            )
+            targets = decoder_start(model, len(work.ids)) if model.spec.targets else None
             model.run(batch, targets, device=plan.device, observer=observer, record=False)
             observer.end()
             first = index if index < natural else (index - natural) * INDUCTION_BATCH

@@ -24,7 +24,8 @@ from ...pretrained.methods import method_spec
 from ...pretrained.model import LoadedModel, output_attentions_note
 from ...pretrained.neuron import Neuron
 from ...pretrained.results import Generation, PretrainedAttentions
-from ..schemas.pretrained import ModelInfo, PretrainedAttentionRequest
+from ..schemas.models import FamilyInfo, ModelInfo
+from ..schemas.pretrained import PretrainedAttentionRequest
 from ..transport import encode_floats, encode_large
 
 
@@ -49,7 +50,8 @@ def model_info(entry: ModelEntry) -> ModelInfo:
             "max_tokens": model.max_tokens,
             "num_parameters": model.num_parameters,
             "chat_template": model.chat_template,
-            "can_generate": model.family == "decoder",
+            "can_generate": model.spec.generates,
+            "family_spec": FamilyInfo(**model.spec.page()),
             "load_s": model.load_s,
             "dtype": str(model.dtype).removeprefix("torch."),
             "parameter_bytes": model.parameter_bytes,
@@ -300,6 +302,7 @@ def model_fields(
     return {
         "model": model.name,
         "family": model.family,
+        "family_spec": model.spec.page(),
         "architecture": model.architecture,
         "block": block,
         "num_layers": num_layers,

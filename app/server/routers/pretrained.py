@@ -42,8 +42,8 @@ from ..payloads.pretrained import (
     sequence_fields,
     sequence_payload,
 )
+from ..schemas.models import ModelListResponse
 from ..schemas.pretrained import (
-    ModelListResponse,
     PretrainedAttentionRequest,
     PretrainedAttentionResponse,
     PretrainedDownloadRequest,

@@ -21,9 +21,8 @@ from .lessons import (
     TransformerRequest,
     TransformerResponse,
 )
+from .models import FamilyInfo, ModelInfo, ModelListResponse
 from .pretrained import (
-    ModelInfo,
-    ModelListResponse,
     PretrainedAttentionRequest,
     PretrainedAttentionResponse,
     PretrainedDownloadRequest,
@@ -48,6 +47,7 @@ __all__ = [
     "AttentionResponse",
     "DecodingRequest",
     "DecodingResponse",
+    "FamilyInfo",
     "HealthResponse",
     "ModelInfo",
     "ModelListResponse",

@@ -11,8 +11,22 @@ export function selectedModel() {
   return modelInfo(modelSelect.value);
 }
 
-export function family(model) {
-  return (model && model.family) || "encoder";
+// A model's family as the server describes it (family_spec, in GET /api/v1/models and in
+// every answer: attnviz.pretrained.families): its blocks, what it reads and gives. The one
+// place the page learns a family; nothing compares a family's name. A model still loading
+// has none yet: NO_FAMILY, which reads nothing beyond texts.
+const NO_FAMILY = Object.freeze({
+  name: null, blocks: [], text_pairs: false, targets: false, generates: false,
+  causal_blocks: [], input_label: "text", gradient_target: "embedding",
+});
+
+export function familySpec(of) {
+  return (of && of.family_spec) || NO_FAMILY;
+}
+
+// Whether an answer's maps are causal (its block is one where no query sees a later key).
+export function causalBlock(res) {
+  return familySpec(res).causal_blocks.includes(res.block);
 }
 
 function formatCount(n) {

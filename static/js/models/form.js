@@ -8,7 +8,7 @@ import {
 import { resolveScale } from "../heatmap.js";
 import { mediaModality, showMediaInputs } from "../media.js";
 import { displayToken } from "../lib/display.js";
-import { family, modelInfo, selectedModel } from "./catalog.js";
+import { familySpec, modelInfo, selectedModel } from "./catalog.js";
 import {
   CONFIG, ablateInput, blockSelect, chatBox, chatControl, chatHint, colourScale, deviceSelect,
   generationControl, generationTab, hideSpecial, layerSelect, mergeWords, methodSelect,
@@ -39,10 +39,10 @@ const BLOCKS = ["encoder", "decoder", "cross"];
 export function adaptInputs(defaults) {
   const m = selectedModel();
   showMediaInputs(m);
-  const fam = family(m);
-  const decoder = fam === "decoder";
-  const encDec = fam === "encoder-decoder";
-  const known = Boolean(m && m.family); // a model still loading has no family yet
+  const spec = familySpec(m);
+  const decoder = spec.generates;
+  const encDec = spec.targets;
+  const known = spec.name !== null; // a model still loading has no family yet
   textsLabel.textContent = decoder ? "Prompts" : (encDec ? "Texts (encoder input)" : (known ? "Sentences" : "Texts"));
   textsHint.textContent = decoder
     ? "one per line; the model's tokenizer splits them, and it continues each"
@@ -60,7 +60,7 @@ export function adaptInputs(defaults) {
   if (ready && !hasTemplate) chatBox.checked = false;
   else if (ready && defaults) chatBox.checked = true;
   if (!ready && m && state.adaptedFor === m.name) state.adaptedFor = null;
-  pairsControl.hidden = decoder || encDec || !known;
+  pairsControl.hidden = !spec.text_pairs;
   targetsControl.hidden = !encDec;
   generationControl.hidden = !decoder;
   if (encDec && m && m.blocks) {
@@ -113,17 +113,17 @@ export function describeInputs() {
 
 export function readRequest() {
   const m = selectedModel();
-  const fam = family(m);
+  const spec = familySpec(m);
   const texts = textInputs();
   const request = { model: modelSelect.value || null, texts, device: deviceSelect.value };
-  if (fam === "decoder") {
+  if (spec.generates) {
     request.chat = chatBox.checked && !chatBox.disabled;
     request.max_new_tokens = parseNumber(newTokensInput.value);
     request.temperature = parseNumber(temperatureInput.value);
     request.seed = parseNumber(seedInput.value);
     return request;
   }
-  if (fam === "encoder-decoder") {
+  if (spec.targets) {
     request.targets = nonEmptyLines(targetsBox.value);
     request.block = blockSelect.value;
     return request;
@@ -142,7 +142,7 @@ export function readRequest() {
 export function fillForm(request) {
   if (request.model && modelInfo(request.model)) modelSelect.value = request.model;
   adaptInputs(true);
-  const decoder = family(selectedModel()) === "decoder";
+  const decoder = familySpec(selectedModel()).generates;
   const texts = request.texts || [decoder ? DEFAULT_PROMPT : DEFAULT_TEXT];
   textsBox.value = texts.join("\n");
   // one text of several lines (a link's) stays one text
@@ -268,13 +268,13 @@ const MAX_TARGET_OPTIONS = 4096;
 // The positions a gradient method's target can take (#target-index): the shown tokens
 // when they are the outputs (not an encoder-decoder's encoder block), else only the default.
 export function fillTargets(res) {
-  const outputs = res.family !== "encoder-decoder" || res.block !== "encoder";
+  const outputs = !familySpec(res).targets || res.block !== "encoder";
   // Past MAX_TARGET_OPTIONS tokens (longer than the gradient methods take), the default
   // alone: no option per token.
   const tokens = outputs && queryTokens(res).length <= MAX_TARGET_OPTIONS ? queryTokens(res) : [];
   // The server's default: an encoder's first token, else the last that is neither special
   // nor whitespace (gradients.py last_content_position; res.target names it once computed).
-  const last = res.family === "encoder" ? "first token" : "last word's token";
+  const last = familySpec(res).gradient_target === "embedding" ? "first token" : "last word's token";
   const labels = [`${last} (default)`, ...tokens.map((t, i) => `${i}: ${displayToken(t)}`)];
   const values = ["", ...tokens.map((_, i) => String(i))];
   const key = labels.join("\n");
@@ -323,8 +323,8 @@ export function colourMode(rows) {
 export function causalMaps() {
   const request = state.request;
   if (!request) return false;
-  const fam = family(modelInfo(request.model));
-  return fam === "decoder" || (fam === "encoder-decoder" && request.block === "decoder");
+  const spec = familySpec(modelInfo(request.model));
+  return spec.causal_blocks.includes(request.block || spec.blocks[0]);
 }
 
 // ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 // what the colour scales mean, and the hints above figures.
 import { paragraph, shapeOf } from "../api.js";
 import { displayToken, displayTokens } from "../lib/display.js";
-import { groupedQueryText } from "./catalog.js";
+import { causalBlock, familySpec, groupedQueryText } from "./catalog.js";
 import {
   CONFIG, ablationNote, hideSpecial, mergeWords, methodNote, methodSelect, restoreHeads, sequenceLabel,
   targetControl,
@@ -34,7 +34,7 @@ export function describe(res) {
     `${res.model} (${res.family}, ${res.architecture}): ${res.num_layers} layers × ` +
       `${res.num_heads} heads${grouped ? `, ${grouped}` : ""}, d_model ${res.d_model}`,
   ];
-  if (res.family === "encoder-decoder") parts.push(BLOCK_WORDS[res.block]);
+  if (familySpec(res).blocks.length > 1) parts.push(BLOCK_WORDS[res.block]);
   parts.push(`attentions (N, B, H, L_q, L_k) = (${res.shape[0]}, 1, ${H}, ${lq}, ${lk}) for ` +
     `${sequenceLabel.textContent.toLowerCase()} ${res.sequence_index}`);
   if (res.generation) parts.push(generated(res.generation));
@@ -61,13 +61,13 @@ export function noteFor(res) {
   } else if (res.block === "cross") {
     parts.push(`${what} ${res.sequence_index}: ${length} target tokens over ` +
       `${keyTokens(res).length} text tokens, run alone (no padding)`);
-  } else if (res.family === "encoder-decoder") {
+  } else if (familySpec(res).targets) {
     const side = res.block === "decoder" ? "target" : "text";
     parts.push(`${what} ${res.sequence_index}: ${length} ${side} tokens, run alone (no padding)`);
   } else {
     parts.push(`${what} ${res.sequence_index}: ${length} tokens, run alone (no padding)`);
   }
-  if (res.family === "decoder" || res.block === "decoder") {
+  if (causalBlock(res)) {
     parts.push("causal: each token attends to itself and earlier tokens only (the upper " +
       "triangle is empty)");
   }
@@ -114,7 +114,7 @@ export function describeQuery(res, q) {
     `${res.model} (${res.family}, ${res.architecture}): ${res.num_layers} layers × ` +
       `${res.num_heads} heads${grouped ? `, ${grouped}` : ""}, d_model ${res.d_model}`,
   ];
-  if (res.family === "encoder-decoder") parts.push(BLOCK_WORDS[res.block]);
+  if (familySpec(res).blocks.length > 1) parts.push(BLOCK_WORDS[res.block]);
   const [N, H, Lk] = shapeOf(res.query_attentions);
   parts.push(`query_attentions (N, H, L_k) = (${N}, ${H}, ${Lk}): token ${q}'s row in every ` +
     "layer and head");
@@ -132,14 +132,14 @@ export function noteForQuery(res) {
     const g = res.generation;
     parts.push(`${what} ${res.sequence_index}: ${g.prompt_length} prompt tokens + ` +
       `${g.tokens.length} generated, run alone in one causal pass`);
-  } else if (res.family === "encoder-decoder") {
+  } else if (familySpec(res).targets) {
     const side = res.block === "encoder" ? "text" : "target";
     parts.push(`${what} ${res.sequence_index}: ${length} ${side} tokens, run alone (no padding)`);
   } else {
     parts.push(`${what} ${res.sequence_index}: ${length} tokens, run alone (no padding)`);
   }
   parts.push("every token is shown here, special ones included (greyed)");
-  if (res.family === "decoder" || res.block === "decoder") {
+  if (causalBlock(res)) {
     parts.push("causal: a token's row covers itself and the tokens before it");
   }
   return `${parts.join(" · ")}.`;

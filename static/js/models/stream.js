@@ -4,7 +4,7 @@
 // of a pooled overview, fetched once each.
 import { PROGRESS_DELAY_MS, decodeArrays, errorText } from "../api.js";
 import { readLines } from "../lib/ndjson.js";
-import { family, modelInfo } from "./catalog.js";
+import { familySpec, modelInfo } from "./catalog.js";
 import {
   layerProgressBar, layerProgressBox, layerProgressFill, layerProgressLabel, showError,
 } from "./elements.js";
@@ -104,7 +104,7 @@ function streamOverview(body, key) {
     },
   };
   state.stream = stream;
-  const generating = family(model) === "decoder" && body.max_new_tokens > 0;
+  const generating = familySpec(model).generates && body.max_new_tokens > 0;
   layerProgress.begin(stream, generating ? "Generating, then running the model…" : "Running the model…",
     stream.total);
   stream.promise = readStream(stream).then((res) => {

@@ -4,7 +4,7 @@
 import { busy, paragraph, writeLinkSettings } from "../../api.js";
 import { addPlot, clearPlots, heatmapFigure, tokenHover } from "../../heatmap.js";
 import { displayToken, displayTokens } from "../../lib/display.js";
-import { family, modelInfo } from "../catalog.js";
+import { causalBlock, familySpec, modelInfo } from "../catalog.js";
 import { CONFIG, displayNote, summary } from "../elements.js";
 import { fillTargets, rememberSpecials, valueName, viewRequest } from "../form.js";
 import { requestAttention } from "../listing.js";
@@ -20,7 +20,7 @@ const TOP_K = Math.min(5, CONFIG.max_top_k); // next-token candidates shown per 
 // The request of query position q: the overview's input with every token shown
 // (query_index counts them all), one pooled head only (the maps are not drawn here).
 export function queryRequest(q) {
-  const decoder = family(modelInfo(state.request.model)) === "decoder";
+  const decoder = familySpec(modelInfo(state.request.model)).generates;
   return viewRequest({
     hide_special_tokens: false, merge_words: false, query_index: q, layer_index: 0, head_index: 0,
     display_size: 8, top_k: decoder ? TOP_K : 0,
@@ -45,7 +45,7 @@ async function queryResponse(q) {
 // A decoder without generation: its last token (the one whose row predicts what comes next).
 function defaultQuery(res) {
   if (res.generation) return res.generation.prompt_length - 1;
-  if (res.family === "decoder") return res.tokens[0].length - 1;
+  if (familySpec(res).generates) return res.tokens[0].length - 1;
   const mask = res.special_tokens_mask[0];
   const first = mask.findIndex((special) => !special);
   return first < 0 ? 0 : first;
@@ -100,7 +100,7 @@ function markChip(section, q) {
 function rowsFigure(res, q) {
   const N = res.query_attentions.length;
   const H = res.num_heads;
-  const causal = res.family === "decoder" || res.block === "decoder";
+  const causal = causalBlock(res);
   const keys = keyTokens(res);
   const width = causal ? q + 1 : keys.length;
   const z = [];
@@ -246,7 +246,7 @@ export async function renderGeneration(section, ticket) {
   fillTargets(res);
   summary.textContent = describeQuery(res, q);
   displayNote.textContent = noteForQuery(res);
-  const decoder = res.family === "decoder";
+  const decoder = familySpec(res).generates;
   const intro = section.querySelector(".generation-intro");
   const tokens = queryTokens(res);
   if (res.generation) {
