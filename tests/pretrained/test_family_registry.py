@@ -189,3 +189,91 @@ def test_each_spec_says_what_its_models_read_and_give(family_models: Any, kind: 
         upper = np.triu(weights[0, 0, 0], k=1) if square else np.ones(1)
         # causal exactly in the spec's causal blocks: nothing above the diagonal
         assert (square and not upper.any()) is (block in spec.causal_blocks), block
+
+
+# Families AttnViz does not run: refused by name ------------------------------------------
+
+
+def _tiny_llava() -> Any:
+    import transformers
+
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        image_size=30, patch_size=6, projection_dim=16,
+    )  # fmt: skip
+    text = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1,
+    )  # fmt: skip
+    config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=63)
+    return transformers.LlavaForConditionalGeneration(config)
+
+
+def _tiny_qwen2_vl() -> Any:
+    import transformers
+
+    text = {
+        "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "bos_token_id": 0,
+        "eos_token_id": 1, "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]},
+    }  # fmt: skip
+    vision = {"depth": 1, "embed_dim": 16, "hidden_size": 16, "num_heads": 2, "patch_size": 2}
+    config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision)
+    return transformers.Qwen2VLForConditionalGeneration(config)
+
+
+VISION_LANGUAGE = {"llava": _tiny_llava, "qwen2_vl": _tiny_qwen2_vl}
+
+
+@pytest.fixture(scope="module")
+def vision_language_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random LLaVA and Qwen2-VL models saved as folders, with a word tokenizer."""
+    require_transformers()
+    from tests.pretrained.tiny import DECODER_STYLE, word_tokenizer
+
+    root = tmp_path_factory.mktemp("vision-language")
+    folders = {}
+    for model_type, build in VISION_LANGUAGE.items():
+        folders[model_type] = root / f"tiny-{model_type}"
+        build().save_pretrained(folders[model_type])
+        word_tokenizer(DECODER_STYLE).save_pretrained(folders[model_type])
+    return folders
+
+
+@pytest.mark.parametrize("model_type", VISION_LANGUAGE)
+def test_a_vision_language_model_is_refused_by_name_not_run_as_an_encoder(
+    vision_language_folders: dict[str, Path], model_type: str
+) -> None:
+    """Before, a LLaVA folder was read as an encoder (its architectures name no causal LM)
+    and ran its text without the image; now loading it, from a folder or from Python, says
+    what it is."""
+    from attnviz.pretrained import ModelFormatError, load_model_dir, wrap_model
+    from attnviz.pretrained.architectures import family_of, vision_language_type
+
+    folder = vision_language_folders[model_type]
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(folder)
+    assert vision_language_type(config) == model_type
+    assert family_of(config) in FAMILIES  # what a text loader would have taken it for
+    with pytest.raises(ModelFormatError) as raised:
+        load_model_dir(f"tiny-{model_type}", folder)
+    message = str(raised.value)
+    assert message.startswith(f"{folder}: {model_type} is a vision-language model")
+    assert "does not run yet" in message and "Traceback" not in message
+    with pytest.raises(ModelFormatError, match=f"{model_type} is a vision-language model"):
+        wrap_model(VISION_LANGUAGE[model_type](), None)
+
+
+def test_a_served_vision_language_folder_is_listed_as_failed_with_the_reason(
+    vision_language_folders: dict[str, Path],
+) -> None:
+    with serving_model_dirs(list(vision_language_folders.values())) as client:
+        listing = {m["name"]: m for m in client.get("/api/v1/models").json()["models"]}
+        for model_type in VISION_LANGUAGE:
+            entry = listing[f"tiny-{model_type}"]
+            assert entry["state"] == "failed" and entry["family_spec"] is None
+            assert f"{model_type} is a vision-language model" in entry["error"]
+            response = client.post(URL, json={"model": f"tiny-{model_type}", "texts": ["a cat"]})
+            assert response.status_code == 422
+            assert "vision-language" in response.json()["detail"][0]["msg"]
