@@ -51,6 +51,17 @@ computations in its own pool (:mod:`attnviz.server.executor`) and refuses what d
 (503, 413): Serve's limit only has to keep /healthz, the page and its static files from
 waiting at the proxy behind a few long computations."""
 
+PROXY_PATIENCE: Final = {
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
+}
+"""Serve's checks of its HTTP proxy, in seconds, for the controller :func:`serve_on_ray`
+starts (``controller_options``' environment; a variable set in this process wins). Serve's
+defaults (5 s to be ready, three misses) kill a proxy still starting on a busy machine,
+and ``serve.start`` then fails with ``ActorDiedError``."""
+PROXY_START_S: Final = 600
+"""How long :func:`serve_on_ray` waits for Serve's proxy to answer, in seconds."""
+
 
 def create_replica_app() -> ASGIApp:
     """The AttnViz app, built in the replica's process (Serve's ingress builder).
@@ -288,7 +299,8 @@ def serve_on_ray(
         ValueError: :func:`build`'s errors.
         ImportError: Ray is not installed (``pip install 'attnviz[ray]'``).
         ConnectionError: no cluster answers at ``address``.
-        RuntimeError: a replica failed to start (its error is in the message).
+        RuntimeError: a replica failed to start (its error is in the message), or
+            Serve's proxy did not answer within :data:`PROXY_START_S`.
     """
     application = build(replicas, num_cpus, num_gpus)  # the driver's environment, now
     import ray
@@ -299,13 +311,21 @@ def serve_on_ray(
         # "local": a new Ray, never one found on this machine (address None would join it).
         local: dict[str, Any] = {"include_dashboard": False} if started_here else {}
         ray.init(address=address or "local", **local)
+    url = f"http://{host}:{port}"
+    patience = {k: os.environ.get(k, v) for k, v in PROXY_PATIENCE.items()}
     try:
-        serve.start(http_options={"host": host, "port": port})
+        try:
+            serve.start(
+                http_options={"host": host, "port": port},
+                controller_options={"runtime_env": {"env_vars": patience}},
+            )
+        except TimeoutError:  # its proxy not ready in Serve's fixed 60 s: still starting
+            serve.start(http_options={"host": host, "port": port})  # the controller above
         serve.run(application, name=APP_NAME, route_prefix="/")
+        _wait_for_proxy(url, PROXY_START_S)
     except BaseException:
         _stop(started_here)
         raise
-    url = f"http://{host}:{port}"
     gpus = f", {num_gpus:g} GPUs" if num_gpus else ""
     until = "; Ctrl-C stops it" if blocking else ""
     plural = "" if replicas == 1 else "s"
@@ -324,6 +344,28 @@ def serve_on_ray(
     finally:
         _stop(started_here)
     return url
+
+
+def _wait_for_proxy(url: str, timeout_s: float) -> None:
+    """Wait until Serve's proxy at ``url`` answers its health check (``/-/healthz``).
+
+    Raises:
+        RuntimeError: it did not answer 200 within ``timeout_s`` seconds.
+    """
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/-/healthz", timeout=10) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Serve's proxy at {url} did not answer within {timeout_s:g} s")
+        time.sleep(0.5)
 
 
 def _stop(started_here: bool) -> None:

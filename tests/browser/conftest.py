@@ -1,12 +1,14 @@
 from collections.abc import Iterator
 
 import pytest
-from attnviz.devtools import live_server
+from attnviz.devtools import live_process
 
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
-    with live_server() as url:
+    # The bounds are on hangs: a busy machine (make test-busy) takes minutes to start and
+    # over the default 60 s of ATTNVIZ_COMPUTE_TIMEOUT_S for the 3,000-token views.
+    with live_process(timeout_s=300, env={"ATTNVIZ_COMPUTE_TIMEOUT_S": "600"}) as (url, _):
         yield url
 
 
