@@ -279,7 +279,28 @@ def test_the_sample_plays_under_a_cursor_that_follows_the_audio(page, media_url:
         # The lit token is the one whose span holds the cursor.
         assert len(s["lit"]) == 1 and s["lit"][0][0] <= s["x"] <= s["lit"][0][1], s
 
-    page.click("#speech-play")  # pause: the cursor stays where the audio stopped
+    # Pause while it plays: the click is made in the page, in the same task that sees the
+    # audio still playing (on a busy machine the clip may end before a click from here; if
+    # it has, it is played again first).
+    page.evaluate(
+        f"""() => new Promise((done) => {{
+            const button = document.querySelector('#speech-play');
+            let again = false;
+            const tick = () => {{
+                if ({PLAYER}.playing && {PLAYER}.currentTime > 0) {{
+                    button.click();
+                    done();
+                    return;
+                }}
+                if (!{PLAYER}.playing && !again) {{
+                    button.click();
+                    again = true;
+                }}
+                requestAnimationFrame(tick);
+            }};
+            tick();
+        }})"""
+    )
     page.wait_for_function(
         f"!{PLAYER}.playing && {CROSS}.layout.shapes[0].x0 === {PLAYER}.currentTime"
     )
