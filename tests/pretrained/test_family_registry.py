@@ -27,6 +27,7 @@ from tests.pretrained.tiny import FAMILIES as TINY_FAMILIES
 from tests.pretrained.tiny import TARGETS, TEXTS, save_tiny
 from tests.server.support import serving_model_dirs
 from tests.support.api import decode
+from tests.support.scans import compared_names, mentions
 
 APP = Path(__file__).resolve().parents[2] / "app"
 REGISTRY = APP / "pretrained" / "families.py"
@@ -57,35 +58,19 @@ def test_every_family_name_has_one_spec_named_after_it() -> None:
 # The scans ----------------------------------------------------------------------------
 
 
-def _literal_families(node: ast.AST) -> set[str]:
-    """The family names a constant or a tuple, list or set of constants holds."""
-    values = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
-    return {v.value for v in values if isinstance(v, ast.Constant) and v.value in FAMILIES}
-
-
-def _mentions_family(node: ast.AST) -> bool:
-    return any(
-        "fam" in (n.id if isinstance(n, ast.Name) else n.attr).lower()
-        for n in ast.walk(node)
-        if isinstance(n, ast.Name | ast.Attribute)
-    )
-
-
 def family_name_branches(source: str) -> list[tuple[int, str]]:
     """(line, names) of each comparison of a family with a family's name in ``source``, and
     of each ``family.startswith(...)``."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-            names = set().union(*(_literal_families(side) for side in sides))
-            if names and any(_mentions_family(side) for side in sides):
+            if names := compared_names(node, FAMILIES, "fam"):
                 found.append((node.lineno, ", ".join(sorted(names))))
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr in ("startswith", "endswith")
-            and _mentions_family(node.func.value)
+            and mentions(node.func.value, "fam")
         ):
             found.append((node.lineno, node.func.attr))
     return found

@@ -26,6 +26,8 @@ from attnviz.pretrained.methods import (
     method_spec,
 )
 
+from tests.support.scans import compared_names
+
 APP = Path(__file__).resolve().parents[2] / "app"
 REGISTRY_PACKAGE = APP / "pretrained" / "methods"
 
@@ -48,29 +50,11 @@ def test_the_sets_the_checks_use_follow_the_specs() -> None:
         assert "target T" in METHODS[name].note
 
 
-def _literal_names(node: ast.AST) -> set[str]:
-    """The method names a constant or a tuple, list or set of constants holds."""
-    values = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
-    return {v.value for v in values if isinstance(v, ast.Constant) and v.value in METHODS}
-
-
-def _mentions_method(node: ast.AST) -> bool:
-    return any(
-        "method" in (n.id if isinstance(n, ast.Name) else n.attr).lower()
-        for n in ast.walk(node)
-        if isinstance(n, ast.Name | ast.Attribute)
-    )
-
-
 def method_name_branches(source: str) -> list[tuple[int, str]]:
     """(line, names) of each comparison of a method with a method's name in ``source``."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Compare):
-            continue
-        sides = [node.left, *node.comparators]
-        names = set().union(*(_literal_names(side) for side in sides))
-        if names and any(_mentions_method(side) for side in sides):
+        if isinstance(node, ast.Compare) and (names := compared_names(node, METHODS, "method")):
             found.append((node.lineno, ", ".join(sorted(names))))
     return found
 
