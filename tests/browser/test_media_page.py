@@ -260,24 +260,41 @@ def test_the_sample_plays_under_a_cursor_that_follows_the_audio(page, media_url:
     before = page.evaluate(POSITION, ".speech-cross")
     assert before["x"] is None and before["lit"] == [] and not before["playing"]
 
+    # Every animation frame while it plays: the position (POSITION) and the time last shown
+    # (the cursor's wanted position), read at one instant; until the cursor has moved 4 times.
+    page.evaluate(
+        f"""() => {{
+            window.seen = [];
+            window.sampling = true;
+            const sample = () => {{
+                if (!window.sampling) return;
+                const s = ({POSITION})('.speech-cross');
+                s.shown = {CROSS}.cursorWanted ?? null;
+                if (s.playing) window.seen.push(s);
+                requestAnimationFrame(sample);
+            }};
+            sample();
+        }}"""
+    )
     page.click("#speech-play")
-    seen = []
-    for _ in range(4):
-        page.wait_for_timeout(200)
-        seen.append(page.evaluate(POSITION, ".speech-cross"))
-    playing = [s for s in seen if s["playing"]]
-    assert len(playing) == 4, seen
+    page.wait_for_function(
+        "new Set(window.seen.map((s) => s.x).filter((x) => x !== null)).size >= 4",
+        timeout=60_000,
+    )
+    seen = page.evaluate("window.sampling = false, window.seen")
+    playing = [s for s in seen if s["x"] is not None]
     times = [s["t"] for s in playing]
-    assert times == sorted(times) and times[-1] - times[0] > 0.3  # the audio's clock runs
+    assert times == sorted(times) and times[-1] - times[0] > 0  # the audio's clock runs
     xs = [s["x"] for s in playing]
-    assert None not in xs and xs == sorted(xs) and xs[-1] > xs[0]  # the cursor moves right
+    assert xs == sorted(xs) and xs[-1] > xs[0]  # the cursor moves right
     for s in playing:
-        # Over the waveform and the map (the figure's whole height), at the time heard: a
-        # frame or a few behind the clock, read at the same instant.
+        # Over the waveform and the map (the figure's whole height), at a time heard: never
+        # ahead of the clock. How far behind depends on how fast the machine draws (a frame
+        # on an idle one; issue 53: no wall-clock bound), so the order is what is asserted.
         assert s["cursor"] == ["x", "paper", 0, 1]
-        assert 0 <= s["t"] - s["x"] < 0.5, s
-        # The lit token is the one whose span holds the cursor.
-        assert len(s["lit"]) == 1 and s["lit"][0][0] <= s["x"] <= s["lit"][0][1], s
+        assert s["x"] <= s["shown"] <= s["t"], s
+        # The lit token is the one whose span holds the time shown.
+        assert len(s["lit"]) == 1 and s["lit"][0][0] <= s["shown"] <= s["lit"][0][1], s
 
     # Pause while it plays: the click is made in the page, in the same task that sees the
     # audio still playing (on a busy machine the clip may end before a click from here; if
