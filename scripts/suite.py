@@ -1,0 +1,113 @@
+"""`make test`'s steps, the independent ones side by side, and how long each took.
+
+    python scripts/suite.py
+
+1. ``make install`` (the virtual environment) beside ``make system-packages`` (Debian's
+   Chromium, espeak-ng and the container engine, one ``apt-get update`` for all three);
+2. the tests (pytest on four workers, streamed here as they run) beside the image check
+   (``scripts/docker_check.py``), the linters (``make lint``) and the documentation site
+   (``make docs``): the image build waits mostly on downloads, mypy and the docs take one
+   core for a minute or two while many tests wait on a server, a browser or Ray starting;
+3. the logs of the steps run beside the tests, then a table of each step's wall time (s).
+
+The exit status is 0 when every step passed, else 1 (each failed step is named last).
+Environment: ``PYTEST_WORKERS`` (default ``-n 4 --dist loadfile``), ``MAKE``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = os.environ.get("SUITE_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+
+
+@dataclass
+class Step:
+    """One command, run with its output to a log (or to this terminal), timed."""
+
+    name: str
+    command: list[str]
+    stream: bool = False
+    log: Path | None = None
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    seconds: float = 0.0
+    status: int | None = None
+
+    def start(self, logs: Path) -> None:
+        self.started = time.perf_counter()
+        if self.stream:
+            self.process = subprocess.Popen(self.command, cwd=ROOT)
+            return
+        self.log = logs / f"{self.name.replace(' ', '-')}.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                self.command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def wait(self) -> int:
+        assert self.process is not None
+        self.status = self.process.wait()
+        self.seconds = time.perf_counter() - self.started
+        return self.status
+
+
+def run_beside(steps: list[Step], logs: Path) -> None:
+    """Start every step, wait for all of them."""
+    for step in steps:
+        step.start(logs)
+    for step in steps:
+        step.wait()
+
+
+def main() -> int:
+    make = os.environ.get("MAKE", "make")
+    workers = shlex.split(os.environ.get("PYTEST_WORKERS", "-n 4 --dist loadfile"))
+    begun = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="attnviz-suite-") as folder:
+        logs = Path(folder)
+        setup = [
+            Step("make install", [make, "--no-print-directory", "install"]),
+            Step("make system-packages", [make, "--no-print-directory", "system-packages"]),
+        ]
+        run_beside(setup, logs)
+        checks: list[Step] = []
+        if all(step.status == 0 for step in setup):
+            checks = [
+                Step("pytest", [PYTHON, "-m", "pytest", *workers, "--durations=25"], stream=True),
+                Step("image check", [PYTHON, "scripts/docker_check.py"]),
+                Step("make lint", [make, "--no-print-directory", "lint"]),
+                Step("make docs", [make, "--no-print-directory", "docs"]),
+            ]
+            run_beside(checks, logs)
+        for step in [*setup, *checks]:
+            if step.log is not None and (step.status != 0 or step in checks):
+                print(f"=== {step.name} (exit {step.status}) ===", flush=True)
+                sys.stdout.write(step.log.read_text(errors="replace"))
+        total = time.perf_counter() - begun
+    print("=== make test: wall time of each step (s); the steps of a group ran side by side ===")
+    for group in (setup, checks):
+        for step in group:
+            verdict = "passed" if step.status == 0 else f"FAILED (exit {step.status})"
+            print(f"  {step.name:<22} {step.seconds:7.0f}  {verdict}")
+    print(f"  {'in all':<22} {total:7.0f}")
+    failed = [step.name for step in [*setup, *checks] if step.status != 0]
+    if not checks:
+        failed.append("(the checks did not run: the setup failed)")
+    if failed:
+        print("make test: failed: " + ", ".join(failed))
+        return 1
+    print("make test: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
