@@ -53,19 +53,24 @@ class Step:
                 self.command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
             )
 
-    def wait(self) -> int:
+    def poll(self) -> bool:
+        """Whether it has ended (its status and time are then set)."""
         assert self.process is not None
-        self.status = self.process.wait()
-        self.seconds = time.perf_counter() - self.started
-        return self.status
+        if self.status is None:
+            status = self.process.poll()
+            if status is None:
+                return False
+            self.status = status
+            self.seconds = time.perf_counter() - self.started
+        return True
 
 
 def run_beside(steps: list[Step], logs: Path) -> None:
     """Start every step, wait for all of them."""
     for step in steps:
         step.start(logs)
-    for step in steps:
-        step.wait()
+    while not all([step.poll() for step in steps]):
+        time.sleep(0.5)
 
 
 def main() -> int:
