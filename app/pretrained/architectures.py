@@ -43,7 +43,8 @@ CROSS_MODULES: Final = frozenset({"encoder_attn", "EncDecAttention", "crossatten
 def family_of(config: Any) -> Family:
     """The family of a transformers config (:mod:`.blocks` lists the families and blocks).
 
-    A config that says it is an encoder-decoder is one; else its ``architectures`` decide
+    A vision-language config (:func:`vision_language_type`) is ``"vision-language"``; a
+    config that says it is an encoder-decoder is one; else its ``architectures`` decide
     (``...ForCausalLM`` and ``...LMHeadModel``: a decoder); else whether transformers has a
     causal LM and no masked LM of its model type.
     """
@@ -52,6 +53,8 @@ def family_of(config: Any) -> Family:
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
     )
 
+    if vision_language_type(config) is not None:
+        return "vision-language"
     if getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder"
     architectures = getattr(config, "architectures", None) or []

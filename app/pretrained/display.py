@@ -100,7 +100,7 @@ class LayerWalk:
         display_size: int | None = None,
         merge_words: bool = False,
         pending: Callable[[WalkObserver], PretrainedAttentions] | None = None,
-        block_of: Callable[[nn.Module], Block] | None = None,
+        block_of: Callable[[nn.Module], Block | None] | None = None,
         deadline: ProgressBudget | None = None,
     ) -> None:
         inputs = source.inputs if isinstance(source, PretrainedAttentions) else source

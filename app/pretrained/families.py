@@ -12,6 +12,10 @@ A family is how a model reads its input and what its forward pass gives back:
   source, causal decoder self-attention over a teacher-forced target
   (``decoder_input_ids``) and cross attention from the target to the source (Vaswani et
   al. 2017, "Attention Is All You Need", §3.2.3).
+* ``"vision-language"`` (LLaVA, Qwen2-VL, Qwen2.5-VL): an image encoder whose outputs
+  stand in for the image tokens of a decoder's prompt (Liu et al. 2023, "Visual
+  Instruction Tuning"); the decoder's causal block over text and image tokens, a decoder
+  otherwise (:mod:`.vision_language`).
 
 Whatever differs between families (the forward inputs, the decoder inputs, the blocks
 and their shapes, generation, a gradient method's target, what the page asks for) is
@@ -53,7 +57,8 @@ class FamilySpec:
         name: the family (:data:`.blocks.Family`).
         described: the family with its article, for messages ("an encoder").
         auto_class: the transformers auto class that loads it (``AutoModel``,
-            ``AutoModelForCausalLM``, ``AutoModelForSeq2SeqLM``).
+            ``AutoModelForCausalLM``, ``AutoModelForSeq2SeqLM``,
+            ``AutoModelForImageTextToText``).
         text_pairs: whether it reads sentence pairs (``text_pairs``; segment ids as
             ``token_type_ids`` where the model's forward takes them).
         targets: whether its pass needs the decoder's input, a teacher-forced target text
@@ -75,6 +80,8 @@ class FamilySpec:
         input_label: what the page calls one input: "prompt", "sentence" or "text".
         scored_block: the block whose self-attention the head atlas scores: one that
             reads the text alone (an encoder-decoder's encoder, not its decoder).
+        reads_images: whether a prompt may hold images (``images``), read by an image
+            encoder into the prompt's image tokens.
     """
 
     name: Family
@@ -91,6 +98,7 @@ class FamilySpec:
     input_label: Literal["prompt", "sentence", "text"]
     scored_block: Block
     block_shapes: dict[Block, BlockShape] = field(default_factory=dict)
+    reads_images: bool = False
 
     @property
     def blocks(self) -> tuple[Block, ...]:
@@ -107,7 +115,8 @@ class FamilySpec:
 
         Returns:
             A JSON object: ``name``, ``blocks``, ``text_pairs``, ``targets``,
-            ``generates``, ``causal_blocks``, ``input_label`` and ``gradient_target``.
+            ``generates``, ``causal_blocks``, ``input_label``, ``gradient_target`` and
+            ``reads_images``.
         """
         return {
             "name": self.name,
@@ -118,6 +127,7 @@ class FamilySpec:
             "causal_blocks": list(self.causal_blocks),
             "input_label": self.input_label,
             "gradient_target": self.gradient_target,
+            "reads_images": self.reads_images,
         }
 
 
@@ -178,6 +188,22 @@ FAMILIES: Final[dict[Family, FamilySpec]] = {
             "decoder": _DECODER_SHAPE,
             "cross": _DECODER_SHAPE,
         },
+    ),
+    "vision-language": FamilySpec(
+        name="vision-language",
+        described="a vision-language model",
+        auto_class="AutoModelForImageTextToText",
+        text_pairs=False,
+        targets=False,
+        generates=True,
+        outputs="next-token",
+        gradient_target="logit",
+        output_attentions={"decoder": "attentions"},
+        grouped_kv=True,
+        causal_blocks=("decoder",),
+        input_label="prompt",
+        scored_block="decoder",
+        reads_images=True,
     ),
 }
 """Every family AttnViz runs, by name (the keys of :data:`.blocks.BLOCKS`)."""

@@ -47,6 +47,7 @@ from .placement import Placement, PlacementError
 from .recorder import use_recorder
 from .speech import SpeechModel
 from .vision import load_vision_dir
+from .vision_language import VisionLanguageModel, load_processor, runs_vision_language
 from .whisper import convert_ctranslate2_whisper, is_ctranslate2_whisper
 
 if TYPE_CHECKING:
@@ -104,21 +105,26 @@ PACKAGED_MODELS: Final = (
 
 
 def refuse_vision_language(config: Any, where: str) -> None:
-    """Refuse a vision-language model by name (:func:`.architectures.vision_language_type`).
+    """Refuse a vision-language model AttnViz does not run, by name.
+
+    :func:`.architectures.vision_language_type` names it; AttnViz runs those of
+    :func:`.vision_language.runs_vision_language`.
 
     Args:
         config: the model's transformers config.
         where: what the message names first (the folder, or the model's class).
 
     Raises:
-        ModelFormatError: ``config`` is a vision-language model's (LLaVA, Qwen2-VL, ...).
+        ModelFormatError: ``config`` is the config of a vision-language model AttnViz does
+            not run (Idefics3, PaliGemma, ...).
     """
     model_type = vision_language_type(config)
-    if model_type is not None:
+    if model_type is not None and not runs_vision_language(model_type):
         raise ModelFormatError(
             f"{where}: {model_type} is a vision-language model (an image encoder feeding a "
-            "text decoder), which AttnViz does not run yet; it runs text models (encoders, "
-            "decoders, encoder-decoders), Whisper, and vision transformers (ViT, DeiT, DINOv2)"
+            "text decoder) that AttnViz does not run yet; it runs LLaVA 1.5, Qwen2-VL and "
+            "Qwen2.5-VL, text models (encoders, decoders, encoder-decoders), Whisper, and "
+            "vision transformers (ViT, DeiT, DINOv2)"
         )
 
 
@@ -181,7 +187,12 @@ def load_model_dir(
         refuse_vision_language(config, str(folder))
         family = family_of(config)
         speech = config.model_type in SPEECH_TYPES
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        processor = load_processor(folder) if family_spec(family).reads_images else None
+        tokenizer = (
+            processor.tokenizer
+            if processor is not None
+            else AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        )
         auto = transformers.AutoModelForSpeechSeq2Seq if speech else _auto_class(family)
         model = auto.from_pretrained(
             folder, local_files_only=True, **placement.loading_options(config)
@@ -222,16 +233,21 @@ def load_model_dir(
             reload=reload,
             feature_extractor=extractor,
         )
-    loaded = PretrainedModel(
-        name=name,
-        source=source or str(folder),
-        path=folder,
-        family=family,
-        model=model,
-        tokenizer=tokenizer,
-        load_s=time.perf_counter() - start,
-        placement=placement,
-        reload=reload,
+    parts: dict[str, Any] = {
+        "name": name,
+        "source": source or str(folder),
+        "path": folder,
+        "family": family,
+        "model": model,
+        "tokenizer": tokenizer,
+        "load_s": time.perf_counter() - start,
+        "placement": placement,
+        "reload": reload,
+    }
+    loaded = (
+        PretrainedModel(**parts)
+        if processor is None
+        else VisionLanguageModel(**parts, processor=processor)
     )
     loaded.warm_up()  # settles how its weights are obtained (attention_path)
     return loaded
@@ -247,7 +263,7 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> Pretra
     Args:
         model: a ``transformers`` ``PreTrainedModel`` (an encoder, a decoder with its
             head, or an encoder-decoder) already loaded.
-        tokenizer: its tokenizer.
+        tokenizer: its tokenizer (a vision-language model's processor).
         name: how views and requests name it; default the config's ``name_or_path``.
 
     Returns:
@@ -256,8 +272,8 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> Pretra
 
     Raises:
         ModelFormatError: a speech or image model (load those from their directory), a
-            vision-language model, or one whose attention does not take transformers'
-            attention functions.
+            vision-language model AttnViz does not run or given without its processor, or
+            one whose attention does not take transformers' attention functions.
     """
     config = model.config
     refuse_vision_language(config, type(model).__name__)
@@ -274,16 +290,28 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None) -> Pretra
             f"AttentionInterface), so AttnViz cannot record its attention: {error}"
         ) from error
     label = name or str(getattr(config, "name_or_path", "") or type(model).__name__)
-    wrapped = PretrainedModel(
-        name=label,
-        source="loaded in Python",
-        path=Path(str(getattr(config, "name_or_path", "") or ".")),
-        family=family_of(config),
-        model=model,
-        tokenizer=tokenizer,
-        load_s=0.0,
-        reload=None,
-    )
+    family = family_of(config)
+    parts: dict[str, Any] = {
+        "name": label,
+        "source": "loaded in Python",
+        "path": Path(str(getattr(config, "name_or_path", "") or ".")),
+        "family": family,
+        "model": model,
+        "tokenizer": tokenizer,
+        "load_s": 0.0,
+        "reload": None,
+    }
+    if not family_spec(family).reads_images:
+        wrapped = PretrainedModel(**parts)
+    elif hasattr(tokenizer, "image_processor") and hasattr(tokenizer, "tokenizer"):
+        wrapped = VisionLanguageModel(
+            **{**parts, "tokenizer": tokenizer.tokenizer}, processor=tokenizer
+        )
+    else:
+        raise ModelFormatError(
+            f"{type(model).__name__} reads images: pass its processor (transformers' "
+            "AutoProcessor) where the tokenizer goes"
+        )
     wrapped.warm_up()  # settles how its weights are obtained (attention_path)
     return wrapped
 

@@ -368,7 +368,9 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         block = self.block_of(model)
         split: dict[Block, list[nn.Module]] = {}
         for module in found:
-            split.setdefault(block(module), []).append(module)
+            name = block(module)
+            if name is not None:
+                split.setdefault(name, []).append(module)
         return split
 
     @functools.cached_property
@@ -427,21 +429,27 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
     def block_calls(
         self, model: PreTrainedModel, recording: AttentionRecording | KeptPass
     ) -> dict[Block, list[int]]:
-        """Split the recorded (or kept) calls into the family's blocks by their modules."""
+        """Split the recorded (or kept) calls into the family's blocks by their modules.
+
+        A call of a module in no block (a vision-language model's image encoder) is left out.
+        """
         if isinstance(recording, AttentionRecording):
             modules = [call.module for call in recording.calls]
         else:
             modules = [layer.module for layer in recording.layers]
-        if len(self.blocks) == 1:
-            return {self.blocks[0]: list(range(len(modules)))}
         block = self.block_of(model)
         split: dict[Block, list[int]] = {name: [] for name in self.blocks}
         for i, module in enumerate(modules):
-            split[block(module)].append(i)
+            name = block(module)
+            if name is not None:
+                split[name].append(i)
         return split
 
-    def block_of(self, model: PreTrainedModel) -> Callable[[nn.Module], Block]:
-        """The block each attention module of ``model`` is in, by name (as :meth:`block_calls`)."""
+    def block_of(self, model: PreTrainedModel) -> Callable[[nn.Module], Block | None]:
+        """The block each attention module of ``model`` is in, by name (as :meth:`block_calls`).
+
+        None for a module in no block.
+        """
         if len(self.blocks) == 1:
             only = self.blocks[0]
             return lambda module: only

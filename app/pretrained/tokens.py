@@ -9,8 +9,8 @@ what was generated after it). Shapes: B inputs, L tokens (padded to the longest)
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from .families import FamilySpec
+    from .image_tokens import ImageTokens
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class TokenizedBatch:
             ``word_ids()``, per sentence of a pair) share one; special tokens, padding,
             generated tokens and tokens of a tokenizer without word ids have their own.
             None: every token its own word.
+        model_inputs: the forward's other inputs from a vision-language model's processor
+            (``pixel_values``, ``image_grid_thw``, ``image_sizes``, ...): tensors of the
+            images, or of shape (B, L) per token (``mm_token_type_ids``); empty for text.
+        images: each image's tokens and the rectangles of the image they cover
+            (:class:`.image_tokens.ImageTokens`, B = 1); empty for text.
     """
 
     tokens: list[list[str]]
@@ -49,6 +55,8 @@ class TokenizedBatch:
     attention_mask: torch.Tensor
     special_tokens_mask: torch.Tensor
     word_ids: list[list[int]] | None = None
+    model_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    images: list[ImageTokens] = field(default_factory=list)
 
     def words(self, index: int) -> list[int]:
         """Input ``index``'s word numbers (:attr:`word_ids`, or one word per token)."""
@@ -72,7 +80,19 @@ class TokenizedBatch:
             attention_mask=self.attention_mask[index : index + 1, :length],
             special_tokens_mask=self.special_tokens_mask[index : index + 1, :length],
             word_ids=[self.words(index)[:length]],
+            model_inputs=self.per_token_inputs(lambda t: t[index : index + 1, :length]),
+            images=self.images,
         )
+
+    def per_token_inputs(
+        self, change: Callable[[torch.Tensor], torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """:attr:`model_inputs` with ``change`` applied to those of shape (B, L), per token."""
+        shape = tuple(self.input_ids.shape)
+        return {
+            name: change(value) if tuple(value.shape) == shape else value
+            for name, value in self.model_inputs.items()
+        }
 
 
 def word_numbers(
@@ -301,4 +321,9 @@ class TokenizerMixin:
             special_tokens_mask=torch.cat([batch.special_tokens_mask, special], dim=1),
             # Each generated token is a word of its own.
             word_ids=[words + list(range(after, after + len(new_ids)))],
+            # per-token inputs (a VLM's token types) are 0 for the text generated
+            model_inputs=batch.per_token_inputs(
+                lambda t: torch.cat([t, t.new_zeros((t.shape[0], len(new_ids)))], dim=1)
+            ),
+            images=batch.images,
         )

@@ -426,8 +426,56 @@ def test_docker_check_without_an_engine_skips_or_fails_in_ci(tmp_path: Path, ci:
         assert done.returncode == 0 and "docker-check: skipped: no container engine" in done.stdout
 
 
-def test_make_test_runs_docker_check() -> None:
+def _run_suite(tmp_path: Path, failing: str = "") -> tuple[int, str, list[list[str]]]:
+    """scripts/suite.py with stubs for make and the venv's python that log their arguments
+    (and exit 1 when they contain ``failing``): its status, output and the commands run."""
+    log = tmp_path / "commands.jsonl"
+    stub = tmp_path / "stub"
+    stub.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"sys.exit(1 if {failing!r} and {failing!r} in ' '.join(sys.argv[1:]) else 0)\n"
+    )
+    stub.chmod(0o755)
+    env = {**os.environ, "MAKE": str(stub), "SUITE_PYTHON": str(stub), "PYTEST_WORKERS": "-n 3"}
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "suite.py")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    commands = [json.loads(line) for line in log.read_text().splitlines()]
+    return done.returncode, done.stdout, commands
+
+
+def test_make_test_runs_every_step_and_the_image_check_beside_the_tests(tmp_path: Path) -> None:
     makefile = (REPO_ROOT / "Makefile").read_text()
-    test_target = re.search(r"^test: (.*)\n((?:\t.*\n)+)", makefile, re.M)
-    assert test_target and "container-engine" in test_target.group(1).split()
-    assert "scripts/docker_check.py" in test_target.group(2)
+    test_target = re.search(r"^test:(.*)\n((?:\t.*\n)+)", makefile, re.M)
+    assert test_target and "scripts/suite.py" in test_target.group(2)
+    system = re.search(r"^system-packages:.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert system and "browser espeak container-engine" in system.group(1)
+    status, out, commands = _run_suite(tmp_path)
+    assert status == 0, out
+    ran = [" ".join(c) for c in commands]
+    assert "--no-print-directory install" in ran and "--no-print-directory system-packages" in ran
+    assert "-m pytest -n 3 --durations=25" in ran and "scripts/docker_check.py" in ran
+    assert "--no-print-directory lint" in ran and "--no-print-directory docs" in ran
+    # the setup first, then the rest
+    assert {
+        ran.index("--no-print-directory install"),
+        ran.index("--no-print-directory system-packages"),
+    } == {0, 1}
+    assert "wall time of each step" in out and out.rstrip().endswith("make test: passed")
+    # A failing check fails the whole run and is named; the others still ran.
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    status, out, commands = _run_suite(failing, failing="docker_check")
+    assert status == 1
+    assert "make test: failed: image check" in out
+    assert "image check" in out and "FAILED (exit 1)" in out
+    assert any(c[:2] == ["-m", "pytest"] for c in commands)  # the tests ran all the same
+    # A failing setup runs no check.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    status, out, commands = _run_suite(broken, failing="install")
+    assert status == 1 and "the checks did not run" in out
+    assert not any(c[:2] == ["-m", "pytest"] for c in commands)

@@ -50,9 +50,9 @@ def test_every_family_name_has_one_spec_named_after_it() -> None:
         assert spec.scored_block in spec.blocks
         assert set(spec.block_shapes) <= set(spec.blocks)
         assert hasattr(transformers, spec.auto_class)
-        assert spec.described.endswith(name) and spec.described.split()[0] in ("a", "an")
+        assert name in spec.described and spec.described.split()[0] in ("a", "an")
     with pytest.raises(KeyError):
-        family_spec("vision-language")  # type: ignore[arg-type]
+        family_spec("speech")  # type: ignore[arg-type]
 
 
 # The scans ----------------------------------------------------------------------------
@@ -179,35 +179,43 @@ def test_each_spec_says_what_its_models_read_and_give(family_models: Any, kind: 
 # Families AttnViz does not run: refused by name ------------------------------------------
 
 
-def _tiny_llava() -> Any:
+def _tiny_paligemma() -> Any:
     import transformers
 
-    vision = transformers.CLIPVisionConfig(
+    vision = transformers.SiglipVisionConfig(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        image_size=30, patch_size=6, projection_dim=16,
+        image_size=28, patch_size=14,
+    )  # fmt: skip
+    text = transformers.GemmaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+    )  # fmt: skip
+    config = transformers.PaliGemmaConfig(
+        vision_config=vision, text_config=text, image_token_index=63, projection_dim=16
+    )
+    return transformers.PaliGemmaForConditionalGeneration(config)
+
+
+def _tiny_idefics3() -> Any:
+    import transformers
+
+    vision = transformers.Idefics3VisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        image_size=28, patch_size=14,
     )  # fmt: skip
     text = transformers.LlamaConfig(
         vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=1,
     )  # fmt: skip
-    config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=63)
-    return transformers.LlavaForConditionalGeneration(config)
+    config = transformers.Idefics3Config(
+        vision_config=vision, text_config=text, image_token_id=63, scale_factor=2
+    )
+    return transformers.Idefics3ForConditionalGeneration(config)
 
 
-def _tiny_qwen2_vl() -> Any:
-    import transformers
-
-    text = {
-        "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-        "num_attention_heads": 2, "num_key_value_heads": 1, "bos_token_id": 0,
-        "eos_token_id": 1, "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]},
-    }  # fmt: skip
-    vision = {"depth": 1, "embed_dim": 16, "hidden_size": 16, "num_heads": 2, "patch_size": 2}
-    config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision)
-    return transformers.Qwen2VLForConditionalGeneration(config)
-
-
-VISION_LANGUAGE = {"llava": _tiny_llava, "qwen2_vl": _tiny_qwen2_vl}
+VISION_LANGUAGE = {"paligemma": _tiny_paligemma, "idefics3": _tiny_idefics3}
+"""Vision-language families AttnViz does not run yet (LLaVA and Qwen-VL run:
+tests/pretrained/test_vision_language.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +248,7 @@ def test_a_vision_language_model_is_refused_by_name_not_run_as_an_encoder(
 
     config = transformers.AutoConfig.from_pretrained(folder)
     assert vision_language_type(config) == model_type
-    assert family_of(config) in FAMILIES  # what a text loader would have taken it for
+    assert family_of(config) == "vision-language"  # not an encoder that drops the image
     with pytest.raises(ModelFormatError) as raised:
         load_model_dir(f"tiny-{model_type}", folder)
     message = str(raised.value)

@@ -44,7 +44,7 @@ class HeadScoreObserver:
         num_heads: int,
         *,
         block: Block,
-        block_of: Callable[[nn.Module], Block] | None = None,
+        block_of: Callable[[nn.Module], Block | None] | None = None,
         examples: bool = False,
     ) -> None:
         self.num_layers, self.num_heads = num_layers, num_heads

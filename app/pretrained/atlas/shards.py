@@ -211,7 +211,7 @@ def run_shard(
         model.block_layers(block),
         model.block_heads(block),
         block=block,
-        block_of=model.block_of(runner) if len(model.blocks) > 1 else None,
+        block_of=model.block_of(runner),
         examples=True,
     )
     examples = {

@@ -14,7 +14,7 @@ __all__ = ["FamilyInfo", "ModelInfo", "ModelListResponse"]
 class FamilyInfo(BaseModel):
     """A model family as the page reads it (:meth:`attnviz.pretrained.families.FamilySpec.page`)."""
 
-    name: Literal["encoder", "decoder", "encoder-decoder"]
+    name: Literal["encoder", "decoder", "encoder-decoder", "vision-language"]
     blocks: list[Block] = Field(description="Its attention blocks, the first the default.")
     text_pairs: bool = Field(description="Whether `text_pairs` (sentence pairs) applies.")
     targets: bool = Field(description="Whether `targets` (the decoder's text) is required.")
@@ -26,6 +26,9 @@ class FamilyInfo(BaseModel):
     gradient_target: Literal["embedding", "logit"] = Field(
         description="What a gradient method explains: the first token's embedding score, "
         "or the last word's next-token logit (`target_token_id` applies)."
+    )
+    reads_images: bool = Field(
+        False, description="Whether a prompt may hold images (a vision-language model)."
     )
 
 
@@ -46,7 +49,7 @@ class ModelInfo(BaseModel):
         description="What it reads: text (POST /api/v1/models/attention), speech (POST "
         "/api/v1/speech) or images (POST /api/v1/vision).",
     )
-    family: Literal["encoder", "decoder", "encoder-decoder"] | None = None
+    family: Literal["encoder", "decoder", "encoder-decoder", "vision-language"] | None = None
     architecture: str | None = Field(
         None, description="The config's model_type (bert, llama, ...)."
     )

@@ -372,7 +372,7 @@ class PretrainedAttentionResponse(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
 
     model: str
-    family: Literal["encoder", "decoder", "encoder-decoder"]
+    family: Literal["encoder", "decoder", "encoder-decoder", "vision-language"]
     family_spec: FamilyInfo = Field(description="What the family reads and gives.")
     architecture: str
     block: Block = Field(description="The attention block the maps are of.")

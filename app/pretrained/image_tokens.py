@@ -1,0 +1,234 @@
+"""Where each image token of a vision-language prompt lies on the image it was read from.
+
+A vision-language model's processor resizes (and crops, or pads) each image, cuts it into
+p x p patches, and the image encoder turns each patch, or each m x m block of patches
+after merging, into one token of the prompt. :class:`ImageTokens` gives, for every such
+token, the rectangle of the *original* image it covers, so that any map over the image
+tokens (one query's attention, a head's share) can be drawn on the picture the user gave.
+
+Each family's geometry follows its processor, with transformers' own resize rules
+(:func:`resized_size`):
+
+* LLaVA 1.5 (``llava``; ``CLIPImageProcessor`` / ``LlavaImageProcessor``): optionally
+  padded to a square (centred), resized (shortest edge, or a fixed size), centre-cropped;
+  a (crop / p) x (crop / p) grid of patches, row-major; with
+  ``vision_feature_select_strategy="full"`` the [CLS] token comes first and covers the
+  whole cropped view (Liu et al. 2023, "Improved Baselines with Visual Instruction
+  Tuning").
+* Qwen2-VL and Qwen2.5-VL (``qwen2_vl``, ``qwen2_5_vl``): resized to h x w, multiples of
+  p * m ("smart resize", no crop); ``image_grid_thw`` = (1, h / p, w / p); the encoder
+  merges each m x m block of patches into one token, so the tokens are an (h / pm) x
+  (w / pm) grid, row-major (Wang et al. 2024, "Qwen2-VL", §2.1).
+
+Rectangles are ``(x0, y0, x1, y1)`` in the original image's pixels (x right, y down,
+edges: a token over pixel columns 0..13 is x0 = 0, x1 = 14), clipped to the image (the
+padding of a square pad covers no pixel: a token over it alone has an empty rectangle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ImageTokens:
+    """One image's tokens in a prompt and the rectangle of the image each covers.
+
+    Attributes:
+        image: which image of the prompt (0 for the first).
+        width: the original image's width, in pixels.
+        height: its height, in pixels.
+        positions: (n,) the tokens' positions in the prompt, in order.
+        rectangles: (n, 4) float64, each token's ``(x0, y0, x1, y1)`` in original pixels.
+        grid: (rows, cols) of the patch tokens, row-major: the last rows * cols tokens;
+            any before them (LLaVA's [CLS] with the "full" strategy) cover the whole view.
+    """
+
+    image: int
+    width: int
+    height: int
+    positions: tuple[int, ...]
+    rectangles: np.ndarray
+    grid: tuple[int, int]
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON form of the tokens of one image.
+
+        Returns:
+            ``image``, ``width``, ``height``, ``positions``, ``grid`` and ``rectangles``
+            (lists of 4 numbers, pixels).
+        """
+        return {
+            "image": self.image,
+            "width": self.width,
+            "height": self.height,
+            "positions": list(self.positions),
+            "grid": list(self.grid),
+            "rectangles": [[round(float(v), 4) for v in row] for row in self.rectangles],
+        }
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The token rectangles of one image before they are placed in a prompt.
+
+    Attributes:
+        rectangles: (n, 4) float64 ``(x0, y0, x1, y1)`` in original pixels.
+        grid: (rows, cols) of the patch tokens (the last rows * cols of the n).
+    """
+
+    rectangles: np.ndarray
+    grid: tuple[int, int]
+
+
+def _size_value(size: Any, key: str) -> int | None:
+    value = size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+    return int(value) if value else None
+
+
+def resized_size(size: Any, height: int, width: int, *, default_to_square: bool) -> tuple[int, int]:
+    """(height, width) an image processor's ``resize`` gives an image of ``height`` x ``width``.
+
+    As transformers' image processors choose it (``image_processing_backends``, the PIL
+    backend's ``resize``), with transformers' own functions: shortest and longest edge
+    (aspect kept), shortest edge alone, a maximum height and width, or a fixed size.
+
+    Raises:
+        ValueError: a ``size`` with none of those keys (as transformers raises).
+    """
+    from transformers.image_transforms import get_resize_output_image_size
+    from transformers.image_utils import ChannelDimension, get_image_size_for_max_height_width
+
+    shortest, longest = _size_value(size, "shortest_edge"), _size_value(size, "longest_edge")
+    max_h, max_w = _size_value(size, "max_height"), _size_value(size, "max_width")
+    fixed_h, fixed_w = _size_value(size, "height"), _size_value(size, "width")
+    new: tuple[int, int]
+    if shortest and longest:
+        from transformers.image_transforms import get_size_with_aspect_ratio
+
+        new = get_size_with_aspect_ratio((height, width), shortest, longest)
+    elif shortest:
+        new = get_resize_output_image_size(
+            np.zeros((1, height, width), dtype=np.uint8),
+            size=shortest,
+            default_to_square=default_to_square,
+            input_data_format=ChannelDimension.FIRST,
+        )
+    elif max_h and max_w:
+        new = get_image_size_for_max_height_width((height, width), max_h, max_w)
+    elif fixed_h and fixed_w:
+        new = (fixed_h, fixed_w)
+    else:
+        raise ValueError(f"an image processor's size without a rule: {size}")
+    return int(new[0]), int(new[1])
+
+
+def _grid_rectangles(
+    rows: int, cols: int, cell: tuple[float, float], origin: tuple[float, float]
+) -> np.ndarray:
+    """(rows * cols, 4) rectangles of a row-major grid of ``cell`` (w, h) from ``origin``."""
+    r, c = np.divmod(np.arange(rows * cols, dtype=np.float64), cols)
+    x0 = origin[0] + c * cell[0]
+    y0 = origin[1] + r * cell[1]
+    return np.stack([x0, y0, x0 + cell[0], y0 + cell[1]], axis=1)
+
+
+def _to_original(
+    rectangles: np.ndarray,
+    scale: tuple[float, float],
+    shift: tuple[float, float],
+    size: tuple[int, int],
+) -> np.ndarray:
+    """Processed-image rectangles in original pixels.
+
+    Times ``scale`` (x, y), minus ``shift`` (a pad's offset), clipped to ``size`` (width,
+    height).
+    """
+    out = rectangles.copy()
+    out[:, [0, 2]] = out[:, [0, 2]] * scale[0] - shift[0]
+    out[:, [1, 3]] = out[:, [1, 3]] * scale[1] - shift[1]
+    out[:, [0, 2]] = out[:, [0, 2]].clip(0, size[0])
+    out[:, [1, 3]] = out[:, [1, 3]].clip(0, size[1])
+    return out
+
+
+def llava_geometry(
+    image_processor: Any, config: Any, width: int, height: int, inputs: dict[str, Any], index: int
+) -> Geometry:
+    """LLaVA 1.5's tokens of one ``width`` x ``height`` image (module docstring).
+
+    Args:
+        image_processor: the processor's image processor (its size, crop and pad settings).
+        config: the ``LlavaConfig`` (patch size, ``vision_feature_select_strategy``).
+        width: the original image's width, in pixels.
+        height: its height, in pixels.
+        inputs: the processor's outputs (unused: LLaVA's grid follows the settings).
+        index: which image of the prompt (unused).
+    """
+    padded = max(width, height) if getattr(image_processor, "do_pad", False) else None
+    shift = (0.0, 0.0)
+    base_w, base_h = width, height
+    if padded is not None and width != height:
+        # pad_to_square: the image centred on the long side's square, floor offsets
+        if width > height:
+            shift = (0.0, float((padded - height) // 2))
+        else:
+            shift = (float((padded - width) // 2), 0.0)
+        base_w = base_h = padded
+    new_h, new_w = base_h, base_w
+    if getattr(image_processor, "do_resize", True):
+        new_h, new_w = resized_size(
+            image_processor.size, base_h, base_w,
+            default_to_square=bool(getattr(image_processor, "default_to_square", True)),
+        )  # fmt: skip
+    top = left = 0
+    view_h, view_w = new_h, new_w
+    if getattr(image_processor, "do_center_crop", False):
+        crop = image_processor.crop_size
+        view_h, view_w = _size_value(crop, "height") or new_h, _size_value(crop, "width") or new_w
+        # transformers' center_crop: floor offsets (negative where it pads a small image)
+        top, left = (new_h - view_h) // 2, (new_w - view_w) // 2
+    patch = int(config.vision_config.patch_size)
+    rows, cols = view_h // patch, view_w // patch
+    cells = _grid_rectangles(rows, cols, (patch, patch), (left, top))
+    if getattr(config, "vision_feature_select_strategy", "default") == "full":
+        whole = np.array([[left, top, left + cols * patch, top + rows * patch]], dtype=np.float64)
+        cells = np.concatenate([whole, cells])
+    scale = (base_w / new_w, base_h / new_h)
+    return Geometry(_to_original(cells, scale, shift, (width, height)), (rows, cols))
+
+
+def qwen_vl_geometry(
+    image_processor: Any, config: Any, width: int, height: int, inputs: dict[str, Any], index: int
+) -> Geometry:
+    """Qwen2-VL's and Qwen2.5-VL's tokens of one image (module docstring).
+
+    Args:
+        image_processor: the processor's image processor (``patch_size``, ``merge_size``).
+        config: the model's config (unused: the processor's sizes are what it read).
+        width: the original image's width, in pixels.
+        height: its height, in pixels.
+        inputs: the processor's outputs: ``image_grid_thw`` (images, 3), (t, h/p, w/p).
+        index: which image of the prompt.
+    """
+    patch = int(image_processor.patch_size)
+    merge = int(image_processor.merge_size)
+    _, grid_h, grid_w = (int(v) for v in inputs["image_grid_thw"][index])
+    rows, cols = grid_h // merge, grid_w // merge
+    cells = _grid_rectangles(rows, cols, (patch * merge, patch * merge), (0.0, 0.0))
+    scale = (width / (grid_w * patch), height / (grid_h * patch))
+    return Geometry(_to_original(cells, scale, (0.0, 0.0), (width, height)), (rows, cols))
+
+
+GeometryRule = Callable[[Any, Any, int, int, dict[str, Any], int], Geometry]
+
+GEOMETRIES: Final[dict[str, GeometryRule]] = {
+    "llava": llava_geometry,
+    "qwen2_vl": qwen_vl_geometry,
+    "qwen2_5_vl": qwen_vl_geometry,
+}
+"""Each vision-language ``model_type`` AttnViz runs, and its image tokens' geometry."""

@@ -1,0 +1,214 @@
+"""Vision-language models: the decoder's attention over text and image tokens, exact, and
+where each image token lies on the image.
+
+Tiny random LLaVA 1.5 (with and without LLaVA's square pad, [CLS] kept or not),
+Qwen2-VL and Qwen2.5-VL folders (:mod:`tests.pretrained.tiny_vlm`), loaded by
+:func:`attnviz.pretrained.load_model_dir` as a user's folder would be:
+
+* every layer and head of the decoder equals transformers' own eager
+  ``output_attentions`` of the same folder to 1e-5, with one image and with two, on
+  images whose sizes are not multiples of the patch;
+* each image token's rectangle holds every original pixel the processor put in that
+  token's patch (images that record their own coordinates, resampled NEAREST).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.pretrained import tiny_vlm
+from tests.pretrained.support import require_transformers
+
+SIZES = [(47, 61), (90, 33), (30, 30), (200, 131)]
+"""(width, height) of test images: none but one a multiple of the patch, both aspects."""
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    require_transformers()
+    root = tmp_path_factory.mktemp("vlm")
+    return {name: build(root / name) for name, build in tiny_vlm.BUILDERS.items()}
+
+
+@pytest.fixture(scope="module")
+def models(folders: dict[str, Path]) -> dict[str, Any]:
+    from attnviz.pretrained import load_model_dir
+
+    return {name: load_model_dir(f"tiny-{name}", folder) for name, folder in folders.items()}
+
+
+def eager_reference(folder: Path) -> Any:
+    import transformers
+
+    model = transformers.AutoModelForImageTextToText.from_pretrained(
+        folder, attn_implementation="eager", local_files_only=True
+    )
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", tiny_vlm.BUILDERS)
+def test_a_vision_language_folder_loads_as_its_family(models: dict[str, Any], name: str) -> None:
+    from attnviz.pretrained.vision_language import VisionLanguageModel
+
+    model = models[name]
+    assert isinstance(model, VisionLanguageModel)
+    assert model.family == "vision-language" and model.blocks == ("decoder",)
+    assert model.architecture == name.split("-")[0]
+    # The text decoder's shape, not the image encoder's.
+    assert (model.num_layers, model.num_heads, model.num_key_value_heads) == (2, 2, 1)
+    assert model.spec.reads_images and model.spec.page()["reads_images"]
+
+
+@pytest.mark.parametrize("images", [1, 2])
+@pytest.mark.parametrize("name", tiny_vlm.BUILDERS)
+def test_every_decoder_head_equals_eager_output_attentions(
+    models: dict[str, Any], folders: dict[str, Path], name: str, images: int
+) -> None:
+    model = models[name]
+    pictures = [tiny_vlm.coordinate_image(*size) for size in SIZES[:images]]
+    batch = model.tokenize_images("what is in this picture", pictures)
+    result = model.run(batch, device="cpu")
+    inputs = {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask.long(),
+        **batch.model_inputs,
+    }
+    with torch.inference_mode():
+        expected = eager_reference(folders[name])(**inputs, output_attentions=True)
+    length = batch.input_ids.shape[1]
+    image_tokens = sum(len(placed.positions) for placed in batch.images)
+    assert image_tokens == int((batch.input_ids == model.image_token_id).sum()) > 0
+    assert result.num_layers("decoder") == len(expected.attentions) == 2
+    for layer, reference in enumerate(expected.attentions):
+        recorded = result.layer_weights("decoder", layer)
+        assert recorded.shape == reference.shape == (1, 2, length, length)
+        torch.testing.assert_close(recorded, reference, atol=1e-5, rtol=0)
+        # Causal over the whole prompt, image tokens included; rows sum to 1.
+        assert not torch.triu(recorded[0], diagonal=1).any()
+        torch.testing.assert_close(recorded.sum(-1), torch.ones(1, 2, length))
+    # The image encoder's calls are in no block: only the decoder's layers were counted.
+    assert len(result.block_calls["decoder"]) == 2
+
+
+def patch_pixels(name: str, model: Any, batch: Any, image: int, token: int) -> np.ndarray:
+    """(n, 3) the processed pixel values the processor put in ``image``'s ``token``."""
+    pixels = batch.model_inputs["pixel_values"].float().numpy()
+    placed = batch.images[image]
+    rows, cols = placed.grid
+    if name.startswith("llava"):
+        extra = len(placed.positions) - rows * cols  # [CLS] with the "full" strategy
+        view = pixels[image]  # (3, 30, 30)
+        if token < extra:
+            return view.reshape(3, -1).T
+        r, c = divmod(token - extra, cols)
+        return view[:, r * 6 : (r + 1) * 6, c * 6 : (c + 1) * 6].reshape(3, -1).T
+    # Qwen: rows of (C, T, p, p) per patch, m * m patches per token, image after image.
+    grids = batch.model_inputs["image_grid_thw"]
+    first = int(sum(int(t * h * w) for t, h, w in grids[:image].tolist()))
+    start = first + token * 4
+    block = pixels[start : start + 4].reshape(4, 3, 2, 2, 2)  # (m*m, C, T, p, p)
+    return block.transpose(0, 2, 3, 4, 1).reshape(-1, 3)
+
+
+@pytest.mark.parametrize("name", tiny_vlm.BUILDERS)
+def test_each_image_token_covers_the_pixels_its_patch_was_read_from(
+    models: dict[str, Any], name: str
+) -> None:
+    model = models[name]
+    pictures = [tiny_vlm.coordinate_image(*size) for size in SIZES]
+    prompt_images = pictures if name.startswith("qwen") else pictures[:1]
+    checked = 0
+    for size, picture in zip(SIZES, pictures, strict=True):
+        batch = model.tokenize_images(
+            "describe it", prompt_images if picture is pictures[0] else [picture]
+        )
+        for image, placed in enumerate(batch.images):
+            width, height = placed.width, placed.height
+            assert (width, height) == SIZES[image] if len(batch.images) > 1 else size
+            rects = placed.rectangles
+            assert rects.shape == (len(placed.positions), 4)
+            assert (rects[:, [0, 2]] >= 0).all() and (rects[:, [0, 2]] <= width).all()
+            assert (rects[:, [1, 3]] >= 0).all() and (rects[:, [1, 3]] <= height).all()
+            for token, (x0, y0, x1, y1) in enumerate(rects):
+                seen = tiny_vlm.decode_coordinates(patch_pixels(name, model, batch, image, token))
+                # every original pixel read into the token has its centre in the rectangle
+                # (NEAREST takes the pixel whose centre is within half a pixel)
+                centres = seen + 0.5
+                assert (centres[:, 0] >= x0 - 0.5).all() and (centres[:, 0] <= x1 + 0.5).all()
+                assert (centres[:, 1] >= y0 - 0.5).all() and (centres[:, 1] <= y1 + 0.5).all()
+                if len(seen) == 0:  # only the pad: the rectangle is empty
+                    assert x0 == x1 or y0 == y1, (token, rects[token])
+                checked += 1
+    assert checked >= 100
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "llava"])
+def test_grid_rectangles_tile_the_view_without_gaps(models: dict[str, Any], name: str) -> None:
+    model = models[name]
+    for size in SIZES:
+        batch = model.tokenize_images("describe it", [tiny_vlm.coordinate_image(*size)])
+        (placed,) = batch.images
+        rows, cols = placed.grid
+        rects = placed.rectangles[-rows * cols :].reshape(rows, cols, 4)
+        # neighbours share their edges; the grid's area is the covered view's
+        np.testing.assert_allclose(rects[:, 1:, 0], rects[:, :-1, 2])
+        np.testing.assert_allclose(rects[1:, :, 1], rects[:-1, :, 3])
+        left, top, right, bottom = (
+            rects[0, 0, 0],
+            rects[0, 0, 1],
+            rects[-1, -1, 2],
+            rects[-1, -1, 3],
+        )
+        if name.startswith("qwen"):  # the whole image, resized without a crop
+            assert (left, top, right, bottom) == (0, 0, size[0], size[1])
+        else:  # the centre square of the short side, to one resized pixel (the long
+            # side's size is truncated: 200 x 131 becomes 45 x 30, so 30 px are 133 px)
+            side, pixel = min(size), max(size) / 30 + 1
+            assert right - left == pytest.approx(side, abs=pixel)
+            assert bottom - top == pytest.approx(side, abs=pixel)
+            assert left + right == pytest.approx(size[0], abs=pixel)
+            assert top + bottom == pytest.approx(size[1], abs=pixel)
+
+
+def test_a_prompt_that_places_another_number_of_images_is_a_clear_error(
+    models: dict[str, Any],
+) -> None:
+    from attnviz.attention.errors import AttentionInputError
+
+    model = models["llava"]
+    picture = tiny_vlm.coordinate_image(40, 40)
+    with pytest.raises(AttentionInputError) as raised:
+        model.tokenize_images("<image> <image> what is in this picture", [picture])
+    assert raised.value.field == "texts[0]" and "2 images" in str(raised.value)
+    with pytest.raises(AttentionInputError) as raised:
+        model.tokenize_images("describe it", [picture] * 9)
+    assert raised.value.field == "images"
+
+
+def test_a_model_loaded_in_python_is_wrapped_with_its_processor(
+    models: dict[str, Any], folders: dict[str, Path]
+) -> None:
+    import transformers
+
+    from attnviz.pretrained import ModelFormatError, wrap_model
+
+    folder = folders["llava"]
+    model = transformers.LlavaForConditionalGeneration.from_pretrained(folder)
+    processor = transformers.AutoProcessor.from_pretrained(folder)
+    with pytest.raises(ModelFormatError, match="pass its processor"):
+        wrap_model(model, processor.tokenizer)
+    wrapped = wrap_model(model, processor, name="mine")
+    assert wrapped.family == "vision-language" and wrapped.model is model
+    picture = [tiny_vlm.coordinate_image(47, 61)]
+    mine = wrapped.run(wrapped.tokenize_images("describe it", picture), device="cpu")
+    loaded = models["llava"]
+    theirs = loaded.run(loaded.tokenize_images("describe it", picture), device="cpu")
+    for layer in range(2):
+        torch.testing.assert_close(
+            mine.layer_weights("decoder", layer), theirs.layer_weights("decoder", layer)
+        )

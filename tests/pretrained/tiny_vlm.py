@@ -1,0 +1,156 @@
+"""Tiny random vision-language models with their processors, saved as local folders.
+
+Each family AttnViz runs (LLaVA 1.5, Qwen2-VL, Qwen2.5-VL) in a real architecture's shape
+with hidden size 16, built from configs (nothing downloaded), its image processor built
+here, and a word-level tokenizer with the family's image tokens. The image processors
+resample with NEAREST and neither rescale nor normalise, so a processed pixel is an
+original pixel: a test can read which original pixel each image token saw
+(:func:`coordinate_image`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+WORDS = "what is in this picture a cat sat on the mat and dog describe it".split()  # noqa: SIM905
+LLAVA_SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<image>")
+QWEN_SPECIALS = (
+    "<pad>", "<s>", "</s>", "<unk>", "<|image_pad|>", "<|vision_start|>", "<|vision_end|>",
+    "<|video_pad|>",
+)  # fmt: skip
+
+
+def tokenizer(specials: tuple[str, ...], extra: dict[str, str]) -> Any:
+    """A word-level tokenizer of :data:`WORDS` after ``specials`` (ids 0, 1, ...)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate([*specials, *WORDS])}
+    model = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    model.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=model, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+        unk_token="<unk>", extra_special_tokens=extra,
+    )  # fmt: skip
+
+
+RAW = {"do_rescale": False, "do_normalize": False, "resample": 0}  # PIL NEAREST
+
+
+def _text(kv: int = 1) -> dict[str, Any]:
+    return {
+        "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": kv, "bos_token_id": 1,
+        "eos_token_id": 2, "pad_token_id": 0,
+    }  # fmt: skip
+
+
+def llava(folder: Path, *, pad: bool = False, strategy: str = "default") -> Path:
+    """LLaVA 1.5: CLIP ViT (30 px, 6 px patches) + Llama; shortest edge 30, centre crop.
+
+    ``pad``: ``LlavaImageProcessor`` pads to a square first (LLaVA 1.5's own setting);
+    ``strategy``: ``vision_feature_select_strategy`` ("full" keeps [CLS]).
+    """
+    import transformers
+
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        image_size=30, patch_size=6, projection_dim=16,
+    )  # fmt: skip
+    config = transformers.LlavaConfig(
+        vision_config=vision, text_config=transformers.LlamaConfig(**_text()),
+        image_token_index=LLAVA_SPECIALS.index("<image>"), vision_feature_select_strategy=strategy,
+        vision_feature_layer=-1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.LlavaForConditionalGeneration(config).save_pretrained(folder)
+    images = transformers.LlavaImageProcessorPil(
+        size={"shortest_edge": 30}, crop_size={"height": 30, "width": 30}, do_pad=pad,
+        image_mean=[0.0, 0.0, 0.0], image_std=[1.0, 1.0, 1.0], **RAW,
+    )  # fmt: skip
+    words = tokenizer(LLAVA_SPECIALS, {"image_token": "<image>"})
+    processor = transformers.LlavaProcessor(
+        image_processor=images, tokenizer=words, patch_size=6,
+        vision_feature_select_strategy=strategy, num_additional_image_tokens=1,
+        image_token="<image>",
+    )  # fmt: skip
+    processor.save_pretrained(folder)
+    return folder
+
+
+def qwen_vl(folder: Path, *, version: str = "qwen2_vl") -> Path:
+    """Qwen2-VL or Qwen2.5-VL: 2 px patches merged 2 x 2, 16..4096 pixels (smart resize).
+
+    Saved as its parts (image processor, tokenizer, ``processor_config.json``): the
+    processor itself cannot be built here without torchvision (its video processor), as
+    with a real checkpoint.
+    """
+    import transformers
+
+    text = {**_text(), "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]}}
+    ids = {
+        "image_token_id": QWEN_SPECIALS.index("<|image_pad|>"),
+        "video_token_id": QWEN_SPECIALS.index("<|video_pad|>"),
+        "vision_start_token_id": QWEN_SPECIALS.index("<|vision_start|>"),
+        "vision_end_token_id": QWEN_SPECIALS.index("<|vision_end|>"),
+    }
+    torch.manual_seed(0)
+    if version == "qwen2_vl":
+        vision = {"depth": 2, "embed_dim": 16, "hidden_size": 16, "num_heads": 2, "patch_size": 2}
+        config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+        transformers.Qwen2VLForConditionalGeneration(config).save_pretrained(folder)
+    else:
+        vision = {
+            "depth": 2, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
+            "patch_size": 2, "out_hidden_size": 16, "fullatt_block_indexes": [1],
+            "window_size": 8,
+        }  # fmt: skip
+        config = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
+        transformers.Qwen2_5_VLForConditionalGeneration(config).save_pretrained(folder)
+    images = transformers.Qwen2VLImageProcessorPil(
+        patch_size=2, merge_size=2, temporal_patch_size=2, min_pixels=16, max_pixels=64 * 64,
+        **RAW,
+    )  # fmt: skip
+    images.save_pretrained(folder)
+    extra = {
+        "image_token": "<|image_pad|>", "video_token": "<|video_pad|>",
+        "vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>",
+    }  # fmt: skip
+    tokenizer(QWEN_SPECIALS, extra).save_pretrained(folder)
+    name = "Qwen2VLProcessor" if version == "qwen2_vl" else "Qwen2_5_VLProcessor"
+    (folder / "processor_config.json").write_text(json.dumps({"processor_class": name}))
+    return folder
+
+
+BUILDERS: dict[str, Callable[[Path], Path]] = {
+    "llava": llava,
+    "llava-padded-full": lambda folder: llava(folder, pad=True, strategy="full"),
+    "qwen2_vl": qwen_vl,
+    "qwen2_5_vl": lambda folder: qwen_vl(folder, version="qwen2_5_vl"),
+}
+"""Each tiny vision-language folder the tests load, by name."""
+
+
+def coordinate_image(width: int, height: int) -> Any:
+    """An RGB image whose pixel (x, y) holds its coordinates: R = x % 256, G = y % 256,
+    B = 1 + 16 * (x // 256) + y // 256 (B = 0 is no pixel of the image: a pad)."""
+    from PIL import Image
+
+    y, x = np.mgrid[0:height, 0:width]
+    pixels = np.stack([x % 256, y % 256, 1 + 16 * (x // 256) + y // 256], axis=-1)
+    return Image.fromarray(pixels.astype(np.uint8), "RGB")
+
+
+def decode_coordinates(rgb: np.ndarray) -> np.ndarray:
+    """(n, 3) processed pixel values of a :func:`coordinate_image` -> (m, 2) (x, y) of the
+    original pixels among them (pads, B = 0, left out)."""
+    rgb = np.rint(rgb).astype(np.int64)
+    real = rgb[:, 2] > 0
+    high = rgb[real, 2] - 1
+    return np.stack([rgb[real, 0] + 256 * (high // 16), rgb[real, 1] + 256 * (high % 16)], axis=1)
