@@ -64,6 +64,10 @@ class GenerationMixin:
 
         def extended(self, batch: TokenizedBatch, new_ids: Sequence[int]) -> TokenizedBatch: ...  # noqa: D102
 
+        def forward_inputs(  # noqa: D102
+            self, batch: TokenizedBatch, targets: TokenizedBatch | None, device: torch.device
+        ) -> dict[str, torch.Tensor]: ...
+
         def token_strings(self, ids: Sequence[int]) -> list[str]: ...  # noqa: D102
 
     def generate(
@@ -135,9 +139,11 @@ class GenerationMixin:
         # A model drawn from its output_attentions records nothing through the interface:
         # its steps keep the weights it returns, and its pass is run after generating.
         own = self.attention_path == "output_attentions"
+        # A vision-language prompt's first pass also runs the image encoder, whose calls
+        # are no step of the decoder's: its pass is recorded after generating.
         joining = (
             record_pass and not record_steps and backbone is not model and head is not None
-        ) and not own
+        ) and not (own or batch.model_inputs)
         recording: AttentionRecording = (
             StepwiseRecording()
             if joining
@@ -153,13 +159,16 @@ class GenerationMixin:
         def keep_hidden(module: nn.Module, args: Any, output: Any) -> None:
             hidden.append(output[0])  # the backbone's last hidden states (1, L, d_model)
 
-        def forward(ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        def forward(
+            ids: torch.Tensor, cache: Any, **inputs: torch.Tensor
+        ) -> tuple[torch.Tensor, Any]:
             """The model's own next-token logits (vocab,) after ``ids``, and the cache.
 
             The logits are the model's (its final softcapping or scaling included); each
-            pass is marked in a joined recording.
+            pass is marked in a joined recording. ``inputs``: the prompt's images
+            (a vision-language model's first pass).
             """
-            out = model(ids, past_key_values=cache, use_cache=True, **last)
+            out = model(ids, past_key_values=cache, use_cache=True, **inputs, **last)
             if isinstance(recording, StepwiseRecording):
                 recording.end_pass()
             if isinstance(recording, WeightsRecording):
@@ -176,7 +185,11 @@ class GenerationMixin:
                 # A cache without the model's config keeps every key, also beyond a sliding
                 # window (the mask still hides the old ones): each step's row then covers
                 # every earlier position, as one causal pass does.
-                logits, cache = forward(batch.input_ids.to(run_on), DynamicCache())
+                images = {}
+                if batch.model_inputs:  # the pixels, their grids and the mask with them
+                    images = self.forward_inputs(batch, None, run_on)
+                    del images["input_ids"]
+                logits, cache = forward(batch.input_ids.to(run_on), DynamicCache(), **images)
                 for step in range(max_new_tokens):
                     check_cancelled()
                     logits = logits.float().cpu()

@@ -107,15 +107,25 @@ def _input_key(
     device: str,
     ablate: dict[int, tuple[int, ...]] | None,
 ) -> tuple[Hashable, ...]:
-    """What identifies a forward pass: the model, the device, the input and the heads off."""
-    return _key(
-        model.name,
-        id(model),
-        device,
-        batch.input_ids,
-        batch.token_type_ids,
-        None if targets is None else targets.input_ids,
-        None if not ablate else tuple(sorted(ablate.items())),
+    """What identifies a forward pass: the model, the device, the input, the heads off.
+
+    The input is its ids and a vision-language prompt's pixels and image grids.
+    """
+    images = tuple(
+        (name, tuple(value.shape), hashlib.sha256(value.cpu().numpy().tobytes()).hexdigest())
+        for name, value in sorted(batch.model_inputs.items())
+    )
+    return (
+        _key(
+            model.name,
+            id(model),
+            device,
+            batch.input_ids,
+            batch.token_type_ids,
+            None if targets is None else targets.input_ids,
+            None if not ablate else tuple(sorted(ablate.items())),
+        )
+        + images
     )
 
 

@@ -212,3 +212,42 @@ def test_a_model_loaded_in_python_is_wrapped_with_its_processor(
         torch.testing.assert_close(
             mine.layer_weights("decoder", layer), theirs.layer_weights("decoder", layer)
         )
+
+
+@pytest.mark.parametrize("name", ["llava", "qwen2_vl"])
+def test_generation_with_an_image_equals_transformers_generate(
+    models: dict[str, Any], folders: dict[str, Path], name: str
+) -> None:
+    """Greedy generation after a prompt with an image is transformers' own (Qwen: M-RoPE
+    positions carried through the cache), and the maps of prompt + answer are the eager
+    model's over the whole sequence."""
+    model = models[name]
+    picture = [tiny_vlm.coordinate_image(47, 61)]
+    batch = model.tokenize_images("what is in this picture", picture)
+    generated = model.generate(batch, 6, device="cpu", record_steps=False, record_pass=True)
+    reference = eager_reference(folders[name])
+    inputs = {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask.long(),
+        **batch.model_inputs,
+    }
+    with torch.inference_mode():
+        expected = reference.generate(
+            **inputs, max_new_tokens=6, do_sample=False, eos_token_id=2, pad_token_id=0
+        )
+    assert generated.new_ids == expected[0, batch.input_ids.shape[1] :].tolist()
+    assert generated.result is None  # the image encoder's calls are no step: run after
+    whole = model.extended(batch, generated.new_ids)
+    assert whole.model_inputs.keys() == batch.model_inputs.keys() and whole.images == batch.images
+    result = model.run(whole, device="cpu")
+    inputs = {
+        "input_ids": whole.input_ids,
+        "attention_mask": whole.attention_mask.long(),
+        **whole.model_inputs,
+    }
+    with torch.inference_mode():
+        eager = reference(**inputs, output_attentions=True)
+    for layer, weights in enumerate(eager.attentions):
+        torch.testing.assert_close(
+            result.layer_weights("decoder", layer), weights, atol=1e-5, rtol=0
+        )
