@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 from torch import nn
 
-from ..attention.errors import AttentionInputError
+from ..attention.errors import AttentionInputError, UnsupportedInputError
 from .blocks import Block
 from .image_tokens import GEOMETRIES, ImageTokens
 from .loaded import ModelFormatError
@@ -50,6 +50,39 @@ PLACEHOLDERS: Final[dict[str, str]] = {
 }
 """How a prompt without a chat template marks one image (``{image}``: the processor's
 image token), before the text: LLaVA 1.5's ``<image>\\n``, Qwen's vision markers."""
+
+
+def decode_prompt_images(encoded: Sequence[str]) -> list[Image.Image]:
+    """A request's base64 images (a ``data:`` URL's header allowed), decoded and checked.
+
+    Each goes through :func:`.vision.decode_image` (the accepted formats, Pillow's size
+    guard before any pixel is decoded, at most :data:`.vision.MAX_IMAGE_PIXELS`).
+
+    Raises:
+        UnsupportedInputError: (field ``images[i]``, a 415) not an accepted format.
+        AttentionInputError: (field ``images[i]``) not base64, or a damaged or too large
+            image.
+    """
+    import base64
+    import binascii
+
+    from .vision import decode_image
+
+    images = []
+    for i, text in enumerate(encoded):
+        field_name = f"{IMAGES_FIELD}[{i}]"
+        body = text.split(",", 1)[1] if text.startswith("data:") and "," in text else text
+        try:
+            data = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError) as error:
+            raise AttentionInputError(field_name, f"not base64 ({error})") from error
+        try:
+            images.append(decode_image(data))
+        except UnsupportedInputError as error:
+            raise UnsupportedInputError(field_name, error.message) from error
+        except AttentionInputError as error:
+            raise AttentionInputError(field_name, error.message) from error
+    return images
 
 
 def runs_vision_language(model_type: str) -> bool:

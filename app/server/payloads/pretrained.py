@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import torch
 
-from ...pretrained import ModelEntry, PretrainedModel
+from ...pretrained import ModelEntry, PretrainedModel, TokenizedBatch
 from ...pretrained.analysis import PreparedSequence
 from ...pretrained.blocks import Block
 from ...pretrained.gradients import GradientPass
@@ -88,6 +88,7 @@ def batch_payload(
             compute_ms=result.compute_ms,
         ),
         "shape": list(maps.attentions.shape),
+        "images": images_payload(result.batch),
         "tokens": queries.tokens,
         "key_tokens": keys.tokens if keys is not queries else None,
         "input_ids": queries.input_ids.tolist(),
@@ -133,6 +134,7 @@ def sequence_fields(
             compute_ms=0.0 if result is None else result.compute_ms,
         ),
         "tokens": [tokens],
+        "images": images_payload(walk.queries),
         "key_tokens": [key_tokens] if walk.block == "cross" else None,
         "input_ids": [ids],
         "token_type_ids": [types],
@@ -293,6 +295,11 @@ def next_tokens(
         ]
         for position in shown
     ]
+
+
+def images_payload(batch: TokenizedBatch) -> list[dict[str, Any]] | None:
+    """A vision-language prompt's images (:meth:`.image_tokens.ImageTokens.payload`), else None."""
+    return [placed.payload() for placed in batch.images] or None
 
 
 def model_fields(

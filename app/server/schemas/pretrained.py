@@ -18,6 +18,7 @@ from ...pretrained.analysis import ViewOptions, check_view_options
 from ...pretrained.blocks import Block
 from ...pretrained.methods import Method, method_description
 from ...pretrained.results import TOP_K
+from ...pretrained.vision_language import MAX_IMAGES as MAX_PROMPT_IMAGES
 from ..limits import (
     MAX_ABLATED_HEADS,
     MAX_BATCH,
@@ -49,6 +50,18 @@ TextIn = Annotated[
         examples=["The cat sat on the mat."],
     ),
 ]
+
+
+ImageIn = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="An image as base64 (a data: URL's header allowed): PNG, JPEG, WebP, GIF "
+        "(first frame) or BMP, at most 40 Mpx; anything else is a 415 or 422 naming images. "
+        "It counts against ATTNVIZ_MAX_BODY_BYTES (4 MiB) with the rest of the request.",
+    ),
+]
+"""One image of a vision-language prompt, base64."""
 
 
 HeadPair = Annotated[
@@ -99,6 +112,15 @@ class PretrainedAttentionRequest(StrictRequest):
         description="Decoders with a chat template: each text becomes a user message in "
         "the model's chat template (its special tokens and the assistant turn's opening "
         "included). A model without a template is a 422 naming chat.",
+    )
+    images: list[ImageIn] | None = Field(
+        None,
+        max_length=MAX_PROMPT_IMAGES,
+        description="Vision-language models (LLaVA, Qwen2-VL, Qwen2.5-VL): images read with "
+        "the one text (B = 1). Each is placed where the text writes the processor's image "
+        "token, else before the text (in the user's turn with chat). The response's "
+        "`images` gives each image's token positions and the rectangle of the original "
+        "image each token covers. A 422 naming images for other models.",
     )
     targets: list[TextIn] | None = Field(
         None,
@@ -366,6 +388,26 @@ class GradientTargetOut(BaseModel):
     compute_ms: float = Field(description="The forward and backward pass, in ms.")
 
 
+class ImageTokensInfo(BaseModel):
+    """One image's tokens in a vision-language prompt (:class:`.image_tokens.ImageTokens`)."""
+
+    image: int = Field(description="Which image of the request (0 for the first).")
+    width: int = Field(description="The original image's width, in pixels.")
+    height: int = Field(description="Its height, in pixels.")
+    positions: list[int] = Field(
+        description="Its tokens' positions in the prompt (indices of `tokens`, before any "
+        "hiding, merging or pooling)."
+    )
+    grid: list[int] = Field(
+        description="[rows, cols] of the patch tokens, row-major: the last rows * cols of "
+        "`positions` (LLaVA with [CLS] kept has one more first, over the whole view)."
+    )
+    rectangles: list[list[float]] = Field(
+        description="Per token, [x0, y0, x1, y1] of the original image it covers, in "
+        "pixels (x right, y down, edges), clipped to the image."
+    )
+
+
 class PretrainedAttentionResponse(BaseModel):
     """Every layer's and head's attention of one block of a pretrained model, and derived maps."""
 
@@ -376,6 +418,12 @@ class PretrainedAttentionResponse(BaseModel):
     family_spec: FamilyInfo = Field(description="What the family reads and gives.")
     architecture: str
     block: Block = Field(description="The attention block the maps are of.")
+    images: list[ImageTokensInfo] | None = Field(
+        None,
+        description="A vision-language prompt's images (null without): each one's token "
+        "positions in the prompt as tokenised and the rectangle of the original image "
+        "each token covers.",
+    )
     shape: list[int] = Field(
         description="[N, B, H, L, L], the shape of `attentions` as returned (after selection "
         "and pooling)."

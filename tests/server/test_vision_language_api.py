@@ -1,0 +1,148 @@
+"""POST /api/v1/models/attention with images: a vision-language prompt through the API.
+
+Tiny random LLaVA and Qwen2-VL folders (:mod:`tests.pretrained.tiny_vlm`) served as a
+user's ``ATTNVIZ_MODEL_DIRS``; images sent as base64 (with and without a data: URL's
+header). The maps equal transformers' own eager ``output_attentions`` over the same
+prompt, the image tokens' rectangles are the model's, and bad images or options are a
+4xx naming ``images``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.pretrained import tiny_vlm
+from tests.pretrained.support import require_transformers
+from tests.pretrained.tiny import save_tiny
+from tests.server.support import serving_model_dirs
+
+URL = "/api/v1/models/attention"
+
+
+def png(image: Any) -> str:
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    require_transformers()
+    root = tmp_path_factory.mktemp("vlm-api")
+    made = {name: tiny_vlm.BUILDERS[name](root / f"tiny-{name}") for name in ("llava", "qwen2_vl")}
+    made["gpt2"] = save_tiny("gpt2", root / "tiny-gpt2")
+    return made
+
+
+@pytest.fixture(scope="module")
+def client(folders: dict[str, Path]) -> Iterator[Any]:
+    with serving_model_dirs(list(folders.values())) as served:
+        yield served
+
+
+@pytest.mark.parametrize("name", ["llava", "qwen2_vl"])
+def test_the_maps_of_a_prompt_with_an_image_equal_eager_attention(
+    client: Any, folders: dict[str, Path], name: str
+) -> None:
+    import transformers
+    from attnviz.pretrained import load_model_dir
+
+    picture = tiny_vlm.coordinate_image(47, 61)
+    listing = {m["name"]: m for m in client.get("/api/v1/models").json()["models"]}
+    assert listing[f"tiny-{name}"]["family_spec"]["reads_images"] is True
+    assert listing["tiny-gpt2"]["family_spec"]["reads_images"] is False
+    body = {
+        "model": f"tiny-{name}",
+        "texts": ["what is in this picture"],
+        "images": ["data:image/png;base64," + png(picture)],
+        "sequence_index": 0,
+    }
+    response = client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["family"] == "vision-language" and answer["family_spec"]["reads_images"]
+    (placed,) = answer["images"]
+    assert (placed["image"], placed["width"], placed["height"]) == (0, 47, 61)
+    # The reference: the same folder, transformers' own processor inputs, eager attention.
+    model = load_model_dir("reference", folders[name])
+    batch = model.tokenize_images("what is in this picture", [picture])
+    assert answer["tokens"][0] == batch.tokens[0]
+    assert placed["positions"] == list(batch.images[0].positions)
+    np.testing.assert_allclose(placed["rectangles"], batch.images[0].rectangles, atol=1e-4)
+    image_id = model.image_token_id
+    assert all(answer["input_ids"][0][p] == image_id for p in placed["positions"])
+    eager = transformers.AutoModelForImageTextToText.from_pretrained(
+        folders[name], attn_implementation="eager"
+    ).eval()
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long()}
+    with torch.inference_mode():
+        expected = eager(**inputs, **batch.model_inputs, output_attentions=True).attentions
+    maps = np.asarray(answer["attentions"])  # (N, 1, H, L, L)
+    assert maps.shape == (2, 1, 2, *batch.input_ids.shape[1:] * 2)
+    for layer, weights in enumerate(expected):
+        np.testing.assert_allclose(maps[layer, 0], weights[0].numpy(), atol=1e-5)
+
+
+def test_the_same_text_with_another_image_is_another_pass(client: Any) -> None:
+    """Passes are kept by their pixels too: a second image is not the first one's maps."""
+    from PIL import ImageOps
+
+    picture = tiny_vlm.coordinate_image(47, 61)
+    answers = []
+    for image in (picture, ImageOps.mirror(picture)):  # the same size, other pixels
+        body = {
+            "model": "tiny-qwen2_vl",
+            "texts": ["describe it"],
+            "images": [png(image)],
+            "sequence_index": 0,
+        }
+        response = client.post(URL, json=body)
+        assert response.status_code == 200, response.text
+        answers.append(response.json())
+    first, second = answers
+    assert first["tokens"] == second["tokens"] and first["images"] == second["images"]
+    assert not np.allclose(np.asarray(first["attentions"]), np.asarray(second["attentions"]))
+
+
+def bmp_header_only() -> str:
+    return base64.b64encode(b"BM" + b"\0" * 10).decode()
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "field", "says"),
+    [
+        ({"model": "tiny-gpt2"}, 422, ["images"], "reads no images"),
+        ({"texts": ["a cat", "a dog"]}, 422, ["images"], "one text"),
+        ({"hide_special_tokens": True}, 422, ["images"], "hide_special_tokens"),
+        ({"images": ["not base64!"]}, 422, ["images", 0], "base64"),
+        ({"images": [base64.b64encode(b"II*\0 tiff").decode()]}, 415, ["images", 0], ""),
+        ({"images": [bmp_header_only()]}, 422, ["images", 0], ""),
+        ({"texts": ["<image> <image> describe it"]}, 422, ["texts", 0], "2 images"),
+        ({"images": []}, 422, ["texts", 0], "0 were given"),
+    ],
+)
+def test_a_bad_image_or_option_is_a_4xx_naming_the_field(
+    client: Any, change: dict[str, Any], status: int, field: list[Any], says: str
+) -> None:
+    body = {
+        "model": "tiny-llava",
+        "texts": ["describe it"],
+        "images": [png(tiny_vlm.coordinate_image(40, 40))],
+        "sequence_index": 0,
+        **change,
+    }
+    if change.get("texts") == ["<image> <image> describe it"] or change.get("images") == []:
+        body["texts"] = ["<image> describe it"] if change.get("images") == [] else body["texts"]
+    response = client.post(URL, json=body)
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", *field], detail
+    assert says in detail["msg"]
