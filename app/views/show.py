@@ -18,6 +18,39 @@ _wrapped: dict[int, Any] = {}  # the models show() was handed, wrapped once each
 _kept: Any = None  # show()'s recording cache, made on first use
 
 
+def _with_images(pretrained: Any, text: str, image: Any, chat: bool, merged: bool) -> Any:
+    """``text`` and ``image`` (one or a list: PIL images, paths, bytes), tokenised.
+
+    As a vision-language model reads them (``VisionLanguageModel.tokenize_images``).
+
+    Raises:
+        AttentionInputError: (field ``images``) a model that reads no images, a token
+            option that removes or merges tokens; as ``vision.decode_image``.
+    """
+    from pathlib import Path
+
+    from ..attention.errors import AttentionInputError
+    from ..pretrained.vision import decode_image
+    from ..pretrained.vision_language import VisionLanguageModel
+
+    if not isinstance(pretrained, VisionLanguageModel):
+        raise AttentionInputError(
+            "images", f"{pretrained.name} is {pretrained.described}, which reads no images"
+        )
+    if merged:
+        raise AttentionInputError(
+            "images", "hide_special_tokens or merge_words with images: the image tokens keep "
+            "their positions",
+        )  # fmt: skip
+    given = image if isinstance(image, (list, tuple)) else [image]
+    pictures = []
+    for one in given:
+        if isinstance(one, (str, Path)):
+            one = Path(one).read_bytes()
+        pictures.append(decode_image(one) if isinstance(one, bytes) else one.convert("RGB"))
+    return pretrained.tokenize_images(text, pictures, chat=chat)
+
+
 def show(
     text: str,
     model: Any = None,
@@ -26,6 +59,7 @@ def show(
     layer: int | None = None,
     method: str = "attention",
     text_pair: str | None = None,
+    image: Any = None,
     target: str | None = None,
     block: Block | None = None,
     chat: bool = False,
@@ -65,6 +99,11 @@ def show(
             (L, L) map per layer; "head_importance" the weights, with the (N, H) scores
             in ``details``.
         text_pair: an encoder's sentence B ([CLS] A [SEP] B [SEP]).
+        image: a vision-language model's image (LLaVA, Qwen2-VL, Qwen2.5-VL), or a list of
+            them: a PIL image, a file's path or its bytes (PNG, JPEG, WebP, GIF, BMP).
+            Each goes where the text writes the processor's image token, else before the
+            text; ``details["images"]`` gives each image token's position and the
+            rectangle of the image it covers (:class:`attnviz.pretrained.image_tokens.ImageTokens`).
         target: an encoder-decoder's decoder text (required there, refused elsewhere).
         block: "encoder", "decoder" or "cross" (default the model's first block).
         chat: the text as a user message in the model's chat template (decoders).
@@ -90,8 +129,8 @@ def show(
     Raises:
         AttentionInputError: no such model, method, layer or block; a setting the model
             does not take (``chat`` without a template, ``max_new_tokens`` for an
-            encoder, ``target`` for a decoder, a head it lacks in ``ablate``), named as
-            the API's field.
+            encoder, ``target`` for a decoder, a head it lacks in ``ablate``, an image
+            for a model that reads none), named as the API's field.
     """
     from ..attention.errors import AttentionInputError
     from ..pretrained.analysis import Limits, ViewOptions
@@ -101,7 +140,10 @@ def show(
     if method not in METHODS:
         raise AttentionInputError("method", f"{method!r}: choose one of {', '.join(METHODS)}")
     pretrained = text_model(model, tokenizer)
-    batch = pretrained.tokenize([text], None if text_pair is None else [text_pair], chat=chat)
+    if image is None:
+        batch = pretrained.tokenize([text], None if text_pair is None else [text_pair], chat=chat)
+    else:
+        batch = _with_images(pretrained, text, image, chat, hide_special_tokens or merge_words)
     targets = None if target is None else pretrained.decoder_inputs([target])
     if block is not None and block not in pretrained.blocks:
         raise AttentionInputError(
@@ -132,6 +174,8 @@ def show(
     tokens, key_tokens = view.tokens, view.key_tokens
     spec = method_spec(method)
     details: dict[str, Any] = {"method": method, "tokens": tokens, "key_tokens": key_tokens}
+    if batch.images:
+        details["images"] = [placed.payload() for placed in batch.images]
     if prepared.generation is not None:
         details["generated"] = list(prepared.generation.new_tokens)
     if prepared.ablation is not None:

@@ -194,7 +194,6 @@ def test_a_model_loaded_in_python_is_wrapped_with_its_processor(
     models: dict[str, Any], folders: dict[str, Path]
 ) -> None:
     import transformers
-
     from attnviz.pretrained import ModelFormatError, wrap_model
 
     folder = folders["llava"]
@@ -251,3 +250,43 @@ def test_generation_with_an_image_equals_transformers_generate(
         torch.testing.assert_close(
             result.layer_weights("decoder", layer), weights, atol=1e-5, rtol=0
         )
+
+
+def test_show_draws_a_prompt_with_an_image_as_the_api_does(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    import io
+
+    from attnviz import show
+    from attnviz.attention.errors import AttentionInputError
+
+    from tests.pretrained.tiny import save_tiny
+
+    picture = tiny_vlm.coordinate_image(47, 61)
+    encoded = io.BytesIO()
+    picture.save(encoded, format="PNG")
+    path = tmp_path / "picture.png"
+    path.write_bytes(encoded.getvalue())
+    views = [
+        show("what is in this picture", str(folders["qwen2_vl"]), image=given)
+        for given in (picture, path, encoded.getvalue(), [picture])
+    ]
+    reference = eager_reference(folders["qwen2_vl"])
+    from attnviz.pretrained import load_model_dir
+
+    model = load_model_dir("reference", folders["qwen2_vl"])
+    batch = model.tokenize_images("what is in this picture", [picture])
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long()}
+    with torch.inference_mode():
+        expected = reference(**inputs, **batch.model_inputs, output_attentions=True).attentions
+    for view in views:
+        assert view.details["images"] == [placed.payload() for placed in batch.images]
+        assert view.details["tokens"] == batch.tokens[0]
+        for layer, weights in enumerate(expected):
+            np.testing.assert_allclose(view.maps[layer], weights[0].numpy(), atol=1e-5)
+    gpt2 = save_tiny("gpt2", tmp_path / "gpt2")
+    with pytest.raises(AttentionInputError) as raised:
+        show("a cat", str(gpt2), image=picture)
+    assert raised.value.field == "images" and "reads no images" in str(raised.value)
+    with pytest.raises(AttentionInputError, match="merge_words"):
+        show("describe it", str(folders["llava"]), image=picture, merge_words=True)
