@@ -35,6 +35,7 @@ import { VIEWS } from "./models/views.js";
 import { bindHeadJump, headSetting } from "./models/heads.js";
 import { bindNumbers } from "./models/numbers.js";
 import { bindAtlas } from "./models/views/atlas.js";
+import { bindPromptImage } from "./models/prompt_image.js";
 import { queryRequest, selectQuery } from "./models/views/generation.js";
 
 async function start() {
@@ -68,6 +69,7 @@ Object.assign(page, { renderView, compute, views: VIEWS });
 
 bindMedia(mediaElements, () => compute());
 bindAtlas();
+bindPromptImage();
 bindHeadJump();
 bindNumbers();
 form.addEventListener("submit", (event) => {

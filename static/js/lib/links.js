@@ -199,7 +199,9 @@ let unreadableShown = false;
 export async function writeUrlState(request, view) {
   const ticket = (linkWrites += 1);
   setLinkState("pending");
-  const encoded = await encodeRequest(request);
+  // A prompt's image is no part of a link (it would outgrow any address bar).
+  const { images: _images, ...shared } = request;
+  const encoded = await encodeRequest(shared);
   if (ticket !== linkWrites) return;
   const url = new URL(window.location.href);
   url.searchParams.set("request", encoded);

@@ -17,7 +17,7 @@ import {
   oneTextBox, oneTextControl, temperatureInput, textsBox, textsHint, textsInputs, textsLabel,
 } from "./elements.js";
 import { queryTokens } from "./response.js";
-import { state } from "./state.js";
+import { promptImage, state } from "./state.js";
 
 const DEFAULT_TEXT = "The cat sat on the mat because it was tired.";
 const DEFAULT_PROMPT = "What is the capital of France?";
@@ -61,6 +61,11 @@ export function adaptInputs(defaults) {
   else if (ready && defaults) chatBox.checked = true;
   if (!ready && m && state.adaptedFor === m.name) state.adaptedFor = null;
   pairsControl.hidden = !spec.text_pairs;
+  // A vision-language model's image input (models/prompt_image.js listens: a first one
+  // gets the sample picture).
+  const imageControl = document.getElementById("prompt-image-control");
+  imageControl.hidden = !spec.reads_images;
+  if (spec.reads_images) imageControl.dispatchEvent(new Event("reads-images"));
   targetsControl.hidden = !encDec;
   generationControl.hidden = !decoder;
   if (encDec && m && m.blocks) {
@@ -116,6 +121,10 @@ export function readRequest() {
   const spec = familySpec(m);
   const texts = textInputs();
   const request = { model: modelSelect.value || null, texts, device: deviceSelect.value };
+  // A vision-language model's image goes with its prompt (base64, the data: URL's header off).
+  if (spec.reads_images && promptImage.dataUrl) {
+    request.images = [promptImage.dataUrl.slice(promptImage.dataUrl.indexOf(",") + 1)];
+  }
   if (spec.generates) {
     request.chat = chatBox.checked && !chatBox.disabled;
     request.max_new_tokens = parseNumber(newTokensInput.value);
@@ -193,8 +202,11 @@ export function viewRequest(extra) {
     sequence_index: selectedIndex(sequenceSelect),
     // Hiding and merging renormalise weights: not with another method (the API refuses),
     // nor with heads off (its positions count every token).
-    hide_special_tokens: hideSpecial.checked && !otherMethod() && !ablatedHeads().length,
-    merge_words: mergeWords.checked && !otherMethod() && !ablatedHeads().length,
+    // ... nor with images (the image tokens keep their positions).
+    hide_special_tokens: hideSpecial.checked && !otherMethod() && !ablatedHeads().length &&
+      !state.request.images,
+    merge_words: mergeWords.checked && !otherMethod() && !ablatedHeads().length &&
+      !state.request.images,
     // A whole-model method is drawn in one view only (METHOD_VIEWS): the other views ask
     // for the weights, so a long input past flow's bound still shows them there.
     method: requestedMethod(),

@@ -9,6 +9,7 @@ import {
 import { fillTargets, updateStale } from "./form.js";
 import { describe, noteFor, showAblation } from "./notes.js";
 import { labelNumbers } from "./numbers.js";
+import { drawImageAttention } from "./prompt_image.js";
 import { outlineView, showTokenBox } from "./selection.js";
 import { state } from "./state.js";
 import { layerProgress, overview } from "./stream.js";
@@ -71,6 +72,7 @@ export async function renderView() {
   };
   section.dataset.drawn = "true";
   labelNumbers();
+  drawImageAttention(); // a vision-language prompt's image, under its own panel
   return true;
 }
 
@@ -78,6 +80,7 @@ export async function renderView() {
 // token strip and the summary are emptied (the error box says why).
 export function clearResults() {
   state.shown = null;
+  document.getElementById("image-attention").hidden = true;
   state.overview = null;
   state.overviewKey = null;
   state.overviewRequest = null;

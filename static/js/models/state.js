@@ -35,6 +35,10 @@ export const state = {
   atlasFile: null, // an opened atlas file, {name, atlas}: shown while its model is the page's
 };
 
+// A vision-language model's image (models/prompt_image.js): its data: URL, drawn under
+// the overlay and sent with the prompt (form.js readRequest), and its file's name.
+export const promptImage = { dataUrl: null, name: null };
+
 // The owner of the streamed overview's progress box (stream.js layerProgress): the stream
 // it shows, and the timer that shows it once the stream has lasted PROGRESS_DELAY_MS.
 export const progress = { owner: null, timer: null };
