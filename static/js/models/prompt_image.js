@@ -8,13 +8,17 @@ import { addPlot, clearPlots, escapeForPlotly } from "../heatmap.js";
 import { displayToken } from "../lib/display.js";
 import { viewRequest } from "./form.js";
 import { requestAttention } from "./listing.js";
-import { promptImage, state } from "./state.js";
+import { selectedModel } from "./catalog.js";
+import { page, promptImage, state } from "./state.js";
 
 const SAMPLE_URL = "/static/samples/shapes.png";
 const PLAY_STEP_MS = 700; // how long each generated token's overlay stays during Play
 const MEAN = "mean";
+// Transparent at 0, so the picture shows where a token gets no attention; the opacity
+// control scales the whole overlay.
 const COLORSCALE = [
-  [0, "#fff7ec"], [0.25, "#fdd49e"], [0.5, "#fc8d59"], [0.75, "#d7301f"], [1, "#7f0000"],
+  [0, "rgba(255,255,255,0)"], [0.25, "rgba(254,217,118,0.45)"], [0.5, "rgba(253,141,60,0.65)"],
+  [0.75, "rgba(227,26,28,0.85)"], [1, "rgba(128,0,38,1)"],
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -42,23 +46,30 @@ function setImage(dataUrl, name) {
 }
 
 function readFile(file) {
-  const reader = new FileReader();
-  reader.addEventListener("load", () => setImage(String(reader.result), file.name || "pasted image"));
-  reader.readAsDataURL(file);
+  return new Promise((resolve) => {
+    const reader = new FileReader();
+    reader.addEventListener("load", () => {
+      setImage(String(reader.result), file.name || "pasted image");
+      resolve();
+    });
+    reader.readAsDataURL(file);
+  });
 }
 
 async function useSample() {
   const blob = await (await fetch(SAMPLE_URL)).blob();
-  readFile(new File([blob], "shapes.png", { type: blob.type }));
+  await readFile(new File([blob], "shapes.png", { type: blob.type }));
 }
 
 export function bindPromptImage() {
   // Shown for a model that reads images (form.js adaptInputs): the first time, the sample.
-  dom.control.addEventListener("reads-images", () => {
-    if (promptImage.dataUrl === null && !dom.control.dataset.asked) {
-      dom.control.dataset.asked = "true";
-      useSample();
-    }
+  // A view computed before it arrived (the page's first) is computed again with it.
+  dom.control.addEventListener("reads-images", async () => {
+    if (promptImage.dataUrl !== null || dom.control.dataset.asked) return;
+    dom.control.dataset.asked = "true";
+    await useSample();
+    const request = state.request;
+    if (request && !request.images && request.model === selectedModel()?.name) page.compute();
   });
   dom.file.addEventListener("change", () => {
     if (dom.file.files.length) readFile(dom.file.files[0]);
