@@ -1,11 +1,13 @@
-"""Regenerate docs/screenshot.png, models.png, notebook.png, speech.png and vision.png.
+"""Regenerate docs/screenshot.png, models.png, notebook.png, speech.png, vision.png, vlm.png.
 
 docs/screenshot.png: the page with the default preset. docs/models.png: the
 pretrained-model page (/models) with its default sentence (needs the pretrained extra).
 docs/notebook.png: docs/attnviz.ipynb executed by an IPython kernel (nbclient) and
 converted to HTML (nbconvert), its top as a reader sees it. docs/speech.png: /models with
 Whisper tiny.en on the sample sentence. docs/vision.png: /models with the demo ViT
-(scripts/demo_vit.py, trained here, about a minute) on its example picture.
+(scripts/demo_vit.py, trained here, about a minute) on its example picture. docs/vlm.png:
+/models with a tiny random LLaVA 1.5 (tests/pretrained/tiny_vlm.py) on the sample picture:
+the page's image input and the overlay (random weights: the look, not a finding).
 
 Usage: .venv/bin/python scripts/screenshot.py [OUTPUT_DIR]
 """
@@ -49,7 +51,8 @@ def main() -> None:
         page.screenshot(path=str(directory / "notebook.png"))
         browser.close()
     media_pictures(directory, executable)
-    print(f"wrote screenshot, models, notebook, speech and vision .png in {directory}")
+    vision_language_picture(directory, executable)
+    print(f"wrote screenshot, models, notebook, speech, vision and vlm .png in {directory}")
 
 
 def media_pictures(directory: Path, executable: str) -> None:
@@ -85,6 +88,35 @@ def media_pictures(directory: Path, executable: str) -> None:
         page.wait_for_selector(".overlay .main-svg", timeout=60_000)
         page.wait_for_timeout(500)
         page.screenshot(path=str(directory / "vision.png"))
+        browser.close()
+
+
+def vision_language_picture(directory: Path, executable: str) -> None:
+    """docs/vlm.png: a tiny random LLaVA with the sample picture and 4 generated tokens."""
+    import json
+    import tempfile
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from tests.pretrained.tiny_vlm import llava
+
+    folder = llava(Path(tempfile.mkdtemp()) / "tiny-llava")
+    env = {"ATTNVIZ_MODEL_DIRS": json.dumps([str(folder)]), "ATTNVIZ_PACKAGED_MODELS": "false"}
+    drawn = "document.getElementById('image-attention').dataset.drawn === 'true'"
+    with live_process(timeout_s=120, env=env) as (url, _), sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_context(
+            viewport={"width": 1280, "height": 1000}, bypass_csp=True
+        ).new_page()
+        page.goto(url + "/models")
+        page.wait_for_function(drawn, timeout=120_000)
+        page.fill("#texts", "what is in this picture")
+        page.fill("#max-new-tokens", "4")
+        page.click("#compute")
+        page.wait_for_function("window.attnvizImage.res.tokens[0].length > 30", timeout=120_000)
+        page.wait_for_function(drawn, timeout=120_000)
+        page.wait_for_timeout(500)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=str(directory / "vlm.png"))
         browser.close()
 
 

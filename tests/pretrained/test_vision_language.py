@@ -290,3 +290,42 @@ def test_show_draws_a_prompt_with_an_image_as_the_api_does(
     assert raised.value.field == "images" and "reads no images" in str(raised.value)
     with pytest.raises(AttentionInputError, match="merge_words"):
         show("describe it", str(folders["llava"]), image=picture, merge_words=True)
+
+
+def test_image_share_is_the_text_rows_weight_on_the_image_tokens(
+    models: dict[str, Any], folders: dict[str, Path]
+) -> None:
+    """Each head's image share against a brute-force sum over the eager model's weights,
+    averaged over two image-prompt pairs."""
+    from attnviz.pretrained.atlas.image_share import image_share, image_share_scores
+
+    model = models["qwen2_vl"]
+    pairs = [
+        (tiny_vlm.coordinate_image(47, 61), "what is in this picture"),
+        (tiny_vlm.coordinate_image(90, 33), "describe it"),
+    ]
+    scores = image_share_scores(model, pairs)
+    assert scores.shape == (2, 2) and ((scores >= 0) & (scores <= 1)).all()
+    reference = eager_reference(folders["qwen2_vl"])
+    expected = np.zeros((2, 2))
+    for picture, prompt in pairs:
+        batch = model.tokenize_images(prompt, [picture])
+        ids = batch.input_ids[0].tolist()
+        inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long()}
+        with torch.inference_mode():
+            weights = reference(**inputs, **batch.model_inputs, output_attentions=True).attentions
+        image = [i for i, t in enumerate(ids) if t == model.image_token_id]
+        text = [q for q in range(len(ids)) if q > image[0] and q not in image]
+        for layer in range(2):
+            for head in range(2):
+                rows = [sum(float(weights[layer][0, head, q, k]) for k in image) for q in text]
+                expected[layer, head] += sum(rows) / len(rows) / len(pairs)
+    np.testing.assert_allclose(scores, expected, atol=1e-6)
+    # A head that looks only at the image scores 1, one that never does 0.
+    mask = torch.tensor([False, True, True, False, False])
+    only = torch.zeros(2, 5, 5)
+    only[0, :, 1] = 1.0  # head 0: every row on image token 1
+    only[1, :, 0] = 1.0  # head 1: every row on the text token before the image
+    np.testing.assert_allclose(image_share(only, mask).numpy(), [1.0, 0.0])
+    with pytest.raises(ValueError, match="no image token"):
+        image_share(only, torch.zeros(5, dtype=torch.bool))
