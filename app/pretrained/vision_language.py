@@ -85,6 +85,46 @@ def decode_prompt_images(encoded: Sequence[str]) -> list[Image.Image]:
     return images
 
 
+def image_prompt(
+    model: Any,
+    texts: Sequence[str],
+    images: Sequence[Image.Image],
+    *,
+    chat: bool = False,
+    removes_tokens: bool = False,
+) -> TokenizedBatch:
+    """The one text of a request with its decoded images, as ``model`` reads them.
+
+    What the API (``images``) and :func:`attnviz.show` (``image``) check before
+    :meth:`VisionLanguageModel.tokenize_images`.
+
+    Args:
+        model: the requested model (any :class:`.loaded.LoadedModel`).
+        texts: the request's texts: one.
+        images: RGB images (:func:`decode_prompt_images`, :func:`.vision.decode_image`).
+        chat: the prompt as a user turn in the chat template.
+        removes_tokens: whether an option hides or merges tokens (``hide_special_tokens``,
+            ``merge_words``).
+
+    Raises:
+        AttentionInputError: (field ``images``) a model that reads no images, more than one
+            text, or an option that removes or merges tokens (the image tokens keep their
+            positions); as :meth:`VisionLanguageModel.tokenize_images`.
+    """
+    if not isinstance(model, VisionLanguageModel):
+        raise AttentionInputError(
+            IMAGES_FIELD, f"{model.name} is {model.described}, which reads no images"
+        )
+    if len(texts) != 1:
+        raise AttentionInputError(IMAGES_FIELD, f"images go with one text; {len(texts)} were given")
+    if removes_tokens:
+        raise AttentionInputError(
+            IMAGES_FIELD,
+            "hide_special_tokens or merge_words with images: the image tokens keep their positions",
+        )
+    return model.tokenize_images(texts[0], images, chat=chat)
+
+
 def runs_vision_language(model_type: str) -> bool:
     """Whether AttnViz runs a vision-language ``model_type`` (its geometry is known)."""
     return model_type in GEOMETRIES

@@ -18,37 +18,23 @@ _wrapped: dict[int, Any] = {}  # the models show() was handed, wrapped once each
 _kept: Any = None  # show()'s recording cache, made on first use
 
 
-def _with_images(pretrained: Any, text: str, image: Any, chat: bool, merged: bool) -> Any:
-    """``text`` and ``image`` (one or a list: PIL images, paths, bytes), tokenised.
-
-    As a vision-language model reads them (``VisionLanguageModel.tokenize_images``).
+def _pictures(image: Any) -> list[Any]:
+    """``show``'s ``image`` (one or a list: PIL images, paths, bytes) as RGB PIL images.
 
     Raises:
-        AttentionInputError: (field ``images``) a model that reads no images, a token
-            option that removes or merges tokens; as ``vision.decode_image``.
+        AttentionInputError: (field ``image``) as ``vision.decode_image``.
     """
     from pathlib import Path
 
-    from ..attention.errors import AttentionInputError
     from ..pretrained.vision import decode_image
-    from ..pretrained.vision_language import VisionLanguageModel
 
-    if not isinstance(pretrained, VisionLanguageModel):
-        raise AttentionInputError(
-            "images", f"{pretrained.name} is {pretrained.described}, which reads no images"
-        )
-    if merged:
-        raise AttentionInputError(
-            "images", "hide_special_tokens or merge_words with images: the image tokens keep "
-            "their positions",
-        )  # fmt: skip
     given = image if isinstance(image, (list, tuple)) else [image]
     pictures = []
     for one in given:
         if isinstance(one, (str, Path)):
             one = Path(one).read_bytes()
         pictures.append(decode_image(one) if isinstance(one, bytes) else one.convert("RGB"))
-    return pretrained.tokenize_images(text, pictures, chat=chat)
+    return pictures
 
 
 def show(
@@ -143,7 +129,12 @@ def show(
     if image is None:
         batch = pretrained.tokenize([text], None if text_pair is None else [text_pair], chat=chat)
     else:
-        batch = _with_images(pretrained, text, image, chat, hide_special_tokens or merge_words)
+        from ..pretrained.vision_language import image_prompt
+
+        batch = image_prompt(
+            pretrained, [text], _pictures(image), chat=chat,
+            removes_tokens=hide_special_tokens or merge_words,
+        )  # fmt: skip
     targets = None if target is None else pretrained.decoder_inputs([target])
     if block is not None and block not in pretrained.blocks:
         raise AttentionInputError(

@@ -24,7 +24,7 @@ from ...pretrained.recordings import RecordingCache
 from ...pretrained.streaming import ProgressBudget
 from ...pretrained.tiles import TileError
 from ...pretrained.view_plan import plan_view
-from ...pretrained.vision_language import VisionLanguageModel, decode_prompt_images
+from ...pretrained.vision_language import decode_prompt_images, image_prompt
 from ...pretrained.zoom import zoom_span
 from ..checks import check_cells, check_limit
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
@@ -533,7 +533,10 @@ def tokenized(
         if request.images is None:
             batch = model.tokenize(request.texts, request.text_pairs, chat=request.chat)
         else:
-            batch = with_images(model, request)
+            batch = image_prompt(
+                model, request.texts, decode_prompt_images(request.images), chat=request.chat,
+                removes_tokens=request.hide_special_tokens or request.merge_words,
+            )  # fmt: skip
         targets = None if request.targets is None else model.decoder_inputs(request.targets)
     if targets is not None and len(request.targets or []) != len(request.texts):
         raise field_error(
@@ -553,32 +556,6 @@ def tokenized(
             f"{', '.join(model.blocks)}",
         )
     return batch, targets, request.block or model.blocks[0]
-
-
-def with_images(model: PretrainedModel, request: PretrainedAttentionRequest) -> TokenizedBatch:
-    """The request's one text with its images, as a vision-language model reads them.
-
-    Raises:
-        AttentionInputError: (field ``images``) a model that reads no images, or more than
-            one text, or an option that removes or merges tokens (the image tokens'
-            positions are the prompt's); as :func:`.vision_language.decode_prompt_images`
-            and :meth:`.vision_language.VisionLanguageModel.tokenize_images`.
-    """
-    if not isinstance(model, VisionLanguageModel):
-        raise AttentionInputError(
-            "images", f"{model.name} is {model.described}, which reads no images"
-        )
-    if len(request.texts) != 1:
-        raise AttentionInputError(
-            "images", f"images go with one text; {len(request.texts)} were given"
-        )
-    for option in ("hide_special_tokens", "merge_words"):
-        if getattr(request, option):
-            raise AttentionInputError(
-                "images", f"{option} with images: the image tokens keep their positions"
-            )
-    images = decode_prompt_images(request.images or [])
-    return model.tokenize_images(request.texts[0], images, chat=request.chat)
 
 
 def check_lengths(batch: TokenizedBatch, field: str, settings: Settings) -> None:
