@@ -45,7 +45,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2,
             "max_position_embeddings": 128000, "rope_theta": 1000000.0,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-            "tie_word_embeddings": True,
+            "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
         },
         "vision": {
             "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
@@ -62,7 +62,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
             "max_position_embeddings": 8192, "rope_theta": 100000.0,
             "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
-            "tie_word_embeddings": True,
+            "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
         },
         "vision": {
             "depth": 12, "embed_dim": 768, "hidden_size": 576, "num_heads": 12, "mlp_ratio": 4,

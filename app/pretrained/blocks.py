@@ -5,9 +5,10 @@
 * ``"encoder-decoder"`` (T5, BART, Marian, Whisper): ``"encoder"`` self-attention over the
   source, ``"decoder"`` causal self-attention over the target, ``"cross"`` attention from
   target queries to source keys.
-* ``"vision-language"`` (LLaVA, Qwen2-VL, Qwen2.5-VL): block ``"decoder"``, the causal
-  self-attention of the text decoder over the prompt's text and image tokens; the image
-  encoder's own attention is in no block (:mod:`.vision_language`).
+* ``"vision-language"`` (LLaVA, Qwen2-VL, Qwen2.5-VL, Idefics3, SmolVLM): block
+  ``"decoder"``, the causal self-attention of the text decoder over the prompt's text
+  and image tokens; the image encoder's own attention is in no block
+  (:mod:`.vision_language`).
 """
 
 from __future__ import annotations

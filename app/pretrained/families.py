@@ -12,10 +12,10 @@ A family is how a model reads its input and what its forward pass gives back:
   source, causal decoder self-attention over a teacher-forced target
   (``decoder_input_ids``) and cross attention from the target to the source (Vaswani et
   al. 2017, "Attention Is All You Need", §3.2.3).
-* ``"vision-language"`` (LLaVA, Qwen2-VL, Qwen2.5-VL): an image encoder whose outputs
-  stand in for the image tokens of a decoder's prompt (Liu et al. 2023, "Visual
-  Instruction Tuning"); the decoder's causal block over text and image tokens, a decoder
-  otherwise (:mod:`.vision_language`).
+* ``"vision-language"`` (LLaVA, Qwen2-VL, Qwen2.5-VL, Idefics3, SmolVLM): an image
+  encoder whose outputs stand in for the image tokens of a decoder's prompt (Liu et al.
+  2023, "Visual Instruction Tuning"); the decoder's causal block over text and image
+  tokens, a decoder otherwise (:mod:`.vision_language`).
 
 Whatever differs between families (the forward inputs, the decoder inputs, the blocks
 and their shapes, generation, a gradient method's target, what the page asks for) is

@@ -19,6 +19,9 @@ Each family's geometry follows its processor, with transformers' own resize rule
   p * m ("smart resize", no crop); ``image_grid_thw`` = (1, h / p, w / p); the encoder
   merges each m x m block of patches into one token, so the tokens are an (h / pm) x
   (w / pm) grid, row-major (Wang et al. 2024, "Qwen2-VL", §2.1).
+* Idefics3 and SmolVLM (``idefics3``, ``smolvlm``): the image cut into M x M tiles and a
+  global view of the whole, each tile's patches merged s x s by pixel shuffle
+  (:func:`idefics3_geometry`).
 
 Rectangles are ``(x0, y0, x1, y1)`` in the original image's pixels (x right, y down,
 edges: a token over pixel columns 0..13 is x0 = 0, x1 = 14), clipped to the image (the
@@ -27,11 +30,45 @@ padding of a square pad covers no pixel: a token over it alone has an empty rect
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class TokenGrid:
+    """Some of an image's tokens that tile one view of it as a rows x cols grid.
+
+    Attributes:
+        name: which view: "image" (the whole picture), "tiles" (Idefics3's crops, put
+            back together), "global" (Idefics3's downscaled whole picture).
+        rows: the grid's rows.
+        cols: its columns.
+        tokens: (rows * cols,) for each cell, row-major, which of the image's tokens it
+            is (an index into :attr:`ImageTokens.positions`).
+    """
+
+    name: str
+    rows: int
+    cols: int
+    tokens: tuple[int, ...]
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON form: ``name``, ``rows``, ``cols`` and ``tokens``."""
+        return {
+            "name": self.name,
+            "rows": self.rows,
+            "cols": self.cols,
+            "tokens": list(self.tokens),
+        }
+
+
+def row_major(name: str, rows: int, cols: int, first: int = 0) -> TokenGrid:
+    """A grid whose cells are the tokens ``first``, ``first + 1``, ... in row-major order."""
+    return TokenGrid(name, rows, cols, tuple(range(first, first + rows * cols)))
 
 
 @dataclass(frozen=True)
@@ -44,8 +81,9 @@ class ImageTokens:
         height: its height, in pixels.
         positions: (n,) the tokens' positions in the prompt, in order.
         rectangles: (n, 4) float64, each token's ``(x0, y0, x1, y1)`` in original pixels.
-        grid: (rows, cols) of the patch tokens, row-major: the last rows * cols tokens;
-            any before them (LLaVA's [CLS] with the "full" strategy) cover the whole view.
+        grids: the views its tokens tile (:class:`TokenGrid`): one for LLaVA and Qwen
+            (LLaVA's [CLS], with the "full" strategy, is in none: it covers the whole
+            view), Idefics3's tiles and its global view.
     """
 
     image: int
@@ -53,21 +91,21 @@ class ImageTokens:
     height: int
     positions: tuple[int, ...]
     rectangles: np.ndarray
-    grid: tuple[int, int]
+    grids: tuple[TokenGrid, ...]
 
     def payload(self) -> dict[str, Any]:
         """The JSON form of the tokens of one image.
 
         Returns:
-            ``image``, ``width``, ``height``, ``positions``, ``grid`` and ``rectangles``
-            (lists of 4 numbers, pixels).
+            ``image``, ``width``, ``height``, ``positions``, ``grids``
+            (:meth:`TokenGrid.payload`) and ``rectangles`` (lists of 4 numbers, pixels).
         """
         return {
             "image": self.image,
             "width": self.width,
             "height": self.height,
             "positions": list(self.positions),
-            "grid": list(self.grid),
+            "grids": [grid.payload() for grid in self.grids],
             "rectangles": [[round(float(v), 4) for v in row] for row in self.rectangles],
         }
 
@@ -78,11 +116,11 @@ class Geometry:
 
     Attributes:
         rectangles: (n, 4) float64 ``(x0, y0, x1, y1)`` in original pixels.
-        grid: (rows, cols) of the patch tokens (the last rows * cols of the n).
+        grids: the views the n tokens tile (:class:`TokenGrid`).
     """
 
     rectangles: np.ndarray
-    grid: tuple[int, int]
+    grids: tuple[TokenGrid, ...]
 
 
 def _size_value(size: Any, key: str) -> int | None:
@@ -195,11 +233,14 @@ def llava_geometry(
     patch = int(config.vision_config.patch_size)
     rows, cols = view_h // patch, view_w // patch
     cells = _grid_rectangles(rows, cols, (patch, patch), (left, top))
+    first = 0
     if getattr(config, "vision_feature_select_strategy", "default") == "full":
         whole = np.array([[left, top, left + cols * patch, top + rows * patch]], dtype=np.float64)
         cells = np.concatenate([whole, cells])
+        first = 1
     scale = (base_w / new_w, base_h / new_h)
-    return Geometry(_to_original(cells, scale, shift, (width, height)), (rows, cols))
+    rectangles = _to_original(cells, scale, shift, (width, height))
+    return Geometry(rectangles, (row_major("image", rows, cols, first),))
 
 
 def qwen_vl_geometry(
@@ -221,7 +262,84 @@ def qwen_vl_geometry(
     rows, cols = grid_h // merge, grid_w // merge
     cells = _grid_rectangles(rows, cols, (patch * merge, patch * merge), (0.0, 0.0))
     scale = (width / (grid_w * patch), height / (grid_h * patch))
-    return Geometry(_to_original(cells, scale, (0.0, 0.0), (width, height)), (rows, cols))
+    rectangles = _to_original(cells, scale, (0.0, 0.0), (width, height))
+    return Geometry(rectangles, (row_major("image", rows, cols),))
+
+
+def idefics3_geometry(
+    image_processor: Any, config: Any, width: int, height: int, inputs: dict[str, Any], index: int
+) -> Geometry:
+    """Idefics3's and SmolVLM's tokens of one image: tiles, then a global view.
+
+    The processor resizes the image (longest edge ``size["longest_edge"]``, both sides
+    even, below transformers' ``MAX_IMAGE_SIZE``); with ``do_image_splitting`` it resizes
+    it again to multiples of M = ``max_image_size["longest_edge"]`` and crops it into
+    rows x cols tiles of M x M, row-major, then adds the whole image resized to M x M (the
+    global view); without (or for an image that is one tile), the whole image resized to
+    M x M alone. The vision encoder cuts each M x M view into (M/p)^2 patches, and the
+    connector's pixel shuffle merges each s x s block of them into one token (s the
+    config's ``scale_factor``): a g x g grid per view, g = M / (p s), row-major
+    (transformers' ``Idefics3Connector.pixel_shuffle``; Laurençon et al. 2024, "Building and
+    better understanding vision-language models", §2.2).
+
+    Args:
+        image_processor: the processor's image processor (its sizes and splitting).
+        config: the model's config (``vision_config.patch_size``, ``scale_factor``).
+        width: the original image's width, in pixels.
+        height: its height, in pixels.
+        inputs: the processor's outputs (unused: the sizes follow the settings).
+        index: which image of the prompt (unused).
+    """
+    from transformers.models.idefics3 import image_processing_pil_idefics3 as rules
+
+    side = int(image_processor.max_image_size["longest_edge"])
+    h, w = height, width
+    if getattr(image_processor, "do_resize", True):
+        longest = _size_value(image_processor.size, "longest_edge")
+        h, w = rules._resize_output_size_rescale_to_max_len(h, w, max_len=longest)
+        h, w = rules._resize_output_size_scale_below_upper_bound(
+            h,
+            w,
+            max_len=rules.MAX_IMAGE_SIZE,  # type: ignore[arg-type]
+        )
+    tiles = (0, 0)
+    if getattr(image_processor, "do_image_splitting", True):
+        # resize_for_vision_encoder: multiples of M, the long side first
+        aspect = w / h
+        if w >= h:
+            w = math.ceil(w / side) * side
+            h = math.ceil(int(w / aspect) / side) * side
+        else:
+            h = math.ceil(h / side) * side
+            w = math.ceil(int(h * aspect) / side) * side
+        if h > side or w > side:
+            tiles = ((h - side) // side + 1, (w - side) // side + 1)
+    patch = int(config.vision_config.patch_size) * int(config.scale_factor)
+    g = side // patch
+    per_view = g * g
+    rows, cols = tiles
+    rectangles = []
+    grids = []
+    if rows:
+        scale = (width / w, height / h)
+        for r in range(rows):
+            for c in range(cols):
+                cells = _grid_rectangles(g, g, (patch, patch), (c * side, r * side))
+                rectangles.append(_to_original(cells, scale, (0.0, 0.0), (width, height)))
+        # the tiles put back together: cell (R, C) of the (rows g) x (cols g) grid is tile
+        # (R // g, C // g)'s token (R % g, C % g)
+        order = [
+            ((R // g) * cols + C // g) * per_view + (R % g) * g + C % g
+            for R in range(rows * g)
+            for C in range(cols * g)
+        ]
+        grids.append(TokenGrid("tiles", rows * g, cols * g, tuple(order)))
+    cells = _grid_rectangles(g, g, (patch, patch), (0.0, 0.0))
+    rectangles.append(
+        _to_original(cells, (width / side, height / side), (0.0, 0.0), (width, height))
+    )
+    grids.append(row_major("global" if rows else "image", g, g, rows * cols * per_view))
+    return Geometry(np.concatenate(rectangles), tuple(grids))
 
 
 GeometryRule = Callable[[Any, Any, int, int, dict[str, Any], int], Geometry]
@@ -230,5 +348,7 @@ GEOMETRIES: Final[dict[str, GeometryRule]] = {
     "llava": llava_geometry,
     "qwen2_vl": qwen_vl_geometry,
     "qwen2_5_vl": qwen_vl_geometry,
+    "idefics3": idefics3_geometry,
+    "smolvlm": idefics3_geometry,
 }
 """Each vision-language ``model_type`` AttnViz runs, and its image tokens' geometry."""

@@ -122,9 +122,9 @@ def refuse_vision_language(config: Any, where: str) -> None:
     if model_type is not None and not runs_vision_language(model_type):
         raise ModelFormatError(
             f"{where}: {model_type} is a vision-language model (an image encoder feeding a "
-            "text decoder) that AttnViz does not run yet; it runs LLaVA 1.5, Qwen2-VL and "
-            "Qwen2.5-VL, text models (encoders, decoders, encoder-decoders), Whisper, and "
-            "vision transformers (ViT, DeiT, DINOv2)"
+            "text decoder) that AttnViz does not run yet; it runs LLaVA 1.5, Qwen2-VL, "
+            "Qwen2.5-VL, Idefics3 and SmolVLM, text models (encoders, decoders, "
+            "encoder-decoders), Whisper, and vision transformers (ViT, DeiT, DINOv2)"
         )
 
 

@@ -1,7 +1,7 @@
 """Images and a prompt in, the decoder's attention over text and image tokens out.
 
-A vision-language model (LLaVA 1.5, Qwen2-VL, Qwen2.5-VL) is an image encoder whose
-outputs stand in for the image tokens of a decoder's prompt (Liu et al. 2023, "Visual
+A vision-language model (LLaVA 1.5, Qwen2-VL, Qwen2.5-VL, Idefics3, SmolVLM) is an image
+encoder whose outputs stand in for the image tokens of a decoder's prompt (Liu et al. 2023, "Visual
 Instruction Tuning"): the processor writes each image as n copies of an image token, one
 per patch (or merged block of patches), and the model replaces their embeddings with the
 encoder's. :class:`VisionLanguageModel` is a :class:`.model.PretrainedModel` whose
@@ -21,6 +21,7 @@ with no video processor (:func:`load_processor`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,8 @@ PLACEHOLDERS: Final[dict[str, str]] = {
     "llava": "{image}\n",
     "qwen2_vl": "<|vision_start|>{image}<|vision_end|>",
     "qwen2_5_vl": "<|vision_start|>{image}<|vision_end|>",
+    "idefics3": "{image}",
+    "smolvlm": "{image}",
 }
 """How a prompt without a chat template marks one image (``{image}``: the processor's
 image token), before the text: LLaVA 1.5's ``<image>\\n``, Qwen's vision markers."""
@@ -153,7 +156,8 @@ def load_processor(folder: Path) -> Any:
 
     ``AutoProcessor`` first; where it fails because the processor also reads video and
     transformers' video processors need torchvision (Qwen2-VL), the same processor class
-    with its image processor, tokenizer and chat template and no video processor.
+    with its image processor, tokenizer, chat template and ``processor_config.json``'s
+    settings (SmolVLM's ``image_seq_len``) and no video processor.
 
     Raises:
         ModelFormatError: no processor can be built from the folder (the error named).
@@ -181,6 +185,10 @@ def load_processor(folder: Path) -> Any:
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
         template = getattr(tokenizer, "chat_template", None)
         options: dict[str, Any] = {"chat_template": template} if template else {}
+        saved = folder / "processor_config.json"  # the processor's own settings
+        if saved.is_file():
+            settings = json.loads(saved.read_text(encoding="utf-8"))
+            options.update({k: v for k, v in settings.items() if k != "processor_class"})
         return processor_class(
             image_processor=image_processor, tokenizer=tokenizer, video_processor=None, **options
         )
@@ -349,7 +357,7 @@ class VisionLanguageModel(PretrainedModel):
                     height=height,
                     positions=tuple(positions[start : start + count]),
                     rectangles=geometry.rectangles,
-                    grid=geometry.grid,
+                    grids=geometry.grids,
                 )
             )
             start += count

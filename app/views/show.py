@@ -85,7 +85,7 @@ def show(
             (L, L) map per layer; "head_importance" the weights, with the (N, H) scores
             in ``details``.
         text_pair: an encoder's sentence B ([CLS] A [SEP] B [SEP]).
-        image: a vision-language model's image (LLaVA, Qwen2-VL, Qwen2.5-VL), or a list of
+        image: a vision-language model's image (LLaVA, Qwen-VL, Idefics3, SmolVLM), or a list of
             them: a PIL image, a file's path or its bytes (PNG, JPEG, WebP, GIF, BMP).
             Each goes where the text writes the processor's image token, else before the
             text; ``details["images"]`` gives each image token's position and the

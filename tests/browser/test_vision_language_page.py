@@ -123,11 +123,11 @@ def test_an_uploaded_image_is_drawn_under_the_attention_of_a_chosen_token(
     rows = api_rows(vlm_url, body, shown["query"])
     rows_page = np.asarray(res["query_attentions"])
     np.testing.assert_allclose(rows_page, rows, atol=1e-7)
-    grid_rows, cols = placed["grid"]
-    first = len(placed["positions"]) - grid_rows * cols
-    at = np.asarray(placed["positions"][first:]).reshape(grid_rows, cols)
+    (grid,) = placed["grids"]
+    grid_rows, cols = grid["rows"], grid["cols"]
+    at = np.asarray(placed["positions"])[grid["tokens"]].reshape(grid_rows, cols)
     np.testing.assert_allclose(shown["z"], rows.mean(axis=(0, 1))[at], rtol=1e-6, atol=1e-9)
-    rects = np.asarray(placed["rectangles"][first:]).reshape(grid_rows, cols, 4)
+    rects = np.asarray(placed["rectangles"])[grid["tokens"]].reshape(grid_rows, cols, 4)
     np.testing.assert_allclose(shown["x"], [*rects[0, :, 0], rects[0, -1, 2]], atol=1e-4)
     np.testing.assert_allclose(shown["y"], [*rects[:, 0, 1], rects[-1, 0, 3]], atol=1e-4)
     # One layer and head, another token, the opacity.

@@ -196,25 +196,26 @@ def _tiny_paligemma() -> Any:
     return transformers.PaliGemmaForConditionalGeneration(config)
 
 
-def _tiny_idefics3() -> Any:
+def _tiny_llava_next() -> Any:
     import transformers
 
-    vision = transformers.Idefics3VisionConfig(
+    vision = transformers.CLIPVisionConfig(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        image_size=28, patch_size=14,
+        image_size=30, patch_size=6, projection_dim=16,
     )  # fmt: skip
     text = transformers.LlamaConfig(
         vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=1,
     )  # fmt: skip
-    config = transformers.Idefics3Config(
-        vision_config=vision, text_config=text, image_token_id=63, scale_factor=2
-    )
-    return transformers.Idefics3ForConditionalGeneration(config)
+    config = transformers.LlavaNextConfig(
+        vision_config=vision, text_config=text, image_token_index=63,
+        image_grid_pinpoints=[[30, 30], [30, 60]],
+    )  # fmt: skip
+    return transformers.LlavaNextForConditionalGeneration(config)
 
 
-VISION_LANGUAGE = {"paligemma": _tiny_paligemma, "idefics3": _tiny_idefics3}
-"""Vision-language families AttnViz does not run yet (LLaVA and Qwen-VL run:
+VISION_LANGUAGE = {"paligemma": _tiny_paligemma, "llava_next": _tiny_llava_next}
+"""Vision-language families AttnViz does not run yet (LLaVA, Qwen-VL, Idefics3 run:
 tests/pretrained/test_vision_language.py)."""
 
 

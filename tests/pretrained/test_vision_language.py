@@ -99,14 +99,21 @@ def patch_pixels(name: str, model: Any, batch: Any, image: int, token: int) -> n
     """(n, 3) the processed pixel values the processor put in ``image``'s ``token``."""
     pixels = batch.model_inputs["pixel_values"].float().numpy()
     placed = batch.images[image]
-    rows, cols = placed.grid
     if name.startswith("llava"):
-        extra = len(placed.positions) - rows * cols  # [CLS] with the "full" strategy
+        (grid,) = placed.grids
         view = pixels[image]  # (3, 30, 30)
-        if token < extra:
+        if token not in grid.tokens:  # [CLS] with the "full" strategy: the whole view
             return view.reshape(3, -1).T
-        r, c = divmod(token - extra, cols)
+        r, c = divmod(grid.tokens.index(token), grid.cols)
         return view[:, r * 6 : (r + 1) * 6, c * 6 : (c + 1) * 6].reshape(3, -1).T
+    if name in ("idefics3", "smolvlm"):
+        # (1, views, 3, 16, 16): each image's views (its tiles, then its global view), 2 x 2
+        # tokens a view, each 8 x 8 pixels (4 px patches merged 2 x 2)
+        first = sum(len(p.positions) for p in batch.images[:image]) // 4
+        view, at = divmod(token, 4)
+        r, c = divmod(at, 2)
+        frame = pixels[0, first + view]
+        return frame[:, r * 8 : (r + 1) * 8, c * 8 : (c + 1) * 8].reshape(3, -1).T
     # Qwen: rows of (C, T, p, p) per patch, m * m patches per token, image after image.
     grids = batch.model_inputs["image_grid_thw"]
     first = int(sum(int(t * h * w) for t, h, w in grids[:image].tolist()))
@@ -121,7 +128,7 @@ def test_each_image_token_covers_the_pixels_its_patch_was_read_from(
 ) -> None:
     model = models[name]
     pictures = [tiny_vlm.coordinate_image(*size) for size in SIZES]
-    prompt_images = pictures if name.startswith("qwen") else pictures[:1]
+    prompt_images = pictures[:1] if name.startswith("llava") else pictures
     checked = 0
     for size, picture in zip(SIZES, pictures, strict=True):
         batch = model.tokenize_images(
@@ -147,32 +154,33 @@ def test_each_image_token_covers_the_pixels_its_patch_was_read_from(
     assert checked >= 100
 
 
-@pytest.mark.parametrize("name", ["qwen2_vl", "llava"])
+@pytest.mark.parametrize("name", ["qwen2_vl", "llava", "idefics3"])
 def test_grid_rectangles_tile_the_view_without_gaps(models: dict[str, Any], name: str) -> None:
     model = models[name]
     for size in SIZES:
         batch = model.tokenize_images("describe it", [tiny_vlm.coordinate_image(*size)])
         (placed,) = batch.images
-        rows, cols = placed.grid
-        rects = placed.rectangles[-rows * cols :].reshape(rows, cols, 4)
-        # neighbours share their edges; the grid's area is the covered view's
-        np.testing.assert_allclose(rects[:, 1:, 0], rects[:, :-1, 2])
-        np.testing.assert_allclose(rects[1:, :, 1], rects[:-1, :, 3])
-        left, top, right, bottom = (
-            rects[0, 0, 0],
-            rects[0, 0, 1],
-            rects[-1, -1, 2],
-            rects[-1, -1, 3],
-        )
-        if name.startswith("qwen"):  # the whole image, resized without a crop
-            assert (left, top, right, bottom) == (0, 0, size[0], size[1])
-        else:  # the centre square of the short side, to one resized pixel (the long
-            # side's size is truncated: 200 x 131 becomes 45 x 30, so 30 px are 133 px)
-            side, pixel = min(size), max(size) / 30 + 1
-            assert right - left == pytest.approx(side, abs=pixel)
-            assert bottom - top == pytest.approx(side, abs=pixel)
-            assert left + right == pytest.approx(size[0], abs=pixel)
-            assert top + bottom == pytest.approx(size[1], abs=pixel)
+        # every token in exactly one grid
+        listed = [t for grid in placed.grids for t in grid.tokens]
+        assert sorted(listed) == list(range(len(placed.positions)))
+        for grid in placed.grids:
+            cells = placed.rectangles[list(grid.tokens)].reshape(grid.rows, grid.cols, 4)
+            # neighbours share their edges: the grid tiles its view
+            np.testing.assert_allclose(cells[:, 1:, 0], cells[:, :-1, 2])
+            np.testing.assert_allclose(cells[1:, :, 1], cells[:-1, :, 3])
+            left, top = cells[0, 0, 0], cells[0, 0, 1]
+            right, bottom = cells[-1, -1, 2], cells[-1, -1, 3]
+            if not name.startswith("llava"):  # the whole image: resized, never cropped
+                assert (left, top, right, bottom) == (0, 0, size[0], size[1]), grid.name
+            else:  # the centre square of the short side, to one resized pixel (the long
+                # side's size is truncated: 200 x 131 becomes 45 x 30, so 30 px are 133 px)
+                side, pixel = min(size), max(size) / 30 + 1
+                assert right - left == pytest.approx(side, abs=pixel)
+                assert bottom - top == pytest.approx(side, abs=pixel)
+                assert left + right == pytest.approx(size[0], abs=pixel)
+                assert top + bottom == pytest.approx(size[1], abs=pixel)
+        if name == "idefics3":  # tiles put back together, and the global view
+            assert [grid.name for grid in placed.grids] == ["tiles", "global"]
 
 
 def test_a_prompt_that_places_another_number_of_images_is_a_clear_error(

@@ -1,6 +1,7 @@
 """Tiny random vision-language models with their processors, saved as local folders.
 
-Each family AttnViz runs (LLaVA 1.5, Qwen2-VL, Qwen2.5-VL) in a real architecture's shape
+Each family AttnViz runs (LLaVA 1.5, Qwen2-VL, Qwen2.5-VL, Idefics3, SmolVLM) in a real
+architecture's shape
 with hidden size 16, built from configs (nothing downloaded), its image processor built
 here, and a word-level tokenizer with the family's image tokens. The image processors
 resample with NEAREST and neither rescale nor normalise, so a processed pixel is an
@@ -128,11 +129,60 @@ def qwen_vl(folder: Path, *, version: str = "qwen2_vl") -> Path:
     return folder
 
 
+IDEFICS_SPECIALS = (
+    "<pad>", "<s>", "</s>", "<unk>", "<image>", "<fake_token_around_image>", "<global-img>",
+    "<end_of_utterance>", *(f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5)),
+)  # fmt: skip
+
+
+def idefics3(folder: Path, *, smol: bool = False) -> Path:
+    """Idefics3 (or SmolVLM): a SigLIP-style encoder of 16 px views (4 px patches, merged
+    2 x 2 by pixel shuffle: 2 x 2 tokens a view) and Llama; images resized to 32 px on the
+    long side and cut into 16 px tiles plus a global view.
+
+    SmolVLM's processor (it also reads video) is saved as its parts, as with Qwen.
+    """
+    import transformers
+
+    prefix = "SmolVLM" if smol else "Idefics3"
+    vision = getattr(transformers, f"{prefix}VisionConfig")(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        image_size=16, patch_size=4,
+    )  # fmt: skip
+    config = getattr(transformers, f"{prefix}Config")(
+        vision_config=vision, text_config=transformers.LlamaConfig(**_text()),
+        image_token_id=IDEFICS_SPECIALS.index("<image>"), scale_factor=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    getattr(transformers, f"{prefix}ForConditionalGeneration")(config).save_pretrained(folder)
+    images = getattr(transformers, f"{prefix}ImageProcessorPil")(
+        size={"longest_edge": 32}, max_image_size={"longest_edge": 16}, **RAW
+    )
+    extra = {
+        "image_token": "<image>", "fake_image_token": "<fake_token_around_image>",
+        "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>",
+    }  # fmt: skip
+    words = tokenizer(IDEFICS_SPECIALS, extra)
+    words.add_tokens(list(IDEFICS_SPECIALS[8:]), special_tokens=True)  # <row_r_col_c> whole
+    if smol:
+        images.save_pretrained(folder)
+        words.save_pretrained(folder)
+        processor = {"processor_class": "SmolVLMProcessor", "image_seq_len": 4}
+        (folder / "processor_config.json").write_text(json.dumps(processor))
+    else:
+        transformers.Idefics3Processor(
+            image_processor=images, tokenizer=words, image_seq_len=4
+        ).save_pretrained(folder)
+    return folder
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "llava": llava,
     "llava-padded-full": lambda folder: llava(folder, pad=True, strategy="full"),
     "qwen2_vl": qwen_vl,
     "qwen2_5_vl": lambda folder: qwen_vl(folder, version="qwen2_5_vl"),
+    "idefics3": idefics3,
+    "smolvlm": lambda folder: idefics3(folder, smol=True),
 }
 """Each tiny vision-language folder the tests load, by name."""
 

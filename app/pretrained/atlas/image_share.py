@@ -100,7 +100,7 @@ def image_share_scores(
     """Each head's image share, the mean over a corpus of image-prompt pairs.
 
     Args:
-        model: a vision-language model (LLaVA, Qwen2-VL, Qwen2.5-VL).
+        model: a vision-language model (LLaVA, Qwen-VL, Idefics3, SmolVLM).
         pairs: (image or images, prompt) each; the images go before the prompt unless it
             places them (:meth:`.vision_language.VisionLanguageModel.prompt_with_images`).
         device: "auto", "cpu" or "cuda".

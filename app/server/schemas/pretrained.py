@@ -116,9 +116,9 @@ class PretrainedAttentionRequest(StrictRequest):
     images: list[ImageIn] | None = Field(
         None,
         max_length=MAX_PROMPT_IMAGES,
-        description="Vision-language models (LLaVA, Qwen2-VL, Qwen2.5-VL): images read with "
-        "the one text (B = 1). Each is placed where the text writes the processor's image "
-        "token, else before the text (in the user's turn with chat). The response's "
+        description="Vision-language models (LLaVA, Qwen2-VL, Qwen2.5-VL, Idefics3, "
+        "SmolVLM): images read with the one text (B = 1). Each is placed where the text "
+        "writes the processor's image token, else before the text (in the user's turn with chat). The response's "
         "`images` gives each image's token positions and the rectangle of the original "
         "image each token covers. A 422 naming images for other models.",
     )
@@ -388,6 +388,18 @@ class GradientTargetOut(BaseModel):
     compute_ms: float = Field(description="The forward and backward pass, in ms.")
 
 
+class TokenGridInfo(BaseModel):
+    """Image tokens that tile one view of the image (:class:`.image_tokens.TokenGrid`)."""
+
+    name: Literal["image", "tiles", "global"] = Field(description="Which view.")
+    rows: int
+    cols: int
+    tokens: list[int] = Field(
+        description="Per cell, row-major, which of the image's tokens it is (an index into "
+        "`positions` and `rectangles`)."
+    )
+
+
 class ImageTokensInfo(BaseModel):
     """One image's tokens in a vision-language prompt (:class:`.image_tokens.ImageTokens`)."""
 
@@ -398,9 +410,10 @@ class ImageTokensInfo(BaseModel):
         description="Its tokens' positions in the prompt (indices of `tokens`, before any "
         "hiding, merging or pooling)."
     )
-    grid: list[int] = Field(
-        description="[rows, cols] of the patch tokens, row-major: the last rows * cols of "
-        "`positions` (LLaVA with [CLS] kept has one more first, over the whole view)."
+    grids: list[TokenGridInfo] = Field(
+        description="The views its tokens tile: one grid for LLaVA and Qwen (LLaVA's [CLS], "
+        "kept by the 'full' strategy, is in none), Idefics3's and SmolVLM's tiles put back "
+        "together and their global view."
     )
     rectangles: list[list[float]] = Field(
         description="Per token, [x0, y0, x1, y1] of the original image it covers, in "

@@ -182,16 +182,16 @@ function chosenRow(rows) {
   return row.map((v) => v / count);
 }
 
-// One image's figure: the picture in its own pixels, the grid of its tokens' rectangles
-// over it (cell edges from the rectangles), coloured by the row's weight on each token.
-function imageFigure(placed, row, title) {
-  const [rows, cols] = placed.grid;
-  const grid = placed.rectangles.slice(placed.rectangles.length - rows * cols);
-  const first = placed.positions.length - rows * cols;
-  const xs = [...grid.slice(0, cols).map((r) => r[0]), grid[cols - 1][2]];
-  const ys = [...Array.from({ length: rows }, (_, r) => grid[r * cols][1]), grid[grid.length - 1][3]];
+// One view of an image (one of its token grids: the image, Idefics3's tiles or its global
+// view): the picture in its own pixels, the grid's cells over it (edges from the tokens'
+// rectangles), coloured by the row's weight on each token.
+function imageFigure(placed, grid, row, title) {
+  const { rows, cols } = grid;
+  const cell = (r, c) => placed.rectangles[grid.tokens[r * cols + c]];
+  const xs = [...Array.from({ length: cols }, (_, c) => cell(0, c)[0]), cell(0, cols - 1)[2]];
+  const ys = [...Array.from({ length: rows }, (_, r) => cell(r, 0)[1]), cell(rows - 1, 0)[3]];
   const z = Array.from({ length: rows }, (_, r) => Array.from({ length: cols },
-    (_, c) => row[placed.positions[first + r * cols + c]]));
+    (_, c) => row[placed.positions[grid.tokens[r * cols + c]]]));
   const top = dom.scale.value === "absolute" ? 1 : Math.max(...z.flat(), 1e-9);
   return {
     traces: [{
@@ -225,7 +225,11 @@ function drawOverlay() {
   let share = 0;
   for (const placed of res.images) {
     for (const p of placed.positions) share += row[p];
-    addPlot(dom.plots, imageFigure(placed, row, `${token} (${overlay.query}) → image ${placed.image + 1}, ${where}`), "plot image-overlay");
+    for (const grid of placed.grids) {
+      const view = placed.grids.length > 1 ? ` (${grid.name === "tiles" ? "its tiles" : "its global view"})` : "";
+      const title = `${token} (${overlay.query}) → image ${placed.image + 1}${view}, ${where}`;
+      addPlot(dom.plots, imageFigure(placed, grid, row, title), "plot image-overlay");
+    }
   }
   dom.note.textContent = `Token ${overlay.query} (${token}) gives ${(100 * share).toFixed(1)}% of its attention to the image's tokens (${where}); each cell is the part of the picture one image token covers.`;
   overlay.row = Array.from(row);
