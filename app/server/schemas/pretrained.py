@@ -119,8 +119,9 @@ class PretrainedAttentionRequest(StrictRequest):
         description="Vision-language models (LLaVA, Qwen2-VL, Qwen2.5-VL, Idefics3, "
         "SmolVLM): images read with the one text (B = 1). Each is placed where the text "
         "writes the processor's image token, else before the text (in the user's turn with "
-        "chat). The response's `images` gives each image's token positions and the rectangle of the original "
-        "image each token covers. A 422 naming images for other models.",
+        "chat). The response's `images` gives each image's token positions and the "
+        "rectangle of the original image each token covers. A 422 naming images for other "
+        "models.",
     )
     targets: list[TextIn] | None = Field(
         None,
