@@ -348,6 +348,7 @@ GEOMETRIES: Final[dict[str, GeometryRule]] = {
     "llava": llava_geometry,
     "qwen2_vl": qwen_vl_geometry,
     "qwen2_5_vl": qwen_vl_geometry,
+    "qwen3_vl": qwen_vl_geometry,
     "idefics3": idefics3_geometry,
     "smolvlm": idefics3_geometry,
 }

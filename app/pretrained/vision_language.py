@@ -48,6 +48,7 @@ PLACEHOLDERS: Final[dict[str, str]] = {
     "llava": "{image}\n",
     "qwen2_vl": "<|vision_start|>{image}<|vision_end|>",
     "qwen2_5_vl": "<|vision_start|>{image}<|vision_end|>",
+    "qwen3_vl": "<|vision_start|>{image}<|vision_end|>",
     "idefics3": "{image}",
     "smolvlm": "{image}",
 }

@@ -102,7 +102,20 @@ def qwen_vl(folder: Path, *, version: str = "qwen2_vl") -> Path:
         "vision_end_token_id": QWEN_SPECIALS.index("<|vision_end|>"),
     }
     torch.manual_seed(0)
-    if version == "qwen2_vl":
+    if version == "qwen3_vl":
+        text = {
+            **_text(), "head_dim": 8,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                "mrope_section": [1, 1, 2], "mrope_interleaved": True},
+        }  # fmt: skip
+        vision = {
+            "depth": 2, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
+            "patch_size": 2, "out_hidden_size": 16, "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [0],
+        }  # fmt: skip
+        config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, **ids)
+        transformers.Qwen3VLForConditionalGeneration(config).save_pretrained(folder)
+    elif version == "qwen2_vl":
         vision = {"depth": 2, "embed_dim": 16, "hidden_size": 16, "num_heads": 2, "patch_size": 2}
         config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
         transformers.Qwen2VLForConditionalGeneration(config).save_pretrained(folder)
@@ -124,7 +137,9 @@ def qwen_vl(folder: Path, *, version: str = "qwen2_vl") -> Path:
         "vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>",
     }  # fmt: skip
     tokenizer(QWEN_SPECIALS, extra).save_pretrained(folder)
-    name = "Qwen2VLProcessor" if version == "qwen2_vl" else "Qwen2_5_VLProcessor"
+    name = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}.get(
+        version, "Qwen3VLProcessor"
+    )
     (folder / "processor_config.json").write_text(json.dumps({"processor_class": name}))
     return folder
 
@@ -181,6 +196,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "llava-padded-full": lambda folder: llava(folder, pad=True, strategy="full"),
     "qwen2_vl": qwen_vl,
     "qwen2_5_vl": lambda folder: qwen_vl(folder, version="qwen2_5_vl"),
+    "qwen3_vl": lambda folder: qwen_vl(folder, version="qwen3_vl"),
     "idefics3": idefics3,
     "smolvlm": lambda folder: idefics3(folder, smol=True),
 }
