@@ -22,6 +22,8 @@ Each family's geometry follows its processor, with transformers' own resize rule
 * Idefics3 and SmolVLM (``idefics3``, ``smolvlm``): the image cut into M x M tiles and a
   global view of the whole, each tile's patches merged s x s by pixel shuffle
   (:func:`idefics3_geometry`).
+* Gemma 3 and PaliGemma (``gemma3``, ``paligemma``): the image resized to SigLIP's square,
+  its patches (PaliGemma) or their 4 x 4 averages (Gemma 3) a grid, row-major.
 
 Rectangles are ``(x0, y0, x1, y1)`` in the original image's pixels (x right, y down,
 edges: a token over pixel columns 0..13 is x0 = 0, x1 = 14), clipped to the image (the
@@ -342,6 +344,65 @@ def idefics3_geometry(
     return Geometry(np.concatenate(rectangles), tuple(grids))
 
 
+def _fixed_side(image_processor: Any) -> tuple[int, int]:
+    """(height, width) of a processor that resizes every image to one size (SigLIP's)."""
+    size = image_processor.size
+    height, width = _size_value(size, "height"), _size_value(size, "width")
+    if not (height and width):
+        raise ValueError(f"an image processor without a fixed size: {size}")
+    return height, width
+
+
+def gemma3_geometry(
+    image_processor: Any, config: Any, width: int, height: int, inputs: dict[str, Any], index: int
+) -> Geometry:
+    """Gemma 3's tokens of one image: SigLIP's patches, average-pooled.
+
+    The image resized to S x S (no crop), SigLIP's patches average-pooled to
+    ``mm_tokens_per_image`` tokens, a square grid, row-major (transformers'
+    ``Gemma3MultiModalProjector``; Gemma Team 2025, "Gemma 3 Technical
+    Report", §2.1). Pan and scan's crops are not placed (the token count then disagrees
+    and the model is refused with the counts).
+
+    Args:
+        image_processor: the processor's image processor (its fixed size).
+        config: the model's config (``mm_tokens_per_image``).
+        width: the original image's width, in pixels.
+        height: its height, in pixels.
+        inputs: the processor's outputs (unused).
+        index: which image of the prompt (unused).
+    """
+    side_h, side_w = _fixed_side(image_processor)
+    per_side = math.isqrt(int(config.mm_tokens_per_image))
+    cells = _grid_rectangles(per_side, per_side, (side_w / per_side, side_h / per_side), (0.0, 0.0))
+    rectangles = _to_original(cells, (width / side_w, height / side_h), (0.0, 0.0), (width, height))
+    return Geometry(rectangles, (row_major("image", per_side, per_side),))
+
+
+def paligemma_geometry(
+    image_processor: Any, config: Any, width: int, height: int, inputs: dict[str, Any], index: int
+) -> Geometry:
+    """PaliGemma's tokens of one image: SigLIP's patches.
+
+    Resized to S x S, SigLIP's (S / p)^2 patches, one token each, row-major (Beyer et al.
+    2024, "PaliGemma: A versatile 3B VLM for transfer", §3.2).
+
+    Args:
+        image_processor: the processor's image processor (its fixed size).
+        config: the model's config (``vision_config.patch_size``).
+        width: the original image's width, in pixels.
+        height: its height, in pixels.
+        inputs: the processor's outputs (unused).
+        index: which image of the prompt (unused).
+    """
+    side_h, side_w = _fixed_side(image_processor)
+    patch = int(config.vision_config.patch_size)
+    rows, cols = side_h // patch, side_w // patch
+    cells = _grid_rectangles(rows, cols, (patch, patch), (0.0, 0.0))
+    rectangles = _to_original(cells, (width / side_w, height / side_h), (0.0, 0.0), (width, height))
+    return Geometry(rectangles, (row_major("image", rows, cols),))
+
+
 GeometryRule = Callable[[Any, Any, int, int, dict[str, Any], int], Geometry]
 
 GEOMETRIES: Final[dict[str, GeometryRule]] = {
@@ -351,5 +412,7 @@ GEOMETRIES: Final[dict[str, GeometryRule]] = {
     "qwen3_vl": qwen_vl_geometry,
     "idefics3": idefics3_geometry,
     "smolvlm": idefics3_geometry,
+    "gemma3": gemma3_geometry,
+    "paligemma": paligemma_geometry,
 }
 """Each vision-language ``model_type`` AttnViz runs, and its image tokens' geometry."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,6 +32,7 @@ from torch import nn
 
 from ..attention.errors import AttentionInputError, UnsupportedInputError
 from .blocks import Block
+from .families import FamilySpec
 from .image_tokens import GEOMETRIES, ImageTokens
 from .loaded import ModelFormatError
 from .model import PretrainedModel
@@ -51,9 +52,18 @@ PLACEHOLDERS: Final[dict[str, str]] = {
     "qwen3_vl": "<|vision_start|>{image}<|vision_end|>",
     "idefics3": "{image}",
     "smolvlm": "{image}",
+    "gemma3": "{image}\n",
+    "paligemma": "{image}",
 }
 """How a prompt without a chat template marks one image (``{image}``: the processor's
-image token), before the text: LLaVA 1.5's ``<image>\\n``, Qwen's vision markers."""
+image mark, :data:`MARKS`), before the text: LLaVA 1.5's ``<image>\\n``, Qwen's vision
+markers."""
+MARKS: Final[dict[str, str]] = {"gemma3": "boi_token"}
+"""The processor's attribute whose token marks an image in a text, where it is not the
+image token itself (Gemma 3 writes ``<start_of_image>``, which its processor expands)."""
+PREFIX_TYPES: Final = frozenset({"gemma3", "paligemma"})
+"""Vision-language model types whose image tokens attend both ways (Gemma 3: within each
+image; PaliGemma: the image and the prompt, a prefix): their decoder block is not causal."""
 
 
 def decode_prompt_images(encoded: Sequence[str]) -> list[Image.Image]:
@@ -221,6 +231,19 @@ class VisionLanguageModel(PretrainedModel):
         return str(self.model.config.model_type)
 
     @property
+    def spec(self) -> FamilySpec:
+        """The family's spec; not causal where image tokens attend both ways (PREFIX_TYPES)."""
+        spec = super().spec
+        if self.architecture in PREFIX_TYPES:
+            return replace(spec, causal_blocks=())
+        return spec
+
+    @property
+    def image_mark(self) -> str:
+        """The token placing an image in a text (``<image>``; Gemma 3's ``<start_of_image>``)."""
+        return str(getattr(self.processor, MARKS.get(self.architecture, "image_token")))
+
+    @property
     def image_token_id(self) -> int:
         """The id of the token the processor writes once per image token."""
         config = self.model.config
@@ -237,7 +260,7 @@ class VisionLanguageModel(PretrainedModel):
     def prompt_with_images(self, text: str, count: int, *, chat: bool) -> str:
         """``text`` with ``count`` images before it, as the model expects them.
 
-        A text that already holds the processor's image token is taken as it is; else
+        A text that already holds the image mark (:attr:`image_mark`) is taken as it is; else
         a chat prompt puts the images in the user's turn (the chat template's own
         markers), and a plain one writes :data:`PLACEHOLDERS` before the text.
 
@@ -245,7 +268,7 @@ class VisionLanguageModel(PretrainedModel):
             AttentionInputError: (field ``chat``) a chat prompt for a processor without a
                 chat template.
         """
-        image_token = str(self.processor.image_token)
+        image_token = self.image_mark
         if count == 0 or image_token in text:
             return text
         if chat:
@@ -290,11 +313,11 @@ class VisionLanguageModel(PretrainedModel):
                 IMAGES_FIELD, f"{len(images)} images; a prompt takes at most {MAX_IMAGES}"
             )
         prompt = self.prompt_with_images(text, len(images), chat=chat)
-        marked = prompt.count(str(self.processor.image_token))
+        marked = prompt.count(self.image_mark)
         if marked != len(images):
             raise AttentionInputError(
                 "texts[0]",
-                f"the prompt places {marked} images ({self.processor.image_token!r}) but "
+                f"the prompt places {marked} images ({self.image_mark!r}) but "
                 f"{len(images)} were given",
             )
         encoded = self.processor(

@@ -179,23 +179,6 @@ def test_each_spec_says_what_its_models_read_and_give(family_models: Any, kind: 
 # Families AttnViz does not run: refused by name ------------------------------------------
 
 
-def _tiny_paligemma() -> Any:
-    import transformers
-
-    vision = transformers.SiglipVisionConfig(
-        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        image_size=28, patch_size=14,
-    )  # fmt: skip
-    text = transformers.GemmaConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-    )  # fmt: skip
-    config = transformers.PaliGemmaConfig(
-        vision_config=vision, text_config=text, image_token_index=63, projection_dim=16
-    )
-    return transformers.PaliGemmaForConditionalGeneration(config)
-
-
 def _tiny_llava_next() -> Any:
     import transformers
 
@@ -214,8 +197,8 @@ def _tiny_llava_next() -> Any:
     return transformers.LlavaNextForConditionalGeneration(config)
 
 
-VISION_LANGUAGE = {"paligemma": _tiny_paligemma, "llava_next": _tiny_llava_next}
-"""Vision-language families AttnViz does not run yet (LLaVA, Qwen-VL, Idefics3 run:
+VISION_LANGUAGE = {"llava_next": _tiny_llava_next}
+"""Vision-language families AttnViz does not run yet (LLaVA, Qwen-VL, Idefics3, Gemma 3 run:
 tests/pretrained/test_vision_language.py)."""
 
 

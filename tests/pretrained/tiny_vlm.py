@@ -191,6 +191,75 @@ def idefics3(folder: Path, *, smol: bool = False) -> Path:
     return folder
 
 
+GEMMA_SPECIALS = (
+    "<pad>", "<bos>", "<eos>", "<unk>", "<image_soft_token>", "<start_of_image>",
+    "<end_of_image>", "<image>",
+)  # fmt: skip
+
+
+def _gemma_words(extra: dict[str, str]) -> Any:
+    words = tokenizer(GEMMA_SPECIALS, extra)
+    words.bos_token, words.eos_token = "<bos>", "<eos>"
+    return words
+
+
+def _gemma_text(transformers: Any, config_class: str) -> Any:
+    return getattr(transformers, config_class)(
+        **{**_text(), "bos_token_id": 1, "eos_token_id": 2}, head_dim=8,
+        **({"sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]}
+           if config_class == "Gemma3TextConfig" else {}),
+    )  # fmt: skip
+
+
+def gemma3(folder: Path) -> Path:
+    """Gemma 3: SigLIP over 16 px images (4 px patches, pooled to 2 x 2 = 4 tokens), the
+    Gemma 3 decoder (a sliding layer and a global one); image tokens attend both ways."""
+    import transformers
+
+    vision = transformers.SiglipVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        image_size=16, patch_size=4,
+    )  # fmt: skip
+    config = transformers.Gemma3Config(
+        vision_config=vision, text_config=_gemma_text(transformers, "Gemma3TextConfig"),
+        mm_tokens_per_image=4, image_token_index=4, boi_token_index=5, eoi_token_index=6,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.Gemma3ForConditionalGeneration(config).save_pretrained(folder)
+    images = transformers.Gemma3ImageProcessorPil(size={"height": 16, "width": 16}, **RAW)
+    extra = {
+        "image_token": "<image_soft_token>", "boi_token": "<start_of_image>",
+        "eoi_token": "<end_of_image>",
+    }  # fmt: skip
+    transformers.Gemma3Processor(
+        image_processor=images, tokenizer=_gemma_words(extra), image_seq_length=4
+    ).save_pretrained(folder)
+    return folder
+
+
+def paligemma(folder: Path) -> Path:
+    """PaliGemma: SigLIP over 16 px images (4 px patches: 16 tokens) and Gemma; the image
+    and the prompt are a prefix that attends both ways."""
+    import transformers
+
+    vision = transformers.SiglipVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        image_size=16, patch_size=4, projection_dim=16,
+    )  # fmt: skip
+    config = transformers.PaliGemmaConfig(
+        vision_config=vision, text_config=_gemma_text(transformers, "GemmaConfig"),
+        image_token_index=GEMMA_SPECIALS.index("<image>"), projection_dim=16,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.PaliGemmaForConditionalGeneration(config).save_pretrained(folder)
+    images = transformers.SiglipImageProcessorPil(size={"height": 16, "width": 16}, **RAW)
+    images.image_seq_length = 16
+    transformers.PaliGemmaProcessor(
+        image_processor=images, tokenizer=_gemma_words({"image_token": "<image>"})
+    ).save_pretrained(folder)
+    return folder
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "llava": llava,
     "llava-padded-full": lambda folder: llava(folder, pad=True, strategy="full"),
@@ -199,6 +268,8 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "qwen3_vl": lambda folder: qwen_vl(folder, version="qwen3_vl"),
     "idefics3": idefics3,
     "smolvlm": lambda folder: idefics3(folder, smol=True),
+    "gemma3": gemma3,
+    "paligemma": paligemma,
 }
 """Each tiny vision-language folder the tests load, by name."""
 

@@ -37,7 +37,10 @@ def png(image: Any) -> str:
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     require_transformers()
     root = tmp_path_factory.mktemp("vlm-api")
-    made = {name: tiny_vlm.BUILDERS[name](root / f"tiny-{name}") for name in ("llava", "qwen2_vl")}
+    made = {
+        name: tiny_vlm.BUILDERS[name](root / f"tiny-{name}")
+        for name in ("llava", "qwen2_vl", "gemma3")
+    }
     made["gpt2"] = save_tiny("gpt2", root / "tiny-gpt2")
     return made
 
@@ -48,7 +51,7 @@ def client(folders: dict[str, Path]) -> Iterator[Any]:
         yield served
 
 
-@pytest.mark.parametrize("name", ["llava", "qwen2_vl"])
+@pytest.mark.parametrize("name", ["llava", "qwen2_vl", "gemma3"])
 def test_the_maps_of_a_prompt_with_an_image_equal_eager_attention(
     client: Any, folders: dict[str, Path], name: str
 ) -> None:
@@ -69,6 +72,8 @@ def test_the_maps_of_a_prompt_with_an_image_equal_eager_attention(
     assert response.status_code == 200, response.text
     answer = response.json()
     assert answer["family"] == "vision-language" and answer["family_spec"]["reads_images"]
+    # Gemma 3's image tokens attend both ways: its answer says its maps are not causal.
+    assert answer["family_spec"]["causal_blocks"] == ([] if name == "gemma3" else ["decoder"])
     (placed,) = answer["images"]
     assert (placed["image"], placed["width"], placed["height"]) == (0, 47, 61)
     # The reference: the same folder, transformers' own processor inputs, eager attention.
