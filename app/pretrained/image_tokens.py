@@ -15,6 +15,9 @@ Each family's geometry follows its processor, with transformers' own resize rule
   ``vision_feature_select_strategy="full"`` the [CLS] token comes first and covers the
   whole cropped view (Liu et al. 2023, "Improved Baselines with Visual Instruction
   Tuning").
+* LLaVA-NeXT (``llava_next``): a base view of the whole image, then the tiles of its
+  "any resolution" crop with the padding cut off and a newline token per row
+  (:func:`llava_next_geometry`).
 * Qwen2-VL and Qwen2.5-VL (``qwen2_vl``, ``qwen2_5_vl``): resized to h x w, multiples of
   p * m ("smart resize", no crop); ``image_grid_thw`` = (1, h / p, w / p); the encoder
   merges each m x m block of patches into one token, so the tokens are an (h / pm) x
@@ -353,6 +356,73 @@ def _fixed_side(image_processor: Any) -> tuple[int, int]:
     return height, width
 
 
+def llava_next_geometry(
+    image_processor: Any, config: Any, width: int, height: int, inputs: dict[str, Any], index: int
+) -> Geometry:
+    """LLaVA-NeXT's tokens of one image ("any resolution"): a base view, then tiles.
+
+    The processor squashes the whole image to the vision encoder's S x S (the base view:
+    an f x f grid, f = S / p), and resizes it, aspect kept, into the best of
+    ``image_grid_pinpoints`` (transformers' ``select_best_resolution``), centred on its
+    padding and cut into S x S tiles. The model lays the tiles' features out as one
+    (rows f) x (cols f) map, cuts the padding's rows or columns off
+    (``modeling_llava_next.unpad_image``, applied here to the map's cell numbers) and
+    writes a newline token after each row (Liu et al. 2024, "LLaVA-NeXT: Improved
+    reasoning, OCR, and world knowledge"; transformers' ``pack_image_features``). A newline
+    token covers no pixel: its rectangle is the right edge of its row, zero wide.
+
+    Args:
+        image_processor: the processor's image processor (``image_grid_pinpoints``).
+        config: the model's config (``vision_config``, ``image_grid_pinpoints``).
+        width: the original image's width, in pixels.
+        height: its height, in pixels.
+        inputs: the processor's outputs (unused).
+        index: which image of the prompt (unused).
+    """
+    import torch
+    from transformers.image_processing_utils import get_patch_output_size, select_best_resolution
+    from transformers.image_utils import ChannelDimension
+    from transformers.models.llava_next.modeling_llava_next import (
+        get_anyres_image_grid_shape,
+        unpad_image,
+    )
+
+    side = int(config.vision_config.image_size)
+    patch = int(config.vision_config.patch_size)
+    f = side // patch
+    base = _grid_rectangles(f, f, (width / f, height / f), (0.0, 0.0))
+    best_h, best_w = select_best_resolution((height, width), image_processor.image_grid_pinpoints)
+    new_h, new_w = get_patch_output_size(  # type: ignore[no-untyped-call]
+        np.zeros((1, height, width), dtype=np.uint8), (best_h, best_w),
+        input_data_format=ChannelDimension.FIRST,
+    )  # fmt: skip
+    paste_x, paste_y = (best_w - new_w) // 2, (best_h - new_h) // 2
+    rows, cols = get_anyres_image_grid_shape(  # type: ignore[no-untyped-call]
+        (height, width), config.image_grid_pinpoints, side
+    )
+    cells = torch.arange(rows * f * cols * f).view(1, rows * f, cols * f)
+    kept = unpad_image(cells, (height, width))[0]  # type: ignore[no-untyped-call]
+    scale = (width / new_w, height / new_h)
+    shift = (paste_x * scale[0], paste_y * scale[1])
+    tile_rects: list[list[float | None]] = []  # the map's kept cells (h', w'), row by row
+    order: list[int] = []
+    for row in kept.tolist():
+        for number in row:
+            r, c = divmod(number, cols * f)
+            order.append(f * f + len(tile_rects))
+            tile_rects.append([c * patch, r * patch, (c + 1) * patch, (r + 1) * patch])
+        r = row[0] // (cols * f)
+        tile_rects.append([None, r * patch, None, (r + 1) * patch])  # the row's newline
+    spans = np.array(
+        [[0 if v is None else v for v in rect] for rect in tile_rects], dtype=np.float64
+    )
+    placed = _to_original(spans, scale, shift, (width, height))
+    newline = np.array([rect[0] is None for rect in tile_rects])
+    placed[newline, 0] = placed[newline, 2] = width
+    tiles = TokenGrid("tiles", int(kept.shape[0]), int(kept.shape[1]), tuple(order))
+    return Geometry(np.concatenate([base, placed]), (row_major("global", f, f), tiles))
+
+
 def gemma3_geometry(
     image_processor: Any, config: Any, width: int, height: int, inputs: dict[str, Any], index: int
 ) -> Geometry:
@@ -407,6 +477,7 @@ GeometryRule = Callable[[Any, Any, int, int, dict[str, Any], int], Geometry]
 
 GEOMETRIES: Final[dict[str, GeometryRule]] = {
     "llava": llava_geometry,
+    "llava_next": llava_next_geometry,
     "qwen2_vl": qwen_vl_geometry,
     "qwen2_5_vl": qwen_vl_geometry,
     "qwen3_vl": qwen_vl_geometry,

@@ -122,7 +122,7 @@ def refuse_vision_language(config: Any, where: str) -> None:
     if model_type is not None and not runs_vision_language(model_type):
         raise ModelFormatError(
             f"{where}: {model_type} is a vision-language model (an image encoder feeding a "
-            "text decoder) that AttnViz does not run yet; it runs LLaVA 1.5, Qwen2-VL, "
+            "text decoder) that AttnViz does not run yet; it runs LLaVA 1.5 and NeXT, Qwen2-VL, "
             "Qwen2.5-VL, Qwen3-VL, Idefics3, SmolVLM, PaliGemma and Gemma 3, text models "
             "(encoders, decoders, encoder-decoders), Whisper, and vision transformers (ViT, "
             "DeiT, DINOv2)"

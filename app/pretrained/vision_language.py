@@ -47,6 +47,7 @@ MAX_IMAGES: Final = 8
 IMAGES_FIELD: Final = "images"
 PLACEHOLDERS: Final[dict[str, str]] = {
     "llava": "{image}\n",
+    "llava_next": "{image}\n",
     "qwen2_vl": "<|vision_start|>{image}<|vision_end|>",
     "qwen2_5_vl": "<|vision_start|>{image}<|vision_end|>",
     "qwen3_vl": "<|vision_start|>{image}<|vision_end|>",

@@ -179,7 +179,7 @@ def test_each_spec_says_what_its_models_read_and_give(family_models: Any, kind: 
 # Families AttnViz does not run: refused by name ------------------------------------------
 
 
-def _tiny_llava_next() -> Any:
+def _tiny_llava_onevision() -> Any:
     import transformers
 
     vision = transformers.CLIPVisionConfig(
@@ -190,15 +190,16 @@ def _tiny_llava_next() -> Any:
         vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=1,
     )  # fmt: skip
-    config = transformers.LlavaNextConfig(
+    config = transformers.LlavaOnevisionConfig(
         vision_config=vision, text_config=text, image_token_index=63,
         image_grid_pinpoints=[[30, 30], [30, 60]],
     )  # fmt: skip
-    return transformers.LlavaNextForConditionalGeneration(config)
+    return transformers.LlavaOnevisionForConditionalGeneration(config)
 
 
-VISION_LANGUAGE = {"llava_next": _tiny_llava_next}
-"""Vision-language families AttnViz does not run yet (LLaVA, Qwen-VL, Idefics3, Gemma 3 run:
+VISION_LANGUAGE = {"llava_onevision": _tiny_llava_onevision}
+"""Vision-language families AttnViz does not run yet (LLaVA, LLaVA-NeXT, Qwen-VL, Idefics3,
+Gemma 3 run:
 tests/pretrained/test_vision_language.py)."""
 
 

@@ -97,10 +97,39 @@ def test_every_decoder_head_equals_eager_output_attentions(
     assert len(result.block_calls["decoder"]) == 2
 
 
+def llava_next_layout(model: Any, batch: Any, image: int) -> list[tuple[int, int, int]]:
+    """(view, row, column) of each of ``image``'s tokens as LLaVA-NeXT's own
+    ``pack_image_features`` orders them (-1s for a newline token)."""
+    from transformers.models.llava_next.modeling_llava_next import get_anyres_image_grid_shape
+
+    size = batch.model_inputs["image_sizes"][image]
+    rows, cols = get_anyres_image_grid_shape(
+        size.tolist(), model.model.config.image_grid_pinpoints, 30
+    )
+    views = 1 + rows * cols  # the base view and the tiles (the batch pads to the most)
+    f = 5  # 30 px views of 6 px patches
+    v, r, c = torch.meshgrid(torch.arange(views), torch.arange(f), torch.arange(f), indexing="ij")
+    features = torch.stack([v, r, c], dim=-1).reshape(views, f * f, 3).float()
+    packed, _ = model.model.model.pack_image_features(
+        [features], batch.model_inputs["image_sizes"][image : image + 1], "default",
+        image_newline=torch.full((3,), -1.0),
+    )  # fmt: skip
+    packed = packed[0] if isinstance(packed, (list, tuple)) else packed
+    return [tuple(int(x) for x in row) for row in packed.tolist()]
+
+
 def patch_pixels(name: str, model: Any, batch: Any, image: int, token: int) -> np.ndarray:
     """(n, 3) the processed pixel values the processor put in ``image``'s ``token``."""
     pixels = batch.model_inputs["pixel_values"].float().numpy()
     placed = batch.images[image]
+    if name == "llava_next":
+        # Which view and feature each token is, from the model's own packing of features
+        # that hold their (view, row, column): -1 for a row's newline token.
+        view, r, c = llava_next_layout(model, batch, image)[token]
+        if view < 0:
+            return np.zeros((0, 3))
+        frame = pixels[image, view]  # (3, 30, 30): the base view, then the tiles
+        return frame[:, r * 6 : (r + 1) * 6, c * 6 : (c + 1) * 6].reshape(3, -1).T
     if name.startswith("llava"):
         (grid,) = placed.grids
         view = pixels[image]  # (3, 30, 30)
@@ -139,7 +168,7 @@ def test_each_image_token_covers_the_pixels_its_patch_was_read_from(
 ) -> None:
     model = models[name]
     pictures = [tiny_vlm.coordinate_image(*size) for size in SIZES]
-    prompt_images = pictures[:1] if name.startswith("llava") else pictures
+    prompt_images = pictures[:1] if name in ("llava", "llava-padded-full") else pictures
     checked = 0
     for size, picture in zip(SIZES, pictures, strict=True):
         batch = model.tokenize_images(

@@ -85,6 +85,39 @@ def llava(folder: Path, *, pad: bool = False, strategy: str = "default") -> Path
     return folder
 
 
+def llava_next(folder: Path) -> Path:
+    """LLaVA-NeXT: CLIP ViT (30 px, 6 px patches) + Llama; "any resolution" tiles of 30 px
+    in the best of 30 x 60, 60 x 30 and 60 x 60, after a base view of the whole image."""
+    import transformers
+
+    pinpoints = [[30, 60], [60, 30], [60, 60]]
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        image_size=30, patch_size=6, projection_dim=16,
+    )  # fmt: skip
+    config = transformers.LlavaNextConfig(
+        vision_config=vision, text_config=transformers.LlamaConfig(**_text()),
+        image_token_index=LLAVA_SPECIALS.index("<image>"), image_grid_pinpoints=pinpoints,
+        vision_feature_layer=-1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.LlavaNextForConditionalGeneration(config).save_pretrained(folder)
+    images = transformers.LlavaNextImageProcessorPil(
+        size={"shortest_edge": 30}, crop_size={"height": 30, "width": 30},
+        image_grid_pinpoints=pinpoints, image_mean=[0.0, 0.0, 0.0], image_std=[1.0, 1.0, 1.0],
+        **RAW,
+    )  # fmt: skip
+    transformers.LlavaNextProcessor(
+        image_processor=images,
+        tokenizer=tokenizer(LLAVA_SPECIALS, {"image_token": "<image>"}),
+        patch_size=6,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        image_token="<image>",
+    ).save_pretrained(folder)
+    return folder
+
+
 def qwen_vl(folder: Path, *, version: str = "qwen2_vl") -> Path:
     """Qwen2-VL or Qwen2.5-VL: 2 px patches merged 2 x 2, 16..4096 pixels (smart resize).
 
@@ -263,6 +296,7 @@ def paligemma(folder: Path) -> Path:
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "llava": llava,
     "llava-padded-full": lambda folder: llava(folder, pad=True, strategy="full"),
+    "llava_next": llava_next,
     "qwen2_vl": qwen_vl,
     "qwen2_5_vl": lambda folder: qwen_vl(folder, version="qwen2_5_vl"),
     "qwen3_vl": lambda folder: qwen_vl(folder, version="qwen3_vl"),
