@@ -2,18 +2,19 @@
 
 Usage (from the repository root):
     .venv/bin/python -m benchmarks.vision_language --preset qwen2.5-vl-3b   # bfloat16
-    .venv/bin/python -m benchmarks.vision_language --preset qwen2-vl-256m   # float32
+    .venv/bin/python -m benchmarks.vision_language --preset smolvlm-256m    # float32
 
 Random weights in a real model's shape (nothing downloaded): ``qwen2.5-vl-3b`` is
 Qwen2.5-VL-3B-Instruct's config (36 layers x 16 heads, 2 key/value heads, d_model 2048; a
-32-block vision encoder of 1280) in bfloat16; ``qwen2-vl-256m`` a Qwen2-VL of SmolVLM-256M's
-size (SmolLM2-135M's decoder, 30 layers x 9 heads, and a 12-block vision encoder of 768) in
-float32, standing in for SmolVLM (Idefics3), which AttnViz does not run yet.
+32-block vision encoder of 1280) in bfloat16; ``smolvlm-256m`` SmolVLM-256M-Instruct's
+(SmolLM2-135M's decoder, 30 layers x 9 heads, and a 12-block SigLIP of 768 over 512 px views,
+pixel shuffle 4) in float32.
 
 In one process, one run after a warm-up of the same steps on a short answer:
 
-* prompt: the processor's inputs of a 448 x 448 image (16 x 16 = 256 image tokens after
-  the 2 x 2 merge) and a short question, ms;
+* prompt: the processor's inputs of a 448 x 448 image and a short question, ms (Qwen: 16 x
+  16 = 256 image tokens after the 2 x 2 merge; SmolVLM: the image resized to 2048 px, 4 x 4
+  tiles of 512 and a global view, 64 tokens each: 1,088);
 * generate: ``max_new_tokens`` (500) greedy with the key/value cache, unrecorded (the
   server's path: record_pass, which a vision-language prompt leaves to the pass after), ms
   and tokens per second;
@@ -55,20 +56,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "version": "qwen2_5_vl",
     },
-    "qwen2-vl-256m": {
+    "smolvlm-256m": {
         "dtype": torch.float32,
         "text": {
-            "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+            "vocab_size": 49280, "hidden_size": 576, "intermediate_size": 1536,
             "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-            "max_position_embeddings": 8192, "rope_theta": 100000.0,
-            "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
-            "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+            "max_position_embeddings": 8192, "rope_theta": 100000.0, "tie_word_embeddings": True,
+            "bos_token_id": 1, "eos_token_id": 2,
         },
         "vision": {
-            "depth": 12, "embed_dim": 768, "hidden_size": 576, "num_heads": 12, "mlp_ratio": 4,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+            "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+            "num_attention_heads": 12, "image_size": 512, "patch_size": 16,
         },
-        "version": "qwen2_vl",
+        "version": "smolvlm",
     },
 }  # fmt: skip
 QUESTION = "describe this picture"
@@ -92,6 +92,8 @@ def build(preset: str) -> Any:
     from tests.pretrained import tiny_vlm
 
     spec = PRESETS[preset]
+    if spec["version"] == "smolvlm":
+        return build_smolvlm(preset)
     ids = {
         "image_token_id": tiny_vlm.QWEN_SPECIALS.index("<|image_pad|>"),
         "video_token_id": tiny_vlm.QWEN_SPECIALS.index("<|video_pad|>"),
@@ -126,6 +128,38 @@ def build(preset: str) -> Any:
     processor_class = transformers.Qwen2_5_VLProcessor if qwen25 else transformers.Qwen2VLProcessor
     processor = _images_only(processor_class)(
         image_processor=images, tokenizer=words, video_processor=None
+    )
+    return wrap_model(model, processor, name=preset)
+
+
+def build_smolvlm(preset: str) -> Any:
+    """SmolVLM-256M's shape, random, with its processor's settings (word tokenizer)."""
+    import transformers
+    from attnviz.pretrained import wrap_model
+    from attnviz.pretrained.vision_language import _images_only
+
+    from tests.pretrained import tiny_vlm
+
+    spec = PRESETS[preset]
+    config = transformers.SmolVLMConfig(
+        vision_config=transformers.SmolVLMVisionConfig(**spec["vision"]),
+        text_config=transformers.LlamaConfig(**spec["text"]),
+        image_token_id=tiny_vlm.IDEFICS_SPECIALS.index("<image>"), scale_factor=4,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.SmolVLMForConditionalGeneration(config).eval()
+    extra = {
+        "image_token": "<image>", "fake_image_token": "<fake_token_around_image>",
+        "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>",
+    }  # fmt: skip
+    words = tiny_vlm.tokenizer(tiny_vlm.IDEFICS_SPECIALS, extra)
+    words.add_tokens(list(tiny_vlm.IDEFICS_SPECIALS[8:]), special_tokens=True)
+    words.eos_token = None  # random weights: the answer runs its whole length
+    images = transformers.SmolVLMImageProcessorPil(
+        size={"longest_edge": 2048}, max_image_size={"longest_edge": 512}
+    )
+    processor = _images_only(transformers.SmolVLMProcessor)(
+        image_processor=images, tokenizer=words, video_processor=None, image_seq_len=64
     )
     return wrap_model(model, processor, name=preset)
 
@@ -183,7 +217,7 @@ def _plain_forward(model: Any, inputs: dict[str, torch.Tensor]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=list(PRESETS), default="qwen2-vl-256m")
+    parser.add_argument("--preset", choices=list(PRESETS), default="smolvlm-256m")
     parser.add_argument("--new-tokens", type=int, default=500)
     args = parser.parse_args()
     from PIL import Image
