@@ -46,9 +46,10 @@ MAX_MODEL_NAME_CHARS: Final = 200
 MAX_BODY_BYTES: Final = 4 * 2**20
 """The largest request body (ATTNVIZ_MAX_BODY_BYTES's default), in bytes."""
 MAX_UPLOAD_BYTES: Final = 32 * 2**20
-"""The largest upload to POST /api/v1/speech and /api/v1/vision (ATTNVIZ_MAX_UPLOAD_BYTES's
-default), in bytes: 30 s of 48 kHz stereo WAV is 11 MB, a phone photo 5 to 10 MB."""
-UPLOAD_PATHS: Final = ("/api/v1/speech", "/api/v1/vision")
+"""The largest upload to POST /api/v1/speech, /vision and /models/attention/upload
+(ATTNVIZ_MAX_UPLOAD_BYTES's default), in bytes: 30 s of 48 kHz stereo WAV is 11 MB, a
+phone photo 5 to 10 MB."""
+UPLOAD_PATHS: Final = ("/api/v1/speech", "/api/v1/vision", "/api/v1/models/attention/upload")
 """The routes whose bodies are files, allowed up to the upload limit."""
 MAX_WEIGHT_CELLS: Final = 32 * 2**20
 """The most numbers one response may carry (ATTNVIZ_MAX_WEIGHT_CELLS's default)."""

@@ -190,3 +190,45 @@ def test_a_vision_language_id_is_served_from_the_cache_offline(
         assert len(answer["images"][0]["positions"]) == 25  # 5 x 5 patches of 6 px
         maps = np.asarray(answer["attentions"])
         np.testing.assert_allclose(maps.sum(-1), 1, atol=1e-5)
+
+
+def test_images_as_multipart_files_give_the_json_routes_answer(client: Any) -> None:
+    """POST /api/v1/models/attention/upload: the request's JSON and the images as files;
+    the same answer as the JSON route's with base64 images, and its errors named."""
+    import json
+
+    picture = tiny_vlm.coordinate_image(47, 61)
+    out = io.BytesIO()
+    picture.save(out, format="PNG")
+    fields = {"model": "tiny-qwen2_vl", "texts": ["describe it"], "sequence_index": 0}
+    uploaded = client.post(
+        URL + "/upload",
+        data={"request": json.dumps(fields)},
+        files=[("images", ("picture.png", out.getvalue(), "image/png"))],
+    )
+    assert uploaded.status_code == 200, uploaded.text
+    sent = client.post(URL, json={**fields, "images": [png(picture)]})
+    assert sent.status_code == 200
+    assert uploaded.json()["images"] == sent.json()["images"]
+    np.testing.assert_allclose(
+        np.asarray(uploaded.json()["attentions"]), np.asarray(sent.json()["attentions"])
+    )
+    # A file that is no image, JSON that is not the request, a bad field of it.
+    bad = client.post(
+        URL + "/upload",
+        data={"request": json.dumps(fields)},
+        files=[("images", ("notes.txt", b"not an image at all", "text/plain"))],
+    )
+    assert bad.status_code == 415 and bad.json()["detail"][0]["loc"] == ["body", "images", 0]
+    for request, where in (
+        ("{not json", ["body", "request"]),
+        (json.dumps({**fields, "images": ["x"]}), ["body", "request"]),
+        (json.dumps({**fields, "texts": []}), ["body", "texts"]),
+    ):
+        refused = client.post(
+            URL + "/upload",
+            data={"request": request},
+            files=[("images", ("picture.png", out.getvalue(), "image/png"))],
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"][0]["loc"] == where

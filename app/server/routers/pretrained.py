@@ -1,30 +1,35 @@
-"""Pretrained models: GET /api/v1/models, POST /api/v1/models/attention and /attention/layers."""
+"""Pretrained models: GET /api/v1/models and POST /api/v1/models/attention (and /layers...).
+
+POST /api/v1/models/attention, /attention/layers (streamed), /attention/download,
+/attention/tiles and /attention/upload (a vision-language prompt's images as files).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
+import json
 import time
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import torch
-from fastapi import APIRouter, status
+from fastapi import APIRouter, File, Form, UploadFile, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
+from pydantic import ValidationError
 
 from ...attention.cancellation import ComputeCancelledError
 from ...attention.errors import AttentionInputError
-from ...pretrained import ModelRegistry, PretrainedModel, TokenizedBatch
-from ...pretrained.analysis import Limits, PreparedSequence, needs_states
-from ...pretrained.blocks import Block
+from ...pretrained import ModelRegistry, PretrainedModel
+from ...pretrained.analysis import needs_states
 from ...pretrained.loading import PRETRAINED_EXTRA
 from ...pretrained.methods import method_spec, with_method
 from ...pretrained.recordings import RecordingCache
 from ...pretrained.streaming import ProgressBudget
 from ...pretrained.tiles import TileError
-from ...pretrained.view_plan import plan_view
-from ...pretrained.vision_language import decode_prompt_images, image_prompt
 from ...pretrained.zoom import zoom_span
 from ..checks import check_cells, check_limit
 from ..dependencies import RecordingsDep, RegistryDep, SettingsDep, ready_model
@@ -43,6 +48,7 @@ from ..payloads.pretrained import (
     sequence_fields,
     sequence_payload,
 )
+from ..pretrained_inputs import prepared_sequence, tokenized
 from ..schemas.models import ModelListResponse
 from ..schemas.pretrained import (
     PretrainedAttentionRequest,
@@ -520,80 +526,51 @@ def stream_response(
     return response
 
 
-def tokenized(
-    model: PretrainedModel, request: PretrainedAttentionRequest, settings: Settings
-) -> tuple[TokenizedBatch, TokenizedBatch | None, Block]:
-    """The request's texts (and targets) tokenised and checked, and the block it asks for.
+@router.post(
+    "/attention/upload",
+    response_model=PretrainedAttentionResponse,
+    responses=ERROR_RESPONSES,
+    summary="POST /api/v1/models/attention with a vision-language prompt's images as files",
+)
+async def upload_model_attention(
+    settings: SettingsDep,
+    registry: RegistryDep,
+    recordings: RecordingsDep,
+    request: Annotated[
+        str,
+        Form(
+            description="The JSON body of POST /api/v1/models/attention, without `images`: "
+            "the files are its images, in order."
+        ),
+    ],
+    images: Annotated[
+        list[UploadFile],
+        File(description="The prompt's images: PNG, JPEG, WebP, GIF or BMP (else a 415)."),
+    ],
+) -> Response:
+    """A vision-language prompt with its images as multipart files, not base64 in JSON.
+
+    Up to ATTNVIZ_MAX_UPLOAD_BYTES in all (32 MiB; the JSON route's body is bounded by
+    ATTNVIZ_MAX_BODY_BYTES, 4 MiB). The answer is POST /api/v1/models/attention's, and
+    so are its checks of each image.
 
     Raises:
-        HTTPException: 422 naming texts, text_pairs, chat, targets or block; 413 over
-            ATTNVIZ_MAX_SEQ_LEN.
+        HTTPException: 422 naming ``request``: not JSON, not an object, or with ``images``.
+        RequestValidationError: (422) the request's fields, as the JSON route's.
     """
-    with engine_errors(request.device):
-        if request.images is None:
-            batch = model.tokenize(request.texts, request.text_pairs, chat=request.chat)
-        else:
-            batch = image_prompt(
-                model, request.texts, decode_prompt_images(request.images), chat=request.chat,
-                removes_tokens=request.hide_special_tokens or request.merge_words,
-            )  # fmt: skip
-        targets = None if request.targets is None else model.decoder_inputs(request.targets)
-    if targets is not None and len(request.targets or []) != len(request.texts):
-        raise field_error(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            "targets",
-            f"{len(request.targets or [])} targets for {len(request.texts)} texts; "
-            "give one per text",
-        )
-    check_lengths(batch, "texts", settings)
-    if targets is not None:
-        check_lengths(targets, "targets", settings)
-    if request.block is not None and request.block not in model.blocks:
-        raise field_error(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            "block",
-            f"{request.block!r}: {model.name} is {model.described} with blocks "
-            f"{', '.join(model.blocks)}",
-        )
-    return batch, targets, request.block or model.blocks[0]
-
-
-def check_lengths(batch: TokenizedBatch, field: str, settings: Settings) -> None:
-    """Refuse an input longer than ATTNVIZ_MAX_SEQ_LEN tokens (413 naming ``field[i]``).
-
-    Unset, the model's own positions bound the input (tokenising refuses a longer one).
-    """
-    if settings.max_seq_len is None:
-        return
-    for i, length in enumerate(batch.lengths):
-        check_limit(f"{field}[{i}]", length, settings.max_seq_len, "MAX_SEQ_LEN")
-
-
-def prepared_sequence(
-    model: PretrainedModel,
-    request: PretrainedAttentionRequest,
-    batch: TokenizedBatch,
-    targets: TokenizedBatch | None,
-    block: Block,
-    settings: Settings,
-    recordings: RecordingCache,
-    *,
-    deadline: ProgressBudget | None = None,
-) -> PreparedSequence:
-    """The request's :class:`attnviz.pretrained.analysis.ViewPlan`, observed, run.
-
-    ``deadline``: the stream's time budget (:class:`attnviz.pretrained.streaming.ProgressBudget`).
-
-    Raises:
-        HTTPException: 422 naming a bad option, 413 over a limit, 503 out of device memory.
-    """
-    limits = Limits(
-        max_seq_len=settings.max_seq_len,
-        max_weight_cells=settings.max_weight_cells,
-        max_request_bytes=settings.max_request_bytes,
-    )
-    with engine_errors(request.device):
-        plan = plan_view(
-            model, request.view_options(), batch, targets, block, limits, recordings, observe=True
-        )
-        return plan.run(deadline=deadline)
+    try:
+        fields = json.loads(request)
+    except json.JSONDecodeError as error:
+        raise field_error(422, "request", f"not JSON: {error}") from error
+    if not isinstance(fields, dict):
+        raise field_error(422, "request", "the attention request's JSON object")
+    if "images" in fields:
+        raise field_error(422, "request", "the images go as the files, not in the JSON")
+    encoded = [base64.b64encode(await image.read()).decode() for image in images]
+    try:
+        parsed = PretrainedAttentionRequest.model_validate({**fields, "images": encoded})
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in error.errors(include_url=False)]
+        ) from error
+    return await answered(model_response, parsed, settings, registry, recordings)
