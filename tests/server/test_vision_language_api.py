@@ -223,7 +223,7 @@ def test_images_as_multipart_files_give_the_json_routes_answer(client: Any) -> N
     for request, where in (
         ("{not json", ["body", "request"]),
         (json.dumps({**fields, "images": ["x"]}), ["body", "request"]),
-        (json.dumps({**fields, "texts": []}), ["body", "texts"]),
+        (json.dumps({**fields, "texts": []}), ["body", "request", "texts"]),
     ):
         refused = client.post(
             URL + "/upload",

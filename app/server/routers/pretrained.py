@@ -16,8 +16,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Annotated, Any
 
 import torch
-from fastapi import APIRouter, File, Form, UploadFile, status
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, File, Form, HTTPException, UploadFile, status
 from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 
@@ -539,14 +538,15 @@ async def upload_model_attention(
     request: Annotated[
         str,
         Form(
+            min_length=2,
             description="The JSON body of POST /api/v1/models/attention, without `images`: "
-            "the files are its images, in order."
+            "the files are its images, in order.",
         ),
     ],
     images: Annotated[
         list[UploadFile],
         File(description="The prompt's images: PNG, JPEG, WebP, GIF or BMP (else a 415)."),
-    ],
+    ] = [],  # noqa: B006  (FastAPI copies a default; none: a prompt without images)
 ) -> Response:
     """A vision-language prompt with its images as multipart files, not base64 in JSON.
 
@@ -555,8 +555,9 @@ async def upload_model_attention(
     so are its checks of each image.
 
     Raises:
-        HTTPException: 422 naming ``request``: not JSON, not an object, or with ``images``.
-        RequestValidationError: (422) the request's fields, as the JSON route's.
+        HTTPException: 422 naming ``request``: not JSON, not an object, or with
+            ``images``; or naming one of its fields (``request.texts``), as the JSON route
+            refuses it.
     """
     try:
         fields = json.loads(request)
@@ -570,7 +571,11 @@ async def upload_model_attention(
     try:
         parsed = PretrainedAttentionRequest.model_validate({**fields, "images": encoded})
     except ValidationError as error:
-        raise RequestValidationError(
-            [{**e, "loc": ("body", *e["loc"])} for e in error.errors(include_url=False)]
-        ) from error
+        # The request's own fields, inside the form's `request` (the schema can only say
+        # it is a string: each refusal is a condition on its JSON, a value_error).
+        detail = [
+            {"loc": ["body", "request", *e["loc"]], "msg": e["msg"], "type": "value_error"}
+            for e in error.errors(include_url=False)
+        ]
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=detail) from error
     return await answered(model_response, parsed, settings, registry, recordings)
