@@ -153,45 +153,6 @@ def test_a_bad_image_or_option_is_a_4xx_naming_the_field(
     assert says in detail["msg"]
 
 
-def test_a_vision_language_id_is_served_from_the_cache_offline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A hand-made hub cache (``models--org--name/refs/main``, ``snapshots/<commit>/``) with
-    a tiny LLaVA: its id serves images offline; an id not cached fails saying so."""
-    from tests.server.support import serving
-
-    repo, commit = "tiny-org/tiny-llava", "0123456789abcdef0123456789abcdef01234567"
-    cache = tmp_path / "hub"
-    stored = cache / ("models--" + repo.replace("/", "--"))
-    tiny_vlm.llava(stored / "snapshots" / commit)
-    (stored / "refs").mkdir()
-    (stored / "refs" / "main").write_text(commit)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    env = {
-        "ATTNVIZ_MODELS": f'["{repo}", "tiny-org/not-cached-vlm"]',
-        "ATTNVIZ_PACKAGED_MODELS": "false",
-    }
-    with serving(env) as served:
-        info = {m["name"]: m for m in served.get("/api/v1/models").json()["models"]}
-        assert info[repo]["state"] == "ready" and info[repo]["family_spec"]["reads_images"]
-        missing = info["tiny-org/not-cached-vlm"]
-        assert missing["state"] == "failed"
-        assert "not in the local Hugging Face cache" in missing["error"]
-        body = {
-            "model": repo,
-            "texts": ["what is in this picture"],
-            "images": [png(tiny_vlm.coordinate_image(47, 61))],
-            "sequence_index": 0,
-        }
-        response = served.post(URL, json=body)
-        assert response.status_code == 200, response.text
-        answer = response.json()
-        assert len(answer["images"][0]["positions"]) == 25  # 5 x 5 patches of 6 px
-        maps = np.asarray(answer["attentions"])
-        np.testing.assert_allclose(maps.sum(-1), 1, atol=1e-5)
-
-
 def test_images_as_multipart_files_give_the_json_routes_answer(client: Any) -> None:
     """POST /api/v1/models/attention/upload: the request's JSON and the images as files;
     the same answer as the JSON route's with base64 images, and its errors named."""
@@ -232,3 +193,43 @@ def test_images_as_multipart_files_give_the_json_routes_answer(client: Any) -> N
         )
         assert refused.status_code == 422, refused.text
         assert refused.json()["detail"][0]["loc"] == where
+
+
+# Last: serving() below replaces the app's models, which the module's client uses.
+def test_a_vision_language_id_is_served_from_the_cache_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hand-made hub cache (``models--org--name/refs/main``, ``snapshots/<commit>/``) with
+    a tiny LLaVA: its id serves images offline; an id not cached fails saying so."""
+    from tests.server.support import serving
+
+    repo, commit = "tiny-org/tiny-llava", "0123456789abcdef0123456789abcdef01234567"
+    cache = tmp_path / "hub"
+    stored = cache / ("models--" + repo.replace("/", "--"))
+    tiny_vlm.llava(stored / "snapshots" / commit)
+    (stored / "refs").mkdir()
+    (stored / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    env = {
+        "ATTNVIZ_MODELS": f'["{repo}", "tiny-org/not-cached-vlm"]',
+        "ATTNVIZ_PACKAGED_MODELS": "false",
+    }
+    with serving(env) as served:
+        info = {m["name"]: m for m in served.get("/api/v1/models").json()["models"]}
+        assert info[repo]["state"] == "ready" and info[repo]["family_spec"]["reads_images"]
+        missing = info["tiny-org/not-cached-vlm"]
+        assert missing["state"] == "failed"
+        assert "not in the local Hugging Face cache" in missing["error"]
+        body = {
+            "model": repo,
+            "texts": ["what is in this picture"],
+            "images": [png(tiny_vlm.coordinate_image(47, 61))],
+            "sequence_index": 0,
+        }
+        response = served.post(URL, json=body)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert len(answer["images"][0]["positions"]) == 25  # 5 x 5 patches of 6 px
+        maps = np.asarray(answer["attentions"])
+        np.testing.assert_allclose(maps.sum(-1), 1, atol=1e-5)
