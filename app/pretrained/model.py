@@ -220,7 +220,9 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
             )  # fmt: skip
         start = time.perf_counter()
         recording = AttentionRecording()
-        kept = KeptPass() if keep else None
+        block = self.block_of(model)
+        # only the blocks' calls are kept (not a vision-language model's image encoder's)
+        kept = KeptPass(only=lambda module: block(module) is not None) if keep else None
         with (
             torch.inference_mode(),
             record_attention(recording) if record else nullcontext(),

@@ -221,6 +221,9 @@ class _Keeping(Hook):
     def __init__(self, kept: KeptPass) -> None:
         self.kept = kept
 
+    def wants(self, call: AttentionCall) -> bool:
+        return self.kept.only is None or self.kept.only(call.module)
+
     def run(self, call: AttentionCall) -> torch.Tensor:
         output, lse = attention_with_lse(call)
         self.kept.layers.append(kept_layer(call, lse))

@@ -32,11 +32,12 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 import torch
+from torch import nn
 
 from ..attention.cancellation import check_cancelled
 from ..attention.pooling import block_reduce
@@ -89,9 +90,12 @@ class KeptPass:
 
     Attributes:
         layers: one :class:`KeptLayer` per attention call.
+        only: which modules' calls to keep (a vision-language model's decoder, not its
+            image encoder, whose maps no view draws); None keeps every call.
     """
 
     layers: list[KeptLayer] = field(default_factory=list)
+    only: Callable[[nn.Module], bool] | None = field(default=None, repr=False)
 
     @property
     def exact(self) -> bool:

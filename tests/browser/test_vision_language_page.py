@@ -30,6 +30,7 @@ def vlm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folders = [
         tiny_vlm.llava(root / "tiny-llava"),
         tiny_vlm.qwen_vl(root / "tiny-qwen2_vl"),
+        tiny_vlm.idefics3(root / "tiny-idefics3"),
     ]
     env = {
         "ATTNVIZ_MODEL_DIRS": json.dumps([str(f) for f in folders]),
@@ -146,4 +147,42 @@ def test_an_uploaded_image_is_drawn_under_the_attention_of_a_chosen_token(
         f"window.attnvizImage.query === {prompt_length + 2} && !window.attnvizImage.timer",
         timeout=120_000,
     )
+    assert page.errors == [] and page.inner_text("#error") == ""
+
+
+def test_an_image_cut_into_tiles_is_drawn_as_its_tiles_and_its_global_view(
+    page, vlm_url: str, picture: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Idefics3 reads the picture as 2 x 2 tiles and a global view: one figure each, each
+    cell the API's weight on that view's token."""
+    open_model(page, vlm_url, "tiny-idefics3")
+    page.wait_for_function(
+        "document.getElementById('prompt-image-preview').src.startsWith('data:')"
+    )
+    page.set_input_files("#prompt-image", str(picture))
+    page.wait_for_function(
+        "document.getElementById('prompt-image-status').textContent.startsWith('coordinates.png')"
+    )
+    page.fill("#texts", "what is in this picture")
+    page.fill("#max-new-tokens", "0")
+    page.click("#compute")
+    page.wait_for_function(
+        "window.attnvizImage.res && window.attnvizImage.res.images[0].width === 47"
+        " && document.getElementById('image-attention').dataset.drawn === 'true'",
+        timeout=120_000,
+    )
+    res = page.evaluate("window.attnvizImage.res")
+    (placed,) = res["images"]
+    assert [g["name"] for g in placed["grids"]] == ["tiles", "global"]
+    figures = page.evaluate(
+        """() => [...document.querySelectorAll('#image-attention .image-overlay')].map(
+            (div) => div.data.find((d) => d.type === 'heatmap').z)"""
+    )
+    assert len(figures) == 2
+    image = base64.b64encode(picture.read_bytes()).decode()
+    body = {"model": "tiny-idefics3", "texts": ["what is in this picture"], "images": [image]}
+    rows = api_rows(vlm_url, body, page.evaluate("window.attnvizImage.query")).mean(axis=(0, 1))
+    for z, grid in zip(figures, placed["grids"], strict=True):
+        at = np.asarray(placed["positions"])[grid["tokens"]].reshape(grid["rows"], grid["cols"])
+        np.testing.assert_allclose(z, rows[at], rtol=1e-6, atol=1e-9)
     assert page.errors == [] and page.inner_text("#error") == ""

@@ -377,3 +377,26 @@ def test_image_share_is_the_text_rows_weight_on_the_image_tokens(
     np.testing.assert_allclose(image_share(only, mask).numpy(), [1.0, 0.0])
     with pytest.raises(ValueError, match="no image token"):
         image_share(only, torch.zeros(5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("name", ["smolvlm", "qwen2_vl"])
+def test_a_pass_kept_for_tiles_keeps_the_decoder_alone_and_its_rows_are_exact(
+    models: dict[str, Any], folders: dict[str, Path], name: str
+) -> None:
+    """What every view is drawn from: q, k and the log-sum-exp of the decoder's layers,
+    not the image encoder's (SmolVLM's 5 views of 16 patches would double it)."""
+    model = models[name]
+    batch = model.tokenize_images("what is in this picture", [tiny_vlm.coordinate_image(47, 61)])
+    result = model.run(batch, device="cpu", record=False, keep=True)
+    assert result.kept is not None and len(result.kept.layers) == 2
+    decoder = {id(m) for m in model.model.get_decoder().modules()}
+    assert all(id(layer.module) in decoder for layer in result.kept.layers)
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long()}
+    with torch.inference_mode():
+        expected = eager_reference(folders[name])(
+            **inputs, **batch.model_inputs, output_attentions=True
+        ).attentions
+    last = batch.input_ids.shape[1] - 1
+    rows = result.query_rows("decoder", last)  # (N, 1, H, L) from the kept tiles
+    for layer, weights in enumerate(expected):
+        torch.testing.assert_close(rows[layer, 0], weights[0, :, last], atol=1e-5, rtol=0)
