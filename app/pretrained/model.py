@@ -221,8 +221,11 @@ class PretrainedModel(TokenizerMixin, GenerationMixin, LoadedModel):
         start = time.perf_counter()
         recording = AttentionRecording()
         block = self.block_of(model)
-        # only the blocks' calls are kept (not a vision-language model's image encoder's)
-        kept = KeptPass(only=lambda module: block(module) is not None) if keep else None
+        # Kept for tiles alone, only the blocks' calls are kept (not a vision-language
+        # model's image encoder's); beside a recording, every call, so that the two count
+        # the calls alike (PretrainedAttentions.replay indexes both by the recording's).
+        only = None if record else (lambda module: block(module) is not None)
+        kept = KeptPass(only=only) if keep else None
         with (
             torch.inference_mode(),
             record_attention(recording) if record else nullcontext(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,29 @@ def test_the_same_text_with_another_image_is_another_pass(client: Any) -> None:
     first, second = answers
     assert first["tokens"] == second["tokens"] and first["images"] == second["images"]
     assert not np.allclose(np.asarray(first["attentions"]), np.asarray(second["attentions"]))
+
+
+@pytest.mark.parametrize("name", ["llava", "gemma3"])
+def test_the_pages_requests_stream_the_grid_then_give_a_tokens_rows(client: Any, name: str) -> None:
+    """The page's order: the grid streamed (its pass recorded and kept for tiles), then one
+    token's rows from that pass (a 500 before: the kept layers were counted without the
+    image encoder's calls, the recording with them)."""
+    body = {
+        "model": f"tiny-{name}",
+        "texts": ["what is in this picture"],
+        "images": [png(tiny_vlm.coordinate_image(47, 61))],
+        "sequence_index": 0,
+        "max_new_tokens": 2,
+    }
+    streamed = client.post(URL + "/layers", json={**body, "display_size": 64})
+    assert streamed.status_code == 200, streamed.text
+    lines = [json.loads(line) for line in streamed.text.splitlines()]
+    assert lines[0]["type"] == "start" and lines[-1]["type"] == "end"
+    assert lines[0]["images"][0]["width"] == 47
+    rows = client.post(URL, json={**body, "query_index": 3, "display_size": 8})
+    assert rows.status_code == 200, rows.text
+    found = np.asarray(rows.json()["query_attentions"])  # (N, H, L)
+    np.testing.assert_allclose(found.sum(-1), 1, atol=1e-5)
 
 
 def bmp_header_only() -> str:
