@@ -400,3 +400,41 @@ def test_a_pass_kept_for_tiles_keeps_the_decoder_alone_and_its_rows_are_exact(
     rows = result.query_rows("decoder", last)  # (N, 1, H, L) from the kept tiles
     for layer, weights in enumerate(expected):
         torch.testing.assert_close(rows[layer, 0], weights[0, :, last], atol=1e-5, rtol=0)
+
+
+def test_every_family_loads_by_id_from_a_hand_made_offline_cache(
+    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each family's folder laid out as huggingface_hub lays out its cache
+    (``models--org--name/refs/main``, ``snapshots/<commit>/``), ``HF_HUB_OFFLINE=1``:
+    ``show(text, "org/name", image=...)`` draws the eager model's maps."""
+    import shutil
+
+    from attnviz import show
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    cache = tmp_path / "hub"
+    for name, folder in folders.items():
+        stored = cache / f"models--tiny-org--{name}"
+        shutil.copytree(folder, stored / "snapshots" / commit)
+        (stored / "refs").mkdir()
+        (stored / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    picture = tiny_vlm.coordinate_image(47, 61)
+    for name in folders:
+        view = show("what is in this picture", f"tiny-org/{name}", image=picture)
+        snapshot = cache / f"models--tiny-org--{name}" / "snapshots" / commit
+        from attnviz.pretrained import load_model_dir
+
+        batch = load_model_dir("reference", snapshot).tokenize_images(
+            "what is in this picture", [picture]
+        )
+        inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long()}
+        with torch.inference_mode():
+            expected = eager_reference(snapshot)(
+                **inputs, **batch.model_inputs, output_attentions=True
+            ).attentions
+        assert view.details["images"] == [placed.payload() for placed in batch.images], name
+        for layer, weights in enumerate(expected):
+            np.testing.assert_allclose(view.maps[layer], weights[0].numpy(), atol=1e-5)
