@@ -4,11 +4,10 @@
 
 1. ``make install`` (the virtual environment) beside ``make system-packages`` (Debian's
    Chromium, espeak-ng and the container engine, one ``apt-get update`` for all three);
-2. the tests (pytest on four workers, streamed here as they run) beside the image check
-   (``scripts/docker_check.py``), the linters (``make lint``) and the documentation site
-   (``make docs``): the image build waits mostly on downloads, mypy and the docs take one
-   core for a minute or two while many tests wait on a server, a browser or Ray starting;
-3. the logs of the steps run beside the tests, then a table of each step's wall time (s).
+2. the linters (``make lint``) beside the documentation site (``make docs``);
+3. the tests (pytest on four workers, streamed here as they run) beside the image check
+   (``scripts/docker_check.py``), whose build waits mostly on downloads;
+4. the logs of the other steps, then a table of each step's wall time (s).
 
 The exit status is 0 when every step passed, else 1 (each failed step is named last).
 Environment: ``PYTEST_WORKERS`` (default ``-n 4 --dist loadfile``), ``MAKE``.
@@ -86,13 +85,19 @@ def main() -> int:
         run_beside(setup, logs)
         checks: list[Step] = []
         if all(step.status == 0 for step in setup):
-            checks = [
-                Step("pytest", [PYTHON, "-m", "pytest", *workers, "--durations=25"], stream=True),
-                Step("image check", [PYTHON, "scripts/docker_check.py"]),
+            # the linters and the docs first (a minute or two of one core), then the tests
+            # beside the image check alone: the two cores are the tests' when they run
+            first = [
                 Step("make lint", [make, "--no-print-directory", "lint"]),
                 Step("make docs", [make, "--no-print-directory", "docs"]),
             ]
-            run_beside(checks, logs)
+            run_beside(first, logs)
+            then = [
+                Step("pytest", [PYTHON, "-m", "pytest", *workers, "--durations=25"], stream=True),
+                Step("image check", [PYTHON, "scripts/docker_check.py"]),
+            ]
+            run_beside(then, logs)
+            checks = [*first, *then]
         for step in [*setup, *checks]:
             if step.log is not None and (step.status != 0 or step in checks):
                 print(f"=== {step.name} (exit {step.status}) ===", flush=True)
