@@ -26,7 +26,7 @@ reads :meth:`FamilySpec.page` from each model's description (``GET /api/v1/model
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from .blocks import BLOCKS, Block, Family
@@ -134,6 +134,21 @@ class FamilySpec:
 _DECODER_SHAPE = BlockShape(
     layers=("num_decoder_layers", "decoder_layers"), heads=("decoder_attention_heads", "num_heads")
 )
+_DECODER = FamilySpec(
+    name="decoder",
+    described="a decoder",
+    auto_class="AutoModelForCausalLM",
+    text_pairs=False,
+    targets=False,
+    generates=True,
+    outputs="next-token",
+    gradient_target="logit",
+    output_attentions={"decoder": "attentions"},
+    grouped_kv=True,
+    causal_blocks=("decoder",),
+    input_label="prompt",
+    scored_block="decoder",
+)
 FAMILIES: Final[dict[Family, FamilySpec]] = {
     "encoder": FamilySpec(
         name="encoder",
@@ -150,21 +165,7 @@ FAMILIES: Final[dict[Family, FamilySpec]] = {
         input_label="sentence",
         scored_block="encoder",
     ),
-    "decoder": FamilySpec(
-        name="decoder",
-        described="a decoder",
-        auto_class="AutoModelForCausalLM",
-        text_pairs=False,
-        targets=False,
-        generates=True,
-        outputs="next-token",
-        gradient_target="logit",
-        output_attentions={"decoder": "attentions"},
-        grouped_kv=True,
-        causal_blocks=("decoder",),
-        input_label="prompt",
-        scored_block="decoder",
-    ),
+    "decoder": _DECODER,
     "encoder-decoder": FamilySpec(
         name="encoder-decoder",
         described="an encoder-decoder",
@@ -189,20 +190,12 @@ FAMILIES: Final[dict[Family, FamilySpec]] = {
             "cross": _DECODER_SHAPE,
         },
     ),
-    "vision-language": FamilySpec(
+    # a decoder whose prompts may hold images (its image encoder's attention in no block)
+    "vision-language": replace(
+        _DECODER,
         name="vision-language",
         described="a vision-language model",
         auto_class="AutoModelForImageTextToText",
-        text_pairs=False,
-        targets=False,
-        generates=True,
-        outputs="next-token",
-        gradient_target="logit",
-        output_attentions={"decoder": "attentions"},
-        grouped_kv=True,
-        causal_blocks=("decoder",),
-        input_label="prompt",
-        scored_block="decoder",
         reads_images=True,
     ),
 }

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from attnviz.devtools import live_process
 
+from tests.browser.test_media_page import open_model
 from tests.pretrained import tiny_vlm
 from tests.pretrained.support import require_transformers
 
@@ -48,12 +49,26 @@ def picture(tmp_path: Path) -> Path:
     return path
 
 
-def open_model(page, url: str, name: str) -> None:  # type: ignore[no-untyped-def]
-    page.goto(url + "/models")
-    page.wait_for_selector(
-        f'#model option[value="{name}"][data-state="ready"]', state="attached", timeout=180_000
+def compute_with(page, url: str, name: str, picture: Path, new_tokens: int) -> None:  # type: ignore[no-untyped-def]
+    """/models with ``name``, ``picture`` uploaded in place of the sample (shown first),
+    the question typed and computed with ``new_tokens`` generated; once the upload's
+    overlay is drawn (choosing the model drew the sample's first)."""
+    open_model(page, url, name)
+    assert page.is_visible("#prompt-image-control")
+    page.wait_for_function(
+        "document.getElementById('prompt-image-preview').src.startsWith('data:')"
     )
-    page.select_option("#model", name)
+    page.set_input_files("#prompt-image", str(picture))
+    page.wait_for_function(
+        "document.getElementById('prompt-image-status').textContent.startsWith('coordinates.png')"
+    )
+    page.fill("#texts", "what is in this picture")
+    page.fill("#max-new-tokens", str(new_tokens))
+    page.click("#compute")
+    page.wait_for_function(
+        "window.attnvizImage.res && window.attnvizImage.res.images[0].width === 47",
+        timeout=120_000,
+    )
 
 
 def drawn_overlay(page, query: int | None = None) -> dict:  # type: ignore[no-untyped-def,type-arg]
@@ -88,24 +103,7 @@ def api_rows(url: str, body: dict, query: int) -> np.ndarray:  # type: ignore[ty
 def test_an_uploaded_image_is_drawn_under_the_attention_of_a_chosen_token(
     page, vlm_url: str, picture: Path, name: str
 ) -> None:  # type: ignore[no-untyped-def]
-    open_model(page, vlm_url, name)
-    assert page.is_visible("#prompt-image-control")
-    # The sample picture is there at first; the upload replaces it.
-    page.wait_for_function(
-        "document.getElementById('prompt-image-preview').src.startsWith('data:')"
-    )
-    page.set_input_files("#prompt-image", str(picture))
-    page.wait_for_function(
-        "document.getElementById('prompt-image-status').textContent.startsWith('coordinates.png')"
-    )
-    page.fill("#texts", "what is in this picture")
-    page.fill("#max-new-tokens", "3")
-    page.click("#compute")
-    # (choosing the model drew the sample's overlay first: this is the upload's)
-    page.wait_for_function(
-        "window.attnvizImage.res && window.attnvizImage.res.images[0].width === 47",
-        timeout=120_000,
-    )
+    compute_with(page, vlm_url, name, picture, 3)
     shown = drawn_overlay(page)
     res = shown["res"]
     (placed,) = res["images"]
@@ -155,22 +153,8 @@ def test_an_image_cut_into_tiles_is_drawn_as_its_tiles_and_its_global_view(
 ) -> None:  # type: ignore[no-untyped-def]
     """Idefics3 reads the picture as 2 x 2 tiles and a global view: one figure each, each
     cell the API's weight on that view's token."""
-    open_model(page, vlm_url, "tiny-idefics3")
-    page.wait_for_function(
-        "document.getElementById('prompt-image-preview').src.startsWith('data:')"
-    )
-    page.set_input_files("#prompt-image", str(picture))
-    page.wait_for_function(
-        "document.getElementById('prompt-image-status').textContent.startsWith('coordinates.png')"
-    )
-    page.fill("#texts", "what is in this picture")
-    page.fill("#max-new-tokens", "0")
-    page.click("#compute")
-    page.wait_for_function(
-        "window.attnvizImage.res && window.attnvizImage.res.images[0].width === 47"
-        " && document.getElementById('image-attention').dataset.drawn === 'true'",
-        timeout=120_000,
-    )
+    compute_with(page, vlm_url, "tiny-idefics3", picture, 0)
+    page.wait_for_function("document.getElementById('image-attention').dataset.drawn === 'true'")
     res = page.evaluate("window.attnvizImage.res")
     (placed,) = res["images"]
     assert [g["name"] for g in placed["grids"]] == ["tiles", "global"]
