@@ -608,7 +608,9 @@ def container(
         engine(*args, *extra, image, timeout=120)
         yield name
     except BaseException:
-        logs = engine("logs", "--tail", "40", name, timeout=30, check=False, quiet=True)
+        logs = engine(
+            "logs", "--timestamps", "--tail", "40", name, timeout=30, check=False, quiet=True
+        )
         say(f"--- the container's last log lines ---\n{logs.stdout}{logs.stderr}---")
         raise
     finally:
@@ -725,7 +727,9 @@ def check_image(engine: Engine, image: str, base: str, report: Report) -> None:
             lambda: check_stop(engine, name, report),
         )
         if report.failed:
-            logs = engine("logs", "--tail", "40", name, timeout=30, check=False, quiet=True)
+            logs = engine(
+                "logs", "--timestamps", "--tail", "40", name, timeout=30, check=False, quiet=True
+            )
             say(f"--- the container's last log lines ---\n{logs.stdout}{logs.stderr}---")
     with tempfile.TemporaryDirectory() as folder:
         report.check(
