@@ -52,7 +52,7 @@ def free_port() -> int:
 def live_process(
     app: str | None = None,
     health_path: str = "/healthz",
-    timeout_s: float = 30.0,
+    timeout_s: float = 300.0,
     env: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Start a server on a free loopback port; yield (base URL, process).
@@ -60,8 +60,11 @@ def live_process(
     Args:
         app: None runs AttnViz's documented command, ``python -m attnviz``; else an ASGI
             app path ("module:attribute") run by ``python -m uvicorn``.
-        health_path: polled until it answers 200.
-        timeout_s: how long to wait for it.
+        health_path: polled until it answers 200: the event waited on (its process
+            exiting ends the wait at once, with its output).
+        timeout_s: a bound on a hung start, not a guess at how long a start takes: on a
+            busy 2-core machine a server that imports torch and transformers took over
+            30 s to answer.
         env: extra environment variables.
 
     The server runs in the current working directory.
@@ -117,7 +120,7 @@ def live_process(
 
 
 @contextmanager
-def live_server(timeout_s: float = 30.0) -> Iterator[str]:
+def live_server(timeout_s: float = 300.0) -> Iterator[str]:
     """Start ``python -m attnviz`` (real uvicorn) on a free loopback port; yield its base URL."""
     with live_process(timeout_s=timeout_s) as (url, _):
         yield url

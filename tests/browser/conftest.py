@@ -3,6 +3,8 @@ from collections.abc import Iterator
 import pytest
 from attnviz.devtools import live_process
 
+from tests.support.browser import HANG_MS
+
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
@@ -17,7 +19,7 @@ def page(browser, server_url):  # type: ignore[no-untyped-def]
     # Playwright's wait_for_function evaluates strings, which the page's CSP forbids;
     # test_page_works_under_its_content_security_policy runs with the CSP on.
     context = browser.new_context(viewport={"width": 1400, "height": 950}, bypass_csp=True)
-    context.set_default_timeout(60_000)  # a bound on a hang, not on speed
+    context.set_default_timeout(HANG_MS)  # a bound on a hang, not on speed
     page = context.new_page()
     page.errors = []  # uncaught JS errors, checked by the tests
     page.on("pageerror", lambda error: page.errors.append(str(error)))

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tests.support.browser import HANG_MS
+
 
 @contextmanager
 def strict_page(browser: Any) -> Iterator[Any]:
@@ -21,7 +23,7 @@ def strict_page(browser: Any) -> Iterator[Any]:
     messages naming the Content Security Policy), both lists of strings.
     """
     context = browser.new_context(viewport={"width": 1400, "height": 950}, accept_downloads=True)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(HANG_MS)
     page = context.new_page()
     page.errors = []
     page.csp_violations = []

@@ -15,6 +15,7 @@ import pytest
 from attnviz.devtools import live_process
 
 from tests.pretrained.tiny import save_tiny
+from tests.support.browser import HANG_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -54,17 +55,17 @@ def redraw(page, action) -> None:  # type: ignore[no-untyped-def]
     page.evaluate("document.getElementById('view-compare').dataset.drawn = 'stale'")
     action()
     page.wait_for_function(
-        "document.getElementById('view-compare').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-compare').dataset.drawn === 'true'", timeout=HANG_MS
     )
 
 
 def test_one_input_through_two_models_and_their_difference(page, two_berts: str) -> None:  # type: ignore[no-untyped-def]
     page.goto(two_berts + "/models")
-    page.wait_for_selector("#view-model[data-drawn='true']", timeout=60_000)
+    page.wait_for_selector("#view-model[data-drawn='true']", timeout=HANG_MS)
     page.select_option("#model", "tiny-bert-a")
     page.fill("#texts", TEXT)
     page.click("#compute")
-    page.wait_for_selector("#view-model[data-drawn='true']", timeout=60_000)
+    page.wait_for_selector("#view-model[data-drawn='true']", timeout=HANG_MS)
     redraw(page, lambda: page.click(".tabs button[data-view=compare]"))
     # Only the other encoder is offered: the decoder's requests take other fields.
     offered = page.eval_on_selector_all("#compare-model option", "o => o.map((x) => x.value)")

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.browser.strict import strict_page
+from tests.support.browser import HANG_MS
 
 pytestmark = pytest.mark.browser
 
@@ -43,7 +44,7 @@ def test_swagger_ui_renders_the_operations_offline(browser, server_url) -> None:
         operation = page.locator(".opblock.opblock-post").filter(
             has=page.locator('[data-path="/api/v1/attention"]')
         )
-        operation.wait_for(timeout=30_000)
+        operation.wait_for(timeout=HANG_MS)
         assert SUMMARY in operation.text_content()
         # Every operation of the schema is listed (12: speech and vision included).
         with urllib.request.urlopen(server_url + "/openapi.json") as answer:
@@ -70,7 +71,7 @@ def test_redoc_renders_the_operations_offline(browser, server_url) -> None:  # t
         assert "default-src 'self'" in response.headers["content-security-policy"]
         menu = page.locator(".menu-content")
         # The operations sit in collapsed tag groups of the menu: attached, not visible.
-        menu.get_by_text(SUMMARY).wait_for(state="attached", timeout=30_000)
+        menu.get_by_text(SUMMARY).wait_for(state="attached", timeout=HANG_MS)
         assert "The pretrained models on offer" in menu.text_content()
         # The operation's section is rendered too, with its path.
         assert page.get_by_text("/api/v1/attention", exact=True).count() >= 1

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from tests.browser.strict import strict_page
+from tests.support.browser import HANG_MS
 
 pytestmark = pytest.mark.browser
 
@@ -56,7 +57,7 @@ def check_pdf(pdf: bytes) -> None:
 
 
 def downloaded(page, click) -> tuple[str, bytes]:  # type: ignore[no-untyped-def]
-    with page.expect_download(timeout=15_000) as info:
+    with page.expect_download(timeout=HANG_MS) as info:
         click()
     download = info.value
     assert download.failure() is None
@@ -70,7 +71,7 @@ def test_png_and_svg_downloads_work_under_the_pages_csp(
     with strict_page(browser) as page:
         response = page.goto(server_url + path)
         assert "img-src 'self'" in response.headers["content-security-policy"]  # enforced
-        page.locator(f"{figure} .main-svg").first.wait_for(timeout=30_000)
+        page.locator(f"{figure} .main-svg").first.wait_for(timeout=HANG_MS)
 
         name, png = downloaded(page, lambda: page.click("#download-png"))
         assert name == f"{prefix}.png"
@@ -153,7 +154,7 @@ def test_images_have_the_themes_opaque_paper_and_text(
     with strict_page(browser) as page:
         page.emulate_media(color_scheme=scheme)
         page.goto(server_url + path)
-        page.locator(f"{figure} .main-svg").first.wait_for(timeout=30_000)
+        page.locator(f"{figure} .main-svg").first.wait_for(timeout=HANG_MS)
         style = "getComputedStyle(document.documentElement)"
         panel = rgb(page.evaluate(f"() => {style}.getPropertyValue('--panel').trim()"))
         # The theme's panel: near white, or near black in the dark theme.

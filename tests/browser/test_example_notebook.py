@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.support.browser import open_offline
+from tests.support.browser import HANG_MS, open_offline
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -58,7 +58,7 @@ def test_the_example_notebook_runs_and_its_html_draws_every_view_offline(  # typ
     page.wait_for_function(
         f"document.querySelectorAll('.attnviz-widget[data-drawn=\"true\"]').length"
         f" === {len(EXPECTED_VIEWS)}",
-        timeout=60_000,
+        timeout=HANG_MS,
     )
     views = page.evaluate(
         "() => [...document.querySelectorAll('.attnviz-widget')].map((w) => w.dataset.view)"

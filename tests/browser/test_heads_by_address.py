@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.support.browser import new_page, redraw, type_and_compute, wait_drawn
+from tests.support.browser import HANG_MS, new_page, redraw, type_and_compute, wait_drawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -74,7 +74,7 @@ def test_the_jump_box_and_the_link_address_a_head(page, server_url) -> None:  # 
     other = page.context.new_page()
     other.goto(link)
     other.wait_for_function(
-        "document.getElementById('view-layer').dataset.drawn === 'true'", timeout=20_000
+        "document.getElementById('view-layer').dataset.drawn === 'true'", timeout=HANG_MS
     )
     assert enlarged(other, "layer") == (2, 11)
     other.close()

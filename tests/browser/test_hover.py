@@ -12,6 +12,7 @@ import pytest
 from tests.pretrained.support import require_pretrained_extra
 from tests.support.browser import (
     CELL_CENTRE,
+    HANG_MS,
     HEADS,
     grid_point,
     new_page,
@@ -92,7 +93,7 @@ def test_hover_on_pooled_maps_says_which_tokens_a_block_covers(page, server_url)
     page.fill("#vocab_size", "1000")
     page.uncheck("#verify")
     page.click("#compute")
-    page.wait_for_function("window.attnviz.lastResponse.full_shape[2] === 300", timeout=30_000)
+    page.wait_for_function("window.attnviz.lastResponse.full_shape[2] === 300", timeout=HANG_MS)
     wait_for_heads(page, 2)
     response = page.evaluate("() => window.attnviz.lastResponse")
     assert response["downsample"]["factor_q"] == 3 and response["shape"][2] == 100
@@ -123,7 +124,7 @@ def test_models_page_hover_names_the_tokens_of_thumbnails_and_pooled_blocks(
     page = new_page(browser, 2200, 1200)
     page.goto(server_url + "/models")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=20_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     tokens = page.evaluate("() => window.attnvizModels.lastResponse.tokens[0]")
     # Query 2, key 1 of layer 0, head 1: a cell of the grid's one tiled heatmap.
@@ -140,7 +141,7 @@ def test_models_page_hover_names_the_tokens_of_thumbnails_and_pooled_blocks(
     page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
     page.click("#compute")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     response = page.evaluate("() => window.attnvizModels.lastResponse")
     assert response["downsample"]["factor"] == 4

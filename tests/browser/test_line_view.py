@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from tests.support.browser import compute_heads, open_view, wait_drawn, wait_for_heads
+from tests.support.browser import HANG_MS, compute_heads, open_view, wait_drawn, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -336,7 +336,7 @@ def test_tokens_are_shown_as_display_token_writes_them(page, server_url) -> None
 def test_models_page_line_view_colours_and_strongest_lines(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     page.wait_for_function(  # the first visit may wait for the model to load
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=60_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     page.click("[role=tab][data-view=lines]")
     wait_drawn(page, "lines")

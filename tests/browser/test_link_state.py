@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.pretrained.support import require_pretrained_extra
-from tests.support.browser import decode_link, new_page, wait_drawn, wait_heads
+from tests.support.browser import HANG_MS, decode_link, new_page, wait_drawn, wait_heads
 
 pytestmark = pytest.mark.browser
 
@@ -65,9 +65,9 @@ def test_attention_page_link_carries_the_request_being_computed(page, server_url
     assert page.url.endswith("#view=summary")
 
     held.release()
-    page.wait_for_selector("#view-summary[data-drawn='true']", timeout=30_000)
+    page.wait_for_selector("#view-summary[data-drawn='true']", timeout=HANG_MS)
     page.wait_for_function(
-        "window.attnviz.lastResponse.key_labels[0].includes('brand')", timeout=30_000
+        "window.attnviz.lastResponse.key_labels[0].includes('brand')", timeout=HANG_MS
     )
     # Another tab after the response: still the new request.
     page.click(".tabs button[data-view=heads]")
@@ -103,7 +103,7 @@ def test_old_bare_view_links_to_the_attention_page_do_not_jump(browser, server_u
     page = new_page(browser, 390, 844)
     page.goto(f"{server_url}/#{view}")
     assert page.evaluate("(id) => document.getElementById(id) !== null", view)
-    page.wait_for_selector(f"#view-{view}[data-drawn='true']", timeout=30_000)
+    page.wait_for_selector(f"#view-{view}[data-drawn='true']", timeout=HANG_MS)
     page.wait_for_selector("html[data-link='written']")
     assert page.url.endswith(f"#view={view}")
     page.wait_for_timeout(300)

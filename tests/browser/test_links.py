@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from tests.support.browser import decode_link, encode_link, wait_heads
+from tests.support.browser import HANG_MS, decode_link, encode_link, wait_heads
 
 pytestmark = pytest.mark.browser
 
@@ -56,7 +56,7 @@ def test_a_2000_token_link_made_by_the_page_opens_and_draws(page, server_url) ->
     page.fill("#sequences", text)
     page.uncheck("#verify")
     page.click("#compute")
-    page.locator("#summary", has_text="(1, 2, 2000, 2000)").wait_for(timeout=60_000)
+    page.locator("#summary", has_text="(1, 2, 2000, 2000)").wait_for(timeout=HANG_MS)
     page.click(".tabs button[data-view=summary]")
     # The Compute wrote the link with the Heads tab first; the tab's own write follows.
     link = wait_for_link(page, lambda request: request["sequences"] == [text], view="summary")
@@ -69,7 +69,7 @@ def test_a_2000_token_link_made_by_the_page_opens_and_draws(page, server_url) ->
     other.on("pageerror", lambda error: other.errors.append(str(error)))
     response = other.goto(link)
     assert response.status == 200
-    other.wait_for_selector("#view-summary[data-drawn='true']", timeout=60_000)
+    other.wait_for_selector("#view-summary[data-drawn='true']", timeout=HANG_MS)
     assert other.input_value("#sequences") == text
     assert not other.is_checked("#verify")
     shape = other.evaluate("() => window.attnviz.lastResponse.full_shape")
@@ -85,7 +85,7 @@ def test_a_2000_token_link_made_by_the_page_opens_and_draws(page, server_url) ->
 
 def test_the_models_page_link_round_trips(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
-    page.wait_for_selector("#view-model[data-drawn='true']", timeout=30_000)
+    page.wait_for_selector("#view-model[data-drawn='true']", timeout=HANG_MS)
     page.fill("#texts", "Links carry the sentence.\nA second one, ünïcödé & <b>tags</b>.")
     page.fill("#text-pairs", "And its pair.")
     page.click(".tabs button[data-view=layer]")
@@ -98,7 +98,7 @@ def test_the_models_page_link_round_trips(page, server_url) -> None:  # type: ig
     other = page.context.new_page()
     other.bring_to_front()  # a background tab may have its drawing (animation frames) paused
     other.goto(page.url)
-    other.wait_for_selector("#view-layer[data-drawn='true']", timeout=30_000)
+    other.wait_for_selector("#view-layer[data-drawn='true']", timeout=HANG_MS)
     assert other.input_value("#texts") == page.input_value("#texts")
     other.wait_for_selector("html[data-link='written']")
     assert decode_link(other.url) == request  # the reopened page asks for the same thing
@@ -167,7 +167,7 @@ def test_the_models_pages_view_settings_travel_in_the_link(page, server_url) -> 
     page.goto(
         f"{server_url}/models?request={encode_link(request)}#view=layer&layer=3&tokens=2&scale=log"
     )
-    page.wait_for_selector("#view-layer[data-drawn='true']", timeout=30_000)
+    page.wait_for_selector("#view-layer[data-drawn='true']", timeout=HANG_MS)
     assert page.input_value("#layer-index") == "3"
     assert page.input_value("#colour-scale") == "log"
     assert page.evaluate("document.getElementById('layer-grid').layout.title.text") == (
@@ -201,7 +201,7 @@ def test_old_json_links_still_open(page, server_url) -> None:  # type: ignore[no
 def test_old_links_with_a_bare_view_still_open_that_tab(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/#parameters")
     page.wait_for_function(
-        "document.getElementById('view-parameters').dataset.drawn === 'true'", timeout=15_000
+        "document.getElementById('view-parameters').dataset.drawn === 'true'", timeout=HANG_MS
     )
     assert page.url.endswith("#view=parameters")
     assert page.errors == []
@@ -224,7 +224,7 @@ def test_a_link_too_large_to_share_is_not_written_and_json_is_offered(page, serv
     assert "too large to share as a link" in note.text_content()
     assert "Download JSON" in note.text_content()
     assert "request=" not in page.url  # no broken (or stale) link in the address bar
-    page.locator("#summary", has_text="(2, 2, 2000, 2000)").wait_for(timeout=60_000)
+    page.locator("#summary", has_text="(2, 2, 2000, 2000)").wait_for(timeout=HANG_MS)
     with page.expect_download() as info:
         page.click("#download-json")
     saved = json.loads(info.value.path().read_text(encoding="utf-8"))
@@ -309,7 +309,7 @@ def test_a_hostile_link_to_models_gives_a_message_and_the_default_sentence(
     page, server_url, raw: str, message: str
 ) -> None:  # type: ignore[no-untyped-def]
     page.goto(f"{server_url}/models?request={raw}#model")
-    page.wait_for_selector("#view-model[data-drawn='true']", timeout=30_000)
+    page.wait_for_selector("#view-model[data-drawn='true']", timeout=HANG_MS)
     note = page.locator("#link-note")
     assert note.is_visible()
     assert message in note.text_content()

@@ -21,7 +21,7 @@ from attnviz.devtools import CHROMIUM_ARGS, chromium_path, live_process
 from tests.browser.strict import strict_page
 from tests.pretrained.media import SENTENCE, png_bytes, save_tiny_vision, speak
 from tests.pretrained.support import require_modules
-from tests.support.browser import new_page
+from tests.support.browser import HANG_MS, new_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -53,13 +53,13 @@ def media_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def open_model(page, url: str, name: str) -> None:  # type: ignore[no-untyped-def]
     page.goto(url + "/models")
     page.wait_for_selector(
-        f'#model option[value="{name}"][data-state="ready"]', state="attached", timeout=180_000
+        f'#model option[value="{name}"][data-state="ready"]', state="attached", timeout=HANG_MS
     )
     page.select_option("#model", name)
 
 
 def drawn_rows(page) -> list[str]:  # type: ignore[no-untyped-def]
-    page.wait_for_function(f"{CROSS} && {CROSS}.data", timeout=120_000)
+    page.wait_for_function(f"{CROSS} && {CROSS}.data", timeout=HANG_MS)
     # Token labels reach Plotly with & < > as entities (shown literally, never as markup).
     return [html.unescape(t) for t in page.evaluate(f"() => {CROSS}.layout.yaxis.ticktext")]
 
@@ -190,7 +190,7 @@ def test_an_uploaded_image_shows_the_patch_overlay(page, media_url: str, tmp_pat
     assert page.locator("#image-control").is_visible()
     page.set_input_files("#image-file", str(picture))
     overlay = "document.querySelector('.overlay')"
-    page.wait_for_function(f"{overlay} && {overlay}.data", timeout=60_000)
+    page.wait_for_function(f"{overlay} && {overlay}.data", timeout=HANG_MS)
     figure = page.evaluate(f"() => ({{z: {overlay}.data[0].z, images: {overlay}.layout.images}})")
     assert figure["images"][0]["source"].startswith("data:image/png;base64,")
     api = httpx.post(
@@ -226,7 +226,7 @@ def open_sample(page, url: str) -> None:  # type: ignore[no-untyped-def]
     """/models with Whisper's view of the page's sample sentence drawn."""
     open_model(page, url, "whisper-tiny.en")
     page.click("#sample-audio")
-    page.wait_for_function(f"{CROSS} && {CROSS}._fullLayout", timeout=120_000)
+    page.wait_for_function(f"{CROSS} && {CROSS}._fullLayout", timeout=HANG_MS)
 
 
 # The player's position, the cursor's (null when hidden) in the drawn map `figure`, and the
@@ -279,7 +279,7 @@ def test_the_sample_plays_under_a_cursor_that_follows_the_audio(page, media_url:
     page.click("#speech-play")
     page.wait_for_function(
         "new Set(window.seen.map((s) => s.x).filter((x) => x !== null)).size >= 4",
-        timeout=60_000,
+        timeout=HANG_MS,
     )
     seen = page.evaluate("window.sampling = false, window.seen")
     playing = [s for s in seen if s["x"] is not None]
@@ -365,7 +365,7 @@ def test_a_click_on_a_token_plays_its_span_and_stops_at_its_end(page, media_url:
     )
     chip.click()
     page.wait_for_function(
-        f"window.samples.some(([, playing]) => playing) && !{PLAYER}.playing", timeout=60_000
+        f"window.samples.some(([, playing]) => playing) && !{PLAYER}.playing", timeout=HANG_MS
     )
     played = page.evaluate("window.samples.filter(([, playing]) => playing)")
     assert all(start <= t <= end for t, _, _ in played), (start, end, played)
@@ -397,11 +397,11 @@ def test_speech_plays_under_the_pages_content_security_policy(browser, media_url
         page.wait_for_selector(
             '#model option[value="whisper-tiny.en"][data-state="ready"]',
             state="attached",
-            timeout=180_000,
+            timeout=HANG_MS,
         )
         page.select_option("#model", "whisper-tiny.en")
         page.click("#sample-audio")
-        page.wait_for_selector(".speech-cross .main-svg", timeout=120_000)
+        page.wait_for_selector(".speech-cross .main-svg", timeout=HANG_MS)
         page.click("#speech-play")
         page.wait_for_selector(".transcript .token-chip.playing")
         page.wait_for_timeout(500)

@@ -4,7 +4,7 @@ import httpx2 as httpx
 import numpy as np
 import pytest
 
-from tests.support.browser import GRID
+from tests.support.browser import GRID, HANG_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -13,7 +13,7 @@ def redraw(page, view: str, action) -> None:  # type: ignore[no-untyped-def]
     page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
     action()
     page.wait_for_function(
-        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=30_000
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=HANG_MS
     )
 
 
@@ -27,7 +27,7 @@ def api(server_url: str, text: str, **fields: object) -> dict:  # type: ignore[t
 def test_the_method_picker_switches_every_view_to_norm_based_attention(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     text = page.input_value("#texts").splitlines()[0]
     assert page.locator("#method-note").is_hidden()
@@ -120,7 +120,7 @@ def test_heads_switched_off_show_the_ablated_model_and_restore_with_one_click(
 ) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     text = page.input_value("#texts").splitlines()[0]
     intact = api(server_url, text)
@@ -151,7 +151,7 @@ def test_heads_switched_off_show_the_ablated_model_and_restore_with_one_click(
 def test_gradient_methods_draw_the_apis_rollout_and_head_importance(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     text = page.input_value("#texts").splitlines()[0]
     assert page.locator("#target-control").is_hidden()
@@ -181,7 +181,7 @@ def test_gradient_methods_draw_the_apis_rollout_and_head_importance(page, server
         box["x"] + box["width"] * (4 + 0.5) / heads, box["y"] + box["height"] * (2 + 0.5) / layers
     )
     page.wait_for_function(
-        "document.querySelector('#view-model .enlarged').dataset.head === '4'", timeout=10_000
+        "document.querySelector('#view-model .enlarged').dataset.head === '4'", timeout=HANG_MS
     )
     # Layer 0 is the top row, as in the thumbnails above.
     assert page.evaluate("document.querySelector('#view-model .enlarged').dataset.layer") == "2"
@@ -226,7 +226,7 @@ def test_gradient_methods_draw_the_apis_rollout_and_head_importance(page, server
 def test_value_zeroing_is_drawn_beside_the_layers_head_average(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models#view=averages")
     page.wait_for_function(
-        "document.getElementById('view-averages').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-averages').dataset.drawn === 'true'", timeout=HANG_MS
     )
     text = page.input_value("#texts").splitlines()[0]
     redraw(page, "averages", lambda: page.select_option("#method", "value_zeroing"))

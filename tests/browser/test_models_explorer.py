@@ -13,7 +13,14 @@ import json
 
 import pytest
 
-from tests.support.browser import new_page, redraw, type_and_compute, wait_drawn, wait_model_option
+from tests.support.browser import (
+    HANG_MS,
+    new_page,
+    redraw,
+    type_and_compute,
+    wait_drawn,
+    wait_model_option,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -164,7 +171,7 @@ def test_a_model_switch_recomputes_and_a_refusal_leaves_nothing_behind(page, ser
     limit = int(page.get_attribute("#max-new-tokens", "max"))
     page.fill("#max-new-tokens", str(limit + 1))
     page.click("#compute")
-    page.wait_for_selector("#error:not([hidden])", timeout=20_000)
+    page.wait_for_selector("#error:not([hidden])", timeout=HANG_MS)
     error = page.locator("#error").text_content()
     assert error.startswith("Generate N new tokens: ") and "max_new_tokens" not in error
     page.wait_for_function("document.querySelectorAll('.results .js-plotly-plot').length === 0")

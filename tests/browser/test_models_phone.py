@@ -8,7 +8,7 @@ reader), and figure titles under Plotly's toolbar or cut off at the screen's edg
 
 import pytest
 
-from tests.support.browser import new_page, redraw, type_and_compute, wait_drawn
+from tests.support.browser import HANG_MS, new_page, redraw, type_and_compute, wait_drawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -25,7 +25,7 @@ def phone(browser, url: str):  # type: ignore[no-untyped-def]
     page.goto(url)
     page.wait_for_function(
         "[...document.querySelectorAll('.view')].some((v) => v.dataset.drawn === 'true')",
-        timeout=30_000,
+        timeout=HANG_MS,
     )
     return page
 

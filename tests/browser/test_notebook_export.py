@@ -10,7 +10,7 @@ import attnviz
 import numpy as np
 import pytest
 
-from tests.support.browser import open_offline
+from tests.support.browser import HANG_MS, open_offline
 
 pytestmark = pytest.mark.browser
 
@@ -32,7 +32,7 @@ def test_a_saved_view_draws_every_map_offline(browser, tmp_path: Path, kind: str
     page.wait_for_function(
         "() => document.querySelector('.attnviz-view') && "
         "document.querySelector('.attnviz-view').data !== undefined",
-        timeout=20_000,
+        timeout=HANG_MS,
     )
     drawn = page.evaluate(
         "() => document.querySelector('.attnviz-view').data"

@@ -16,6 +16,7 @@ import pytest
 from attnviz.devtools import live_process
 
 from tests.pretrained.tiny import save_tiny
+from tests.support.browser import HANG_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -36,7 +37,7 @@ def neo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_the_page_says_the_fused_path_is_not_available_and_draws_the_maps(page, neo: str) -> None:  # type: ignore[no-untyped-def]
     page.goto(neo + "/models?model=tiny-gpt-neo")
-    page.wait_for_selector("#view-model[data-drawn='true']", timeout=60_000)
+    page.wait_for_selector("#view-model[data-drawn='true']", timeout=HANG_MS)
     note = page.locator("#path-note")
     assert note.is_visible()
     assert "fused path is not available for this family" in note.inner_text()
@@ -46,15 +47,15 @@ def test_the_page_says_the_fused_path_is_not_available_and_draws_the_maps(page, 
     page.wait_for_function(
         "() => document.getElementById('summary').textContent.includes('output_attentions')"
         " && document.getElementById('view-model').dataset.drawn === 'true'",
-        timeout=60_000,
+        timeout=HANG_MS,
     )
     page.screenshot(path="/tmp/shots/own-attention.png", full_page=False)
     body = {"model": "tiny-gpt-neo", "texts": [TEXT], "sequence_index": 0, "layer_index": 1}
     data = httpx.post(neo + "/api/v1/models/attention", json=body, timeout=60).json()
     page.click(".tabs button[data-view=layer]")
-    page.wait_for_selector("#view-layer[data-drawn='true']", timeout=60_000)
+    page.wait_for_selector("#view-layer[data-drawn='true']", timeout=HANG_MS)
     # switching to the fused model hides the note
     page.select_option("#model", "tiny-gpt2")
-    page.wait_for_function("() => document.getElementById('path-note').hidden", timeout=30_000)
+    page.wait_for_function("() => document.getElementById('path-note').hidden", timeout=HANG_MS)
     assert data["attention_path"] == "output_attentions"
     assert np.asarray(data["attentions"]).shape[-1] == len(data["tokens"][0])

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from attnviz.attention.tutorials import TUTORIAL_BATCH
 
-from tests.support.browser import HEADS, compute_heads, new_page, open_view, wait_for_heads
+from tests.support.browser import HANG_MS, HEADS, compute_heads, new_page, open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -145,7 +145,7 @@ def test_large_input_is_block_pooled_and_one_head_zooms_to_full_resolution(
     page.uncheck("#verify")
     page.evaluate("window.attnviz.timings = undefined")
     page.click("#compute")
-    page.wait_for_function("window.attnviz.timings !== undefined", timeout=30_000)
+    page.wait_for_function("window.attnviz.timings !== undefined", timeout=HANG_MS)
     wait_for_heads(page, 8)
     response = page.evaluate("() => window.attnviz.lastResponse")
     assert response["full_shape"] == [1, 8, 512, 512]
@@ -184,11 +184,11 @@ def test_page_works_under_its_content_security_policy(browser, server_url) -> No
     response = page.goto(server_url + "/")
     assert "script-src 'self'" in response.headers["content-security-policy"]
     # Selector waits only: they need no eval, which the policy forbids.
-    page.locator("#heads .head-plot .main-svg").nth(1).wait_for(timeout=15_000)
+    page.locator("#heads .head-plot .main-svg").nth(1).wait_for(timeout=HANG_MS)
     assert page.locator("#heads .head-plot").count() == 2
     page.locator("#verify-badge").wait_for(state="visible")
     page.click(".tabs button[data-view=step]")
-    page.locator("#view-step .stage-plot .main-svg").nth(7).wait_for(timeout=15_000)
+    page.locator("#view-step .stage-plot .main-svg").nth(7).wait_for(timeout=HANG_MS)
     assert errors == []
     assert not [m for m in console if "Content Security Policy" in m], console
     context.close()
@@ -236,8 +236,8 @@ def test_progress_indicator_shows_for_slow_requests(page, server_url) -> None:  
     )
     page.fill("#seed", "5")
     page.click("#compute")
-    page.locator("#progress").wait_for(state="visible", timeout=5_000)
-    page.locator("#progress").wait_for(state="hidden", timeout=15_000)
+    page.locator("#progress").wait_for(state="visible", timeout=HANG_MS)
+    page.locator("#progress").wait_for(state="hidden", timeout=HANG_MS)
     assert page.evaluate("() => window.attnviz.lastResponse.seed") == 5
 
 

@@ -7,7 +7,7 @@ pretrained-model page on a phone is tests/browser/test_models_phone.py.
 
 import pytest
 
-from tests.support.browser import new_page, open_view, wait_for_heads
+from tests.support.browser import HANG_MS, new_page, open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -41,7 +41,7 @@ def test_phone_opening_a_shared_link_does_not_jump_the_page(browser, server_url)
     other = page.context.new_page()
     other.goto(link)
     other.wait_for_function(
-        "document.getElementById('view-summary').dataset.drawn === 'true'", timeout=15_000
+        "document.getElementById('view-summary').dataset.drawn === 'true'", timeout=HANG_MS
     )
     other.wait_for_timeout(300)
     assert other.evaluate("window.scrollY") == 0

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.support.api import merged_reference
-from tests.support.browser import CELL_CENTRE, HEADS, open_view, wait_for_heads
+from tests.support.browser import CELL_CENTRE, HANG_MS, HEADS, open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -25,7 +25,7 @@ STRIP_WEIGHTS = """(id) => [...document.querySelectorAll('#' + id + ' .token')].
 
 def wait_selected(page, text: str) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_function(
-        f"document.getElementById('heads').dataset.selected === '{text}'", timeout=10_000
+        f"document.getElementById('heads').dataset.selected === '{text}'", timeout=HANG_MS
     )
 
 
@@ -228,7 +228,7 @@ def test_colour_scales_colour_the_layer_thumbnails_and_the_layer_strip(page, ser
 def test_colour_scale_colours_the_models_layer_strip(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     page.evaluate("document.getElementById('view-averages').dataset.drawn = 'stale'")
     page.click(".tabs button[data-view=averages]")
@@ -268,7 +268,7 @@ def wait_model_selected(page, view: str, text: str) -> None:  # type: ignore[no-
     page.wait_for_function(
         f"document.getElementById('view-{view}').dataset.drawn === 'true'"
         f" && document.getElementById('view-{view}').dataset.selected === '{text}'",
-        timeout=20_000,
+        timeout=HANG_MS,
     )
 
 
@@ -278,7 +278,7 @@ def test_models_page_selection_outlines_every_thumbnail_and_head_and_shades_the_
 ) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     response = page.evaluate("() => window.attnvizModels.lastResponse")
     attentions = response["attentions"]  # (N, 1, H, L, L), not pooled at this length
@@ -397,7 +397,7 @@ def test_models_page_merges_pieces_into_words_as_documented_and_steps_through_a_
     text = "Unbelievably, transformers tokenize words."
     page.goto(server_url + "/models")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     page.fill("#texts", text)
     page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
@@ -482,7 +482,7 @@ def test_compare_draws_two_sequences_and_their_difference(page, server_url) -> N
 def test_models_compare_draws_the_difference_of_two_sentences(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/models")
     page.wait_for_function(
-        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=30_000
+        "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
     texts = ["The cat sat on the mat.", "The dog sat on the rug."]
     page.fill("#texts", "\n".join(texts))

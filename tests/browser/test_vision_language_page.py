@@ -20,6 +20,7 @@ from attnviz.devtools import live_process
 from tests.browser.test_media_page import open_model
 from tests.pretrained import tiny_vlm
 from tests.pretrained.support import require_transformers
+from tests.support.browser import HANG_MS
 
 OVERLAY = "document.querySelector('#image-attention .image-overlay')"
 
@@ -67,7 +68,7 @@ def compute_with(page, url: str, name: str, picture: Path, new_tokens: int) -> N
     page.click("#compute")
     page.wait_for_function(
         "window.attnvizImage.res && window.attnvizImage.res.images[0].width === 47",
-        timeout=120_000,
+        timeout=HANG_MS,
     )
 
 
@@ -76,7 +77,7 @@ def drawn_overlay(page, query: int | None = None) -> dict:  # type: ignore[no-un
     wait = "document.getElementById('image-attention').dataset.drawn === 'true'"
     if query is not None:
         wait += f" && window.attnvizImage.query === {query}"
-    page.wait_for_function(wait, timeout=120_000)
+    page.wait_for_function(wait, timeout=HANG_MS)
     return page.evaluate(
         f"""() => {{
             const trace = {OVERLAY}.data.find((d) => d.type === 'heatmap');
@@ -143,7 +144,7 @@ def test_an_uploaded_image_is_drawn_under_the_attention_of_a_chosen_token(
     page.click("#image-play")
     page.wait_for_function(
         f"window.attnvizImage.query === {prompt_length + 2} && !window.attnvizImage.timer",
-        timeout=120_000,
+        timeout=HANG_MS,
     )
     assert page.errors == [] and page.inner_text("#error") == ""
 

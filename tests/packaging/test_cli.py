@@ -17,6 +17,7 @@ from attnviz.attention import LayerConfig
 from attnviz.attention.tutorials import TUTORIAL_BATCH
 
 from tests import REPO_ROOT
+from tests.support.browser import HANG_MS
 from tests.support.cli import attnviz_here
 
 pytestmark = pytest.mark.slow  # runs the attnviz command in subprocesses (torch's import each time)
@@ -155,7 +156,7 @@ def test_export_opens_offline_and_draws_every_head(tmp_path: Path, browser) -> N
     context = browser.new_context(offline=True)  # no network: everything is in the file
     page = context.new_page()
     page.goto(output.as_uri())
-    page.locator(".main-svg").first.wait_for(timeout=15_000)
+    page.locator(".main-svg").first.wait_for(timeout=HANG_MS)
     heads = page.evaluate(
         "() => document.querySelector('.js-plotly-plot').data"
         ".filter(t => t.type === 'heatmap').length"

@@ -11,6 +11,11 @@ import zlib
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+HANG_MS = 180_000
+"""The browser tests' bound on a hang (ms): every wait is on an event (a view drawn, a
+request answered); this only ends one that never comes. A busy 2-core machine has taken
+over 60 s to draw /models' first view."""
+
 # The attention page (/) -------------------------------------------------------------
 
 HEADS = "#heads .head-plot"
@@ -18,11 +23,11 @@ HEADS = "#heads .head-plot"
 
 
 def wait_for_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
-    """Until ``count`` heads are drawn (a bound of 60 s on a hang)."""
+    """Until ``count`` heads are drawn."""
     page.wait_for_function(
         f"document.querySelectorAll('{HEADS} .main-svg').length >= {count}"
         f" && document.getElementById('heads').dataset.drawnHeads === '{count}'",
-        timeout=60_000,
+        timeout=HANG_MS,
     )
 
 
@@ -35,9 +40,9 @@ def compute_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def wait_heads(page, count: int) -> None:  # type: ignore[no-untyped-def]
-    """Until ``count`` heads are drawn, waited for as elements (60 s: long link inputs)."""
-    page.locator(f"{HEADS} .main-svg").nth(count - 1).wait_for(timeout=60_000)
-    page.wait_for_selector(f"#heads[data-drawn-heads='{count}']", timeout=60_000)
+    """Until ``count`` heads are drawn, waited for as elements."""
+    page.locator(f"{HEADS} .main-svg").nth(count - 1).wait_for(timeout=HANG_MS)
+    page.wait_for_selector(f"#heads[data-drawn-heads='{count}']", timeout=HANG_MS)
 
 
 def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
@@ -45,14 +50,14 @@ def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
     page.evaluate(f"document.getElementById('view-{view}').dataset.drawn = 'stale'")
     page.click(f".tabs button[data-view={view}]")
     page.wait_for_function(
-        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=60_000
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=HANG_MS
     )
 
 
 def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
     """A page at another viewport, made like the `page` fixture (CSP bypassed for eval)."""
     context = browser.new_context(viewport={"width": width, "height": height}, bypass_csp=True)
-    context.set_default_timeout(60_000)  # a bound on a hang: a busy machine draws slowly
+    context.set_default_timeout(HANG_MS)  # a bound on a hang: a busy machine draws slowly
     page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
@@ -94,9 +99,9 @@ def grid_point(page, r: int, c: int, i: int | None = None, j: int | None = None)
 
 
 def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]
-    """Until the view ``view`` of /models is drawn (20 s)."""
+    """Until the view ``view`` of /models is drawn."""
     page.wait_for_function(
-        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=60_000
+        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=HANG_MS
     )
 
 

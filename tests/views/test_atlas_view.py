@@ -22,6 +22,7 @@ from attnviz.views.display import display_token
 
 from tests.pretrained.support import require_transformers
 from tests.pretrained.tiny import save_tiny
+from tests.support.browser import HANG_MS
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park"]
 
@@ -186,7 +187,7 @@ def test_the_atlas_widget_draws_the_page_atlas_and_syncs_a_click(tiny: Any, brow
         widget.render({{model, el: document.getElementById("out")}});
     """,
     )
-    page.wait_for_selector(".attnviz-widget[data-drawn='true']", timeout=30_000)
+    page.wait_for_selector(".attnviz-widget[data-drawn='true']", timeout=HANG_MS)
     maps = page.evaluate(
         "[...document.querySelectorAll('.atlas-plot')].map((d) => [d.dataset.score, d.data[0].z])"
     )
@@ -212,7 +213,7 @@ def test_the_saved_atlas_works_offline(tiny: Any, browser: Any, tmp_path: Path) 
     widget.head = [1, 0]
     path = widget.save(tmp_path / "atlas.html")
     page, outside, errors = open_offline(browser, path)
-    page.wait_for_selector(".attnviz-widget[data-drawn='true']", timeout=30_000)
+    page.wait_for_selector(".attnviz-widget[data-drawn='true']", timeout=HANG_MS)
     assert page.get_attribute(".attnviz-widget", "data-head") == "1.0"
     maps = page.evaluate(
         "[...document.querySelectorAll('.atlas-plot')].map((d) => [d.dataset.score, d.data[0].z])"

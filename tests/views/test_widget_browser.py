@@ -11,7 +11,7 @@ import attnviz
 import numpy as np
 import pytest
 
-from tests.support.browser import CELL_CENTRE, open_offline
+from tests.support.browser import CELL_CENTRE, HANG_MS, open_offline
 
 pytestmark = pytest.mark.browser
 
@@ -31,7 +31,7 @@ def attention(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def drawn(page, selector: str = ".attnviz-widget[data-drawn='true']") -> None:  # type: ignore[no-untyped-def]
-    page.wait_for_selector(selector, timeout=20_000)
+    page.wait_for_selector(selector, timeout=HANG_MS)
 
 
 def lines(page) -> list[list[float]]:  # type: ignore[no-untyped-def]
@@ -182,7 +182,7 @@ def test_a_notebooks_html_export_draws_each_view_offline_once_plotly_is_embedded
     page, _outside, errors = open_offline(browser, path)  # nbconvert's CDN scripts: refused
     page.wait_for_function(
         "document.querySelectorAll('.attnviz-widget[data-drawn=\"true\"]').length === 4",
-        timeout=60_000,
+        timeout=HANG_MS,
     )
     views = page.locator(".attnviz-widget").evaluate_all("(all) => all.map((v) => v.dataset.view)")
     assert views == ["head", "model", "model", "token"]
