@@ -8,7 +8,9 @@ colour scale from 0 to the largest weight shown.
 from __future__ import annotations
 
 import math
+import threading
 from html import escape
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
@@ -105,3 +107,52 @@ def attention_figure(
         margin={"t": 80},
     )
     return figure
+
+
+IMAGE_EXPORT_TIMEOUT_S = 180.0
+"""A bound on one image export (s): kaleido bounds a figure's rendering (90 s) but not the
+start of its Chromium, which once hung for 10 min on a busy machine."""
+
+
+def write_image(
+    figure: go.Figure,
+    target: Path,
+    *,
+    width: int | None = None,
+    height: int | None = None,
+    scale: float = 1.0,
+    timeout_s: float | None = None,
+) -> None:
+    """Plotly's image export (``figure.write_image``: kaleido and a Chromium), bounded.
+
+    Args:
+        figure: the figure.
+        target: a .png, .svg or .pdf path.
+        width, height: the image's size in px (default the figure's).
+        scale: pixels per px.
+        timeout_s: the bound (s); None is :data:`IMAGE_EXPORT_TIMEOUT_S`.
+
+    Raises:
+        TimeoutError: the export did not end in time (the daemon thread that runs it is
+            left to its hung browser; it does not keep the process alive at exit).
+        Exception: whatever the export raised (kaleido missing, no browser).
+    """
+    bound = IMAGE_EXPORT_TIMEOUT_S if timeout_s is None else timeout_s
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            figure.write_image(target, width=width, height=height, scale=scale)
+        except BaseException as error:  # handed to the caller
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name="attnviz-image-export", daemon=True)
+    thread.start()
+    thread.join(bound)
+    if thread.is_alive():
+        raise TimeoutError(
+            f"the image export did not end within {bound:g} s (kaleido's browser hung);"
+            " saving as .html needs no browser"
+        )
+    if failed:
+        raise failed[0]

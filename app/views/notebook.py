@@ -45,7 +45,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .arrays import attention_array, axes, shape_reading
-from .figure import MASKED_COLOR, WEIGHT_COLORSCALE
+from .figure import MASKED_COLOR, WEIGHT_COLORSCALE, write_image
 from .interactive import (
     PLOTLY_BUNDLE,
     PLOTLY_VIEWS,
@@ -233,7 +233,8 @@ class AttentionView:
         Raises:
             ValueError: another suffix.
             RuntimeError: an image without kaleido or a browser for it (the message says
-                what to install).
+                what to install), or an export that did not end within
+                :data:`~attnviz.views.figure.IMAGE_EXPORT_TIMEOUT_S` (its browser hung).
         """
         target = Path(path)
         suffix = target.suffix.lower()
@@ -243,7 +244,9 @@ class AttentionView:
         if suffix not in (".png", ".svg", ".pdf"):
             raise ValueError(f"save writes .html, .png, .svg or .pdf, not {target.name!r}")
         try:
-            self.figure.write_image(target, width=width, height=height, scale=scale)
+            write_image(self.figure, target, width=width, height=height, scale=scale)
+        except TimeoutError as error:
+            raise RuntimeError(str(error)) from None
         except Exception as error:  # kaleido missing, or no browser for it
             raise RuntimeError(
                 f"writing {suffix} needs kaleido and a Chrome or Chromium for it to drive: "

@@ -194,6 +194,36 @@ def test_an_image_without_kaleido_or_a_browser_says_what_to_install(
     assert not (tmp_path / "view.pdf").exists()
 
 
+def test_an_image_export_whose_browser_hangs_is_an_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kaleido bounds a render, not its Chromium's start (which hung for 10 min on a busy
+    machine): save() gives up after the bound with a message, and the export's own errors
+    still come through."""
+    import threading
+
+    import plotly.graph_objects as go
+    from attnviz.views import figure
+
+    released = threading.Event()
+    monkeypatch.setattr(go.Figure, "write_image", lambda *_, **__: released.wait())
+    monkeypatch.setattr(figure, "IMAGE_EXPORT_TIMEOUT_S", 0.2)
+    view = attnviz.head_view(np.ones((1, 2, 2), dtype=np.float32) / 2)
+    try:
+        with pytest.raises(RuntimeError, match=r"did not end within 0\.2 s"):
+            view.save(tmp_path / "view.png")
+    finally:
+        released.set()
+    assert not (tmp_path / "view.png").exists()
+
+    def fails(*_: object, **__: object) -> None:
+        raise ValueError("a bad figure")
+
+    monkeypatch.setattr(go.Figure, "write_image", fails)
+    with pytest.raises(RuntimeError, match="a bad figure"):
+        view.save(tmp_path / "view.svg")
+
+
 @pytest.mark.models  # loads the packaged Whisper
 def test_show_refuses_a_speech_model_with_where_it_goes() -> None:
     from attnviz.attention.errors import AttentionInputError
