@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from attnviz.devtools import CHROMIUM_ARGS, chromium_path
 from attnviz.pretrained import MODELS, ModelRegistry, PretrainedModel
 from attnviz.server.main import create_app
@@ -17,6 +18,15 @@ from tests.pretrained.support import require_pretrained_extra
 # The local Rays the Ray tests start (tests/server/test_ray_serve.py,
 # tests/pretrained/test_atlas_ray.py) send no usage statistics: nothing leaves the machine.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# torch on one thread in every test process and in the servers they start (which inherit the
+# environment; a server's lifespan sets ATTNVIZ_TORCH_THREADS): four workers and their servers
+# share two cores, where OpenMP's threads spin waiting for each other. Measured on 189 torch-
+# heavy tests on four workers: 302 s and 523 CPU-s on every core's thread, 215 s and 363 CPU-s
+# on one (docs/development.md). Set OMP_NUM_THREADS to run them on more.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("ATTNVIZ_TORCH_THREADS", os.environ["OMP_NUM_THREADS"])
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 PACKAGED_MODEL_FIXTURES = frozenset(
     {
