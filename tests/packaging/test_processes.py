@@ -2,7 +2,6 @@
 replicas: any replica recomputes any view from the request alone, docs/scaling.md)."""
 
 import json
-import time
 import urllib.request
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 from attnviz.devtools import live_process, live_server
 
 from tests.pretrained.support import require_pretrained_extra
+from tests.support.api import wait_model_ready
 
 pytestmark = pytest.mark.slow  # starts server processes
 
@@ -50,12 +50,7 @@ def test_two_replicas_draw_the_same_pretrained_maps() -> None:
     answers = []
     for _ in range(2):
         with live_process(env=env, timeout_s=300) as (url, _):
-            deadline = time.monotonic() + 120
-            while True:
-                with urllib.request.urlopen(f"{url}/api/v1/models", timeout=30) as response:
-                    if not json.load(response)["loading"] or time.monotonic() > deadline:
-                        break
-                time.sleep(0.5)
+            wait_model_ready(url, "all-MiniLM-L6-v2")
             answers.append(post_attention(url, body, "/api/v1/models/attention"))
     first, second = answers
     assert first["shape"][0] == 6 and first["attentions"] == second["attentions"]
