@@ -447,6 +447,7 @@ def _run_suite(tmp_path: Path, failing: str = "") -> tuple[int, str, list[list[s
     )
     stub.chmod(0o755)
     env = {**os.environ, "MAKE": str(stub), "SUITE_PYTHON": str(stub), "PYTEST_WORKERS": "-n 3"}
+    env.pop("SUITE_IMAGE_CHECK_BESIDE", None)  # this test itself may run under make test
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "suite.py")],
         env=env, capture_output=True, text=True, timeout=120,

@@ -29,6 +29,7 @@ from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
 from tests.pretrained.test_atlas_shards import MAX_TOKENS, OPTIONS, TEXTS, TOP
 from tests.pretrained.test_heads import save_sharp
+from tests.support.local_ray import start_local_ray
 
 ray = pytest.importorskip("ray", reason="the ray extra (pip install 'attnviz[ray]')")
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def local_ray() -> object:
     # The actors import this test module (the failing worker below): the repository root on
     # their path. Two CPUs, as the machine the suite runs on.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    ray.init(
+    start_local_ray(
         num_cpus=2, include_dashboard=False, logging_level="WARNING",
         runtime_env={"env_vars": {"PYTHONPATH": path}},
     )  # fmt: skip

@@ -37,6 +37,7 @@ from attnviz.server.ray_serve import (
 )
 
 from tests.support.browser import new_page, wait_drawn, wait_for_heads
+from tests.support.local_ray import start_local_ray
 
 REPLICAS = 2
 ENV = {
@@ -274,7 +275,7 @@ def on_ray() -> Iterator[OnRay]:
     from ray import serve
 
     saved = dict(os.environ)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_ray(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         os.environ.update(ENV)  # after Ray started: only build's runtime_env passes them on
         # The Ray of this process is used as it is; serve_on_ray starts Serve, deploys.
