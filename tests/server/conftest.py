@@ -13,8 +13,14 @@ from tests.server.support import serving_model_dirs
 @pytest.fixture(scope="module")
 def api() -> Iterator[TestClient]:
     """The app in-process, a server error answered as a 500 rather than raised (one per
-    test module); its pretrained models are not waited for."""
+    test module), once its pretrained models have loaded (or failed): the loader's thread
+    importing transformers beside the tests raised "dictionary changed size during
+    iteration" into them on a busy machine (pytest reports a thread's exception in the test
+    it ran beside)."""
+    from attnviz.pretrained import MODELS
+
     with TestClient(create_app(), raise_server_exceptions=False) as client:
+        assert MODELS.wait(600), "the packaged models did not load within 600 s (a hang)"
         yield client
 
 
