@@ -216,11 +216,35 @@ def test_a_client_gone_before_the_first_chunk_frees_its_large_request_slot() -> 
     assert free == 1  # the one slot is free again after three gone clients
 
 
-def slow_kept_layers(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> list[float]:
-    """When each kept attention layer started (a streamed grid keeps its pass), delayed."""
-    from attnviz.pretrained import recorder
+class SteppedClock:
+    """``time`` for the stream's budget (:mod:`attnviz.pretrained.streaming`): its
+    ``monotonic()`` moves only when a slowed layer steps it, so the budget sees each
+    layer take exactly its delay however busy the machine is."""
 
-    return slowed(monkeypatch, recorder, "attention_with_lse", delay_s)
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def slow_kept_layers(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> list[float]:
+    """When each kept attention layer started (a streamed grid keeps its pass), on the
+    budget's clock, which each layer steps by ``delay_s`` (:class:`SteppedClock`)."""
+    from attnviz.pretrained import recorder, streaming
+
+    clock = SteppedClock()
+    monkeypatch.setattr(streaming, "time", clock)
+    started: list[float] = []
+    original = recorder.attention_with_lse
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        started.append(clock.now)
+        clock.now += delay_s
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(recorder, "attention_with_lse", slow)
+    return started
 
 
 def stream_lines(client: TestClient) -> list[dict[str, Any]]:
@@ -239,9 +263,8 @@ def test_a_stream_whose_layers_keep_coming_runs_past_the_budget(
 
     RECORDINGS.clear()
     started = slow_kept_layers(monkeypatch, 0.5)
-    begun = time.perf_counter()
     lines = stream_lines(client)
-    assert time.perf_counter() - begun > 0.8  # longer than the budget in all
+    assert started[-1] + 0.5 - started[0] > 0.8  # longer than the budget in all
     assert len(started) == 2
     assert [line["type"] for line in lines] == ["start", "layer", "layer", "end"]
 
