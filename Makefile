@@ -80,8 +80,9 @@ docs: install
 PYTEST_WORKERS ?= -n 4 --dist loadfile
 
 # Everything, the independent steps side by side (scripts/suite.py): the environment beside
-# the system packages; then the tests beside the image check (scripts/docker_check.py), the
-# linters and the docs; their logs after the tests' output, then each step's wall time.
+# the system packages; the linters and the docs; then the tests beside the image check
+# (scripts/docker_check.py), those that start a local Ray (marked ray) in a pass of their
+# own after the rest; the logs after the tests' output, then each step's wall time.
 test:
 	PYTEST_WORKERS="$(PYTEST_WORKERS)" SUITE_PYTHON="$(BIN)/python" $(PYTHON) scripts/suite.py
 

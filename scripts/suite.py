@@ -7,7 +7,8 @@
 2. the linters (``make lint``) beside the documentation site (``make docs``);
 3. the tests (pytest on four workers, streamed here as they run) beside the image check
    (``scripts/docker_check.py``), whose build waits mostly on downloads (the tests are told,
-   :data:`IMAGE_CHECK_BESIDE`);
+   :data:`IMAGE_CHECK_BESIDE`); the tests that start a local Ray (marked ``ray``) run in a
+   second pass of their own after the rest, on two workers (:data:`RAY_PASS`);
 4. the logs of the other steps, then a table of each step's wall time (s).
 
 The exit status is 0 when every step passed, else 1 (each failed step is named last).
@@ -30,6 +31,12 @@ IMAGE_CHECK_BESIDE = "SUITE_IMAGE_CHECK_BESIDE"
 """Set to 1 for the tests: the real image is built and checked beside them, so the test that
 runs the Dockerfile's steps outside a container (5–11 min of one worker, with downloads) is
 left to ``make test-slow`` (tests/packaging/test_docker_commands.py)."""
+RAY_PASS = ["-m", "ray", "-n", "2", "--dist", "loadfile"]
+"""pytest's options for the second pass, the tests marked ``ray``. Ray's own processes
+(GCS, raylet, workers, replicas) wait on heartbeats and fixed timeouts: beside three other
+workers on two busy cores its tests took ten times as long as alone (1,080 s of the suite's
+5,000 worker-seconds, against 115 s for the two modules on an otherwise idle machine) and
+ran out Ray's fixed 30 s raylet wait."""
 PYTHON = os.environ.get("SUITE_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
 
@@ -40,6 +47,8 @@ class Step:
     name: str
     command: list[str]
     stream: bool = False
+    then: list[str] | None = None
+    """A command run after ``command`` has ended (whatever its status), as part of the step."""
     env: dict[str, str] | None = None
     log: Path | None = None
     process: subprocess.Popen[bytes] | None = None
@@ -47,26 +56,36 @@ class Step:
     seconds: float = 0.0
     status: int | None = None
 
+    first_status: int | None = None
+
     def start(self, logs: Path) -> None:
         self.started = time.perf_counter()
+        self.log = None if self.stream else logs / f"{self.name.replace(' ', '-')}.log"
+        self._run(self.command)
+
+    def _run(self, command: list[str]) -> None:
         env = {**os.environ, **self.env} if self.env else None
-        if self.stream:
-            self.process = subprocess.Popen(self.command, cwd=ROOT, env=env)
+        if self.log is None:
+            self.process = subprocess.Popen(command, cwd=ROOT, env=env)
             return
-        self.log = logs / f"{self.name.replace(' ', '-')}.log"
-        with self.log.open("wb") as out:
+        with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                self.command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
+                command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
             )
 
     def poll(self) -> bool:
-        """Whether it has ended (its status and time are then set)."""
+        """Whether it has ended (its status and time are then set): its status is the first
+        non-zero one of ``command`` and ``then``."""
         assert self.process is not None
         if self.status is None:
             status = self.process.poll()
             if status is None:
                 return False
-            self.status = status
+            if self.then is not None and self.first_status is None:
+                self.first_status = status
+                self._run(self.then)
+                return False
+            self.status = self.first_status or status
             self.seconds = time.perf_counter() - self.started
         return True
 
@@ -102,9 +121,10 @@ def main() -> int:
             then = [
                 Step(
                     "pytest",
-                    [PYTHON, "-m", "pytest", *workers, "--durations=25"],
+                    [PYTHON, "-m", "pytest", *workers, "-m", "not ray", "--durations=25"],
                     stream=True,
                     env={IMAGE_CHECK_BESIDE: "1"},
+                    then=[PYTHON, "-m", "pytest", *RAY_PASS, "--durations=10"],
                 ),
                 Step("image check", [PYTHON, "scripts/docker_check.py"]),
             ]

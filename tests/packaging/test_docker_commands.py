@@ -466,11 +466,15 @@ def test_make_test_runs_every_step_and_the_image_check_beside_the_tests(tmp_path
     assert status == 0, out
     ran = [" ".join(c) for c in commands]
     assert "--no-print-directory install" in ran and "--no-print-directory system-packages" in ran
-    assert "-m pytest -n 3 --durations=25" in ran and "scripts/docker_check.py" in ran
+    tests = "-m pytest -n 3 -m not ray --durations=25"
+    ray_tests = "-m pytest -m ray -n 2 --dist loadfile --durations=10"
+    assert tests in ran and "scripts/docker_check.py" in ran
     assert "--no-print-directory lint" in ran and "--no-print-directory docs" in ran
+    # the tests that start a Ray run after the rest, in the same step
+    assert ran.index(ray_tests) > ran.index(tests)
     # the tests are told that the real image is checked beside them, nothing else is
     told = dict(json.loads(line) for line in (tmp_path / "commands.jsonl.env").open())
-    assert told.pop("-m pytest -n 3 --durations=25") == "1"
+    assert told.pop(tests) == told.pop(ray_tests) == "1"
     assert set(told.values()) == {None}
     # the setup first, then the rest
     assert {

@@ -32,7 +32,7 @@ from tests.pretrained.test_heads import save_sharp
 from tests.support.local_ray import start_local_ray
 
 ray = pytest.importorskip("ray", reason="the ray extra (pip install 'attnviz[ray]')")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -39,6 +39,8 @@ from attnviz.server.ray_serve import (
 from tests.support.browser import new_page, wait_drawn, wait_for_heads
 from tests.support.local_ray import start_local_ray
 
+pytestmark = pytest.mark.ray  # make test runs these after the rest (scripts/suite.py)
+
 REPLICAS = 2
 ENV = {
     "ATTNVIZ_PACKAGED_MODELS": '["all-MiniLM-L6-v2"]',
