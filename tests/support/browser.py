@@ -99,10 +99,29 @@ def grid_point(page, r: int, c: int, i: int | None = None, j: int | None = None)
 
 
 def wait_drawn(page, view: str) -> None:  # type: ignore[no-untyped-def]
-    """Until the view ``view`` of /models is drawn."""
-    page.wait_for_function(
-        f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=HANG_MS
-    )
+    """Until the view ``view`` of /models is drawn; past :data:`HANG_MS`, an AssertionError
+    that says what the page showed (its error, progress, models' states, the view's mark)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            f"document.getElementById('view-{view}').dataset.drawn === 'true'", timeout=HANG_MS
+        )
+    except PlaywrightTimeout:
+        shown = page.evaluate(
+            f"""() => {{
+                const text = (id) => document.getElementById(id)?.textContent?.trim() ?? null;
+                return {{
+                    drawn: document.getElementById('view-{view}')?.dataset.drawn ?? null,
+                    error: text('error'),
+                    progress: text('layer-progress'),
+                    compute_disabled: document.getElementById('compute')?.disabled ?? null,
+                    models: [...document.querySelectorAll('#model option')].map(
+                        (o) => [o.value, o.dataset.state]),
+                }};
+            }}"""
+        )
+        raise AssertionError(f"view {view!r} not drawn in {HANG_MS} ms: {shown}") from None
 
 
 def redraw(page, view: str, action) -> None:  # type: ignore[no-untyped-def]
