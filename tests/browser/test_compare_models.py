@@ -15,6 +15,7 @@ import pytest
 from attnviz.devtools import live_process
 
 from tests.pretrained.tiny import save_tiny
+from tests.support.api import wait_model_ready
 from tests.support.browser import HANG_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
@@ -37,6 +38,8 @@ def two_berts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "ATTNVIZ_MODEL_DIRS": json.dumps([str(f) for f in folders]),
     }
     with live_process(env=env, timeout_s=300) as (url, _):
+        for folder in folders:  # loaded in the background: the page offers the ready ones
+            wait_model_ready(url, folder.name)
         yield url
 
 
