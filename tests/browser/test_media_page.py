@@ -270,14 +270,15 @@ def test_the_sample_plays_under_a_cursor_that_follows_the_audio(page, media_url:
         f"""() => {{
             window.plays = [[]];
             window.sampling = true;
-            const places = (play) => new Set(play.map((s) => s.x).filter((x) => x !== null));
+            // how many places the cursor was drawn at in one play
+            window.places = (play) => new Set(play.map((s) => s.x).filter((x) => x !== null)).size;
             const sample = () => {{
                 if (!window.sampling) return;
                 const s = ({POSITION})('.speech-cross');
                 s.shown = {CROSS}.cursorWanted ?? null;
                 const play = window.plays[window.plays.length - 1];
                 if (s.playing) play.push(s);
-                else if (play.length && places(play).size < 2) {{
+                else if (play.length && window.places(play) < 2) {{
                     window.plays.push([]);
                     document.querySelector('#speech-play').click();
                 }}
@@ -287,15 +288,14 @@ def test_the_sample_plays_under_a_cursor_that_follows_the_audio(page, media_url:
         }}"""
     )
     page.click("#speech-play")
-    places = "(play) => new Set(play.map((s) => s.x).filter((x) => x !== null)).size"
     try:
         page.wait_for_function(
-            f"window.plays.some((play) => ({places})(play) >= 2)", timeout=HANG_MS
+            "window.plays.some((play) => window.places(play) >= 2)", timeout=HANG_MS
         )
     except PlaywrightTimeout:
         raise AssertionError(
             "the cursor was not drawn at 2 places in one play; plays (frames, places): "
-            + str(page.evaluate(f"window.plays.map((play) => [play.length, ({places})(play)])"))
+            + str(page.evaluate("window.plays.map((play) => [play.length, window.places(play)])"))
             + "; player: "
             + page.inner_text(".speech-player")
         ) from None
