@@ -443,6 +443,14 @@ def _run_suite(tmp_path: Path, failing: str = "") -> tuple[int, str, list[list[s
         f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
         f"open({str(log)!r} + '.env', 'a').write(json.dumps("
         "[' '.join(sys.argv[1:]), os.environ.get('SUITE_IMAGE_CHECK_BESIDE')]) + '\\n')\n"
+        # the linters wait (up to 60 s) for the tests' main pass to start beside them
+        "import time\n"
+        "if 'lint' in sys.argv:\n"
+        "    end = time.monotonic() + 60\n"
+        f"    while 'not ray' not in open({str(log)!r}).read() and time.monotonic() < end:\n"
+        "        time.sleep(0.05)\n"
+        f"    seen = 'not ray' in open({str(log)!r}).read()\n"
+        f"    open({str(log)!r} + '.lint-beside', 'w').write('yes' if seen else 'no')\n"
         f"sys.exit(1 if {failing!r} and {failing!r} in ' '.join(sys.argv[1:]) else 0)\n"
     )
     stub.chmod(0o755)
@@ -472,6 +480,8 @@ def test_make_test_runs_every_step_and_the_image_check_beside_the_tests(tmp_path
     assert "--no-print-directory lint" in ran and "--no-print-directory docs" in ran
     # the tests that start a Ray run after the rest, in the same step
     assert ran.index(ray_tests) > ran.index(tests)
+    # the linters run beside the tests (not before them): they saw the main pass start
+    assert (tmp_path / "commands.jsonl.lint-beside").read_text() == "yes"
     # the tests are told that the real image is checked beside them, nothing else is
     told = dict(json.loads(line) for line in (tmp_path / "commands.jsonl.env").open())
     assert told.pop(tests) == told.pop(ray_tests) == "1"
