@@ -150,14 +150,14 @@ class PreparedSequence:
 
 
 def needs_states(options: ViewOptions) -> bool:
-    """Whether a view needs a recorded pass's states (value states, the mask as given).
+    """Whether a view needs a recorded pass's states (value states).
 
-    The neuron view, heads switched off and the methods that compute from the pass (norm,
-    value zeroing, the gradients) do; the other views are tiles of a pass kept for them
-    (:mod:`.tiles`), which holds no value states.
+    Heads switched off and the methods that compute from the pass (norm, value zeroing,
+    the gradients) do; the other views, the neuron view's q, k and weights among them, are
+    tiles of a pass kept for them (:mod:`.tiles`), which holds no value states.
     """
     spec = method_spec(options.method)
-    return options.neuron or bool(options.ablate) or spec.compute is not None or spec.per_head
+    return bool(options.ablate) or spec.compute is not None or spec.per_head
 
 
 def observed_pass(

@@ -2,7 +2,9 @@
 
 From Vaswani et al. 2017, eq. 1 (the seeds' tutorial 001): the query and key vectors,
 their dot products, the scaling, the mask, and the softmax weights the model's own eager
-attention gives, read from a kept :class:`.calls.AttentionRecording`.
+attention gives, read from a kept :class:`.calls.AttentionRecording` (:func:`neuron`) or from
+a pass kept for tiles (:func:`neuron_from_tiles`: q, k and each row's log-sum-exp), so that
+the view of a long input runs no second forward pass.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from .calls import AttentionRecording
+from .kept_layer import KeptLayer
 from .mask_rules import mask_rows
+from .tiles import tile_weights
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,40 @@ def neuron(recording: AttentionRecording, layer: int, head: int, query: int) -> 
         scores=scores,
         scaling=float(scaling),
         scaled_scores=scores * scaling,
+        masked=masked,
+        weights=weights,
+        key_value_head=kv,
+    )
+
+
+def neuron_from_tiles(layer: KeptLayer, head: int, query: int) -> Neuron:
+    """:class:`Neuron` of query position ``query`` in ``head`` of a layer kept for tiles.
+
+    Input 0: the same q, k, scores and mask as :func:`neuron` reads from a recording, the
+    weights exp(q . k * scaling + bias - LSE) of the row (:func:`.tiles.tile_weights`, exact
+    to the recorded weights within float32 rounding, 1e-6).
+
+    Raises:
+        IndexError: no such head or position.
+    """
+    _, heads, length_q, length_k = layer.shape
+    if not 0 <= head < heads:
+        raise IndexError(f"head {head} is not in 0..{heads - 1}")
+    if not 0 <= query < length_q:
+        raise IndexError(f"query {query} is not in 0..{length_q - 1}")
+    kv = head // layer.group_size
+    q = layer.query[0, head, query].float().cpu()
+    keys = layer.key[0, kv].float().cpu()
+    scores = keys @ q
+    row, every = range(query, query + 1), range(0, length_k)
+    masked = ~layer.visible(row, every)[0, 0, 0].cpu()
+    weights = tile_weights(layer, [head], row, every)[0, 0, 0].cpu()
+    return Neuron(
+        query=q,
+        keys=keys,
+        scores=scores,
+        scaling=float(layer.scaling),
+        scaled_scores=scores * layer.scaling,
         masked=masked,
         weights=weights,
         key_value_head=kv,

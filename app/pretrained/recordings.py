@@ -199,7 +199,7 @@ class RecordingCache:
         A recording is kept per input and per set of heads switched off (``ablate``).
 
         Args:
-            states: the caller needs the recorded states (the neuron view, a method, the
+            states: the caller needs the recorded states (a method, the
                 value states); False: a pass kept for tiles only serves it
                 (:attr:`.results.PretrainedAttentions.tiles_only`: the maps, rows and views).
             tiles: (without ``states`` or ``ablate``) the caller reads the weights as tiles:

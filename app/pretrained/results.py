@@ -18,7 +18,7 @@ from ..attention.errors import AttentionInputError
 from .blocks import Block
 from .calls import AttentionRecording
 from .computing import AttentionObserver, replay_kept, replayed
-from .neuron import Neuron, neuron
+from .neuron import Neuron, neuron, neuron_from_tiles
 from .tiles import KeptPass, TileError, TileReduce, tile
 from .tokens import TokenizedBatch
 
@@ -287,8 +287,9 @@ class PretrainedAttentions:
     def tiles_only(self) -> bool:
         """Whether the pass was kept for tiles only (no recorded states: no value states).
 
-        Its maps, rows and views come from :meth:`tile`; the neuron view, the methods
-        and ablation need a recorded pass (:class:`.recordings.RecordingCache` runs one).
+        Its maps, rows and views come from :meth:`tile`, the neuron view from its q, k and
+        each row's LSE; the methods and ablation need a recorded pass
+        (:class:`.recordings.RecordingCache` runs one).
         """
         return self.kept is not None and not self.recording.calls
 
@@ -384,6 +385,9 @@ class PretrainedAttentions:
         length = int(self.queries(block).input_ids.shape[1])
         if not 0 <= query < length:
             raise AttentionInputError("query_index", f"{query} is not below {length}")
+        if self.tiles_only:  # q, k and the row's LSE of the kept pass: no second pass
+            assert self.kept is not None
+            return neuron_from_tiles(self.kept.layers[call], head, query)
         return neuron(self.recording, call, head, query)
 
     def _calls(self, block: Block) -> list[int]:

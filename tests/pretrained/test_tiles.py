@@ -288,8 +288,9 @@ def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
 ) -> None:
     """A recording cache too small for the recorded states but not for the kept pass: the
     streamed grid keeps its pass for tiles, and the enlarged head, a layer and a token's
-    rows are its tiles (no forward pass), equal to the same views of a recorded pass; the
-    neuron view, which needs the value states, runs the pass again."""
+    rows are its tiles (no forward pass), equal to the same views of a recorded pass, and
+    so is the neuron view (q, k and the row's LSE); the norm method, which needs the value
+    states, runs the pass again."""
     from attnviz.pretrained.admission import kept_bytes, recording_bytes
     from attnviz.pretrained.lengths import InputLengths
     from attnviz.pretrained.recordings import RecordingCache
@@ -325,8 +326,49 @@ def test_views_after_a_grid_are_tiles_of_its_kept_pass_with_no_forward_pass(
     assert rows is not None and want_rows is not None
     torch.testing.assert_close(rows, want_rows, atol=1e-5, rtol=0)
     assert runs == []
-    prepared(model, batch, cache, layer_index=1, head_index=0, query_index=4, neuron=True)
+    neuron = dict(layer_index=1, head_index=0, query_index=4, neuron=True)
+    step = prepared(model, batch, cache, **neuron).neuron
+    want_step = prepared(model, batch, reference, **neuron).neuron
+    assert runs == [] and step is not None and want_step is not None
+    torch.testing.assert_close(step.weights, want_step.weights, atol=1e-6, rtol=0)
+    prepared(model, batch, cache, layer_index=1, method="norm")
     assert len(runs) == 1 and runs[0].get("keep") is not True  # recorded: the value states
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_neuron_view_of_a_pass_kept_for_tiles_is_the_recorded_one(
+    name: str, models: dict[str, PretrainedModel], passes: dict[str, tuple[Any, Any]]
+) -> None:
+    """The neuron view of a pass kept for tiles (no recorded states) reads its q, k and
+    the row's LSE: the same q, keys, scores, scaling and mask as the recorded pass's
+    view, and weights equal to it (1e-6) and to transformers' eager attention (1e-5), in
+    every block of every family (first and last head and row of every layer)."""
+    model = models[name]
+    kept, expected = passes[name]
+    assert kept.tiles_only
+    batch = model.tokenize([LONG, "a dog ran"])
+    targets = model.decoder_inputs(tiny.TARGETS) if model.family == "encoder-decoder" else None
+    recorded = model.run(batch, targets, device="cpu")
+    assert not recorded.tiles_only
+    for block, calls in kept.block_calls.items():
+        eager = eager_maps(expected, block)
+        length = int(kept.queries(block).input_ids.shape[1])
+        for layer in range(len(calls)):
+            last = kept.num_heads(block, layer) - 1
+            for head, query in ((0, 0), (last, length - 1), (last, length // 2)):
+                got = kept.neuron(block, layer, head, query)
+                want = recorded.neuron(block, layer, head, query)
+                where = (block, layer, head, query)
+                for part in ("query", "keys", "scores", "scaled_scores"):
+                    torch.testing.assert_close(
+                        getattr(got, part), getattr(want, part), atol=0, rtol=0, msg=str(where)
+                    )
+                assert torch.equal(got.masked, want.masked), where
+                assert (got.scaling, got.key_value_head) == (want.scaling, want.key_value_head)
+                torch.testing.assert_close(got.weights, want.weights, atol=1e-6, rtol=0)
+                torch.testing.assert_close(
+                    got.weights, eager[layer][0, head, query].float(), atol=1e-5, rtol=0
+                )
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "gemma2", "gpt_oss", "bert", "t5"])

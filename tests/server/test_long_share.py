@@ -116,7 +116,8 @@ def test_a_pass_kept_for_tiles_only_leaves_the_views_that_need_states_long(
     llama: PretrainedModel,
 ) -> None:
     """A grid whose recorded states do not fit the cache keeps its pass for tiles only: a
-    head or the grid again reuse it (short), the neuron view runs a recorded pass (long)."""
+    head, the grid again and the neuron view reuse it (short); the norm method, which needs
+    the value states, runs a recorded pass (long)."""
     recordings = RecordingCache(max_bytes=2**21, disk_bytes=0)  # the mask (5 MB) does not fit
     text = text_of(llama, LONG_WORK_TOKENS + 100)
     grid = ask(texts=[text], sequence_index=0, display_size=64)
@@ -128,7 +129,9 @@ def test_a_pass_kept_for_tiles_only_leaves_the_views_that_need_states_long(
     neuron = ask(
         texts=[text], sequence_index=0, layer_index=1, head_index=2, query_index=5, neuron=True
     )
-    assert share(llama, neuron, recordings=recordings) == LONG_INPUT
+    assert share(llama, neuron, recordings=recordings) is None
+    norm = ask(texts=[text], sequence_index=0, layer_index=1, method="norm")
+    assert share(llama, norm, recordings=recordings) == LONG_INPUT
 
 
 def test_a_text_over_the_limit_is_refused_before_any_slot(llama: PretrainedModel) -> None:
