@@ -22,13 +22,14 @@ APT_UPDATE ?= $(SUDO) apt-get update -q
 # packages as pip resolves, in about 10 s where pip took 110 s on two cores (pip is bound by
 # one core). torch stays the one installed first (a constraint: nothing may replace it). uv
 # does not read pip's configuration: INSTALLER=pip installs them with pip instead, for an
-# index or find-links set for pip alone.
+# index or find-links set for pip alone. Bytecode is compiled at install, as pip does (else
+# the suite's first processes each compile transformers while the tests start).
 UV_SPEC ?= uv==0.13.9
 INSTALLER ?= uv
 ifeq ($(INSTALLER),pip)
 INSTALL_PACKAGES = $(BIN)/python -m pip install --quiet --constraint $(VENV)/torch.txt
 else
-INSTALL_PACKAGES = $(BIN)/uv pip install --quiet --python $(BIN)/python --constraint $(VENV)/torch.txt
+INSTALL_PACKAGES = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --constraint $(VENV)/torch.txt
 endif
 
 $(BIN)/activate:
@@ -95,9 +96,10 @@ docs: install
 PYTEST_WORKERS ?= -n 4 --dist loadfile
 
 # Everything, the independent steps side by side (scripts/suite.py): the environment beside
-# the system packages; the linters and the docs; then the tests beside the image check
-# (scripts/docker_check.py), those that start a local Ray (marked ray) in a pass of their
-# own after the rest; the logs after the tests' output, then each step's wall time.
+# the system packages; then the tests beside the image check (scripts/docker_check.py) and,
+# at the lowest priority, the linters and the docs; those that start a local Ray (marked ray)
+# in a pass of their own after the rest; the logs after the tests' output, then each step's
+# wall time.
 test:
 	PYTEST_WORKERS="$(PYTEST_WORKERS)" SUITE_PYTHON="$(BIN)/python" $(PYTHON) scripts/suite.py
 

@@ -11,9 +11,10 @@
    second pass of their own after the rest, on two workers (:data:`RAY_PASS`);
 3. the logs of the other steps, then a table of each step's wall time (s).
 
-The linters run beside the tests, not before them: alone, mypy's cold run (about 120 s of one
-core) left the other core idle for two minutes; beside the tests it takes its share of two
-busy cores.
+The linters and the docs run beside the tests, not before them, at the lowest priority
+(:data:`NICEST`): alone, mypy's cold run (about 120 s of one core) left the other core idle for
+two minutes; beside the tests they take the time the tests leave idle (the Ray pass leaves
+some), and add no load to the tests' waits.
 
 The exit status is 0 when every step passed, else 1 (each failed step is named last).
 Environment: ``PYTEST_WORKERS`` (default ``-n 4 --dist loadfile``), ``MAKE``.
@@ -41,6 +42,9 @@ RAY_PASS = ["-m", "ray", "-n", "2", "--dist", "loadfile"]
 workers on two busy cores its tests took ten times as long as alone (1,080 s of the suite's
 5,000 worker-seconds, against 115 s for the two modules on an otherwise idle machine) and
 ran out Ray's fixed 30 s raylet wait."""
+NICEST = ["nice", "-n", "19"]
+"""The linters' and the docs' priority beside the tests: the kernel gives them a core only
+where no test process wants it (nice 19 weighs 15 against a test process's 1,024)."""
 PYTHON = os.environ.get("SUITE_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
 
@@ -123,8 +127,8 @@ def main() -> int:
                     env={IMAGE_CHECK_BESIDE: "1"},
                     then=[PYTHON, "-m", "pytest", *RAY_PASS, "--durations=10"],
                 ),
-                Step("make lint", [make, "--no-print-directory", "lint"]),
-                Step("make docs", [make, "--no-print-directory", "docs"]),
+                Step("make lint", [*NICEST, make, "--no-print-directory", "lint"]),
+                Step("make docs", [*NICEST, make, "--no-print-directory", "docs"]),
                 Step("image check", [PYTHON, "scripts/docker_check.py"]),
             ]
             run_beside(checks, logs)

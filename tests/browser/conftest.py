@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import pytest
 from attnviz.devtools import live_process
 
-from tests.support.browser import HANG_MS
+from tests.support.browser import HANG_MS, requests_report, watch_requests
 
 
 @pytest.fixture(scope="session")
@@ -23,5 +23,22 @@ def page(browser, server_url):  # type: ignore[no-untyped-def]
     page = context.new_page()
     page.errors = []  # uncaught JS errors, checked by the tests
     page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.requests = watch_requests(page)  # the failed test's report lists them
     yield page
     context.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
+    """A failed browser test's report says what its page asked the server and what came
+    back (a wait that ran out on a busy machine: was the server still computing, or had
+    the page its answers?), and the page's uncaught errors."""
+    report = yield
+    page = item.funcargs.get("page") if hasattr(item, "funcargs") else None
+    if report.when == "call" and report.failed and hasattr(page, "requests"):
+        errors = "\n".join(page.errors) or "(none)"
+        report.sections.append(
+            ("the page's API requests", f"{page.url}\n{requests_report(page.requests)}")
+        )
+        report.sections.append(("the page's uncaught errors", errors))
+    return report

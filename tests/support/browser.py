@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import zlib
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -15,6 +16,47 @@ HANG_MS = 180_000
 """The browser tests' bound on a hang (ms): every wait is on an event (a view drawn, a
 request answered); this only ends one that never comes. A busy 2-core machine has taken
 over 60 s to draw /models' first view."""
+
+
+def watch_requests(page) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+    """The page's API requests as they go, for a failed test's report (:func:`requests_report`):
+    each one's method, path, start and end (time.monotonic(), s, as Playwright hands the
+    events over), status or failure. Read from Playwright's events, so a renderer that
+    hangs cannot hang the report."""
+    log: list[dict[str, object]] = []
+    open_: dict[int, dict[str, object]] = {}
+
+    def started(request) -> None:  # type: ignore[no-untyped-def]
+        if "/api/" in request.url:
+            what = f"{request.method} {urlsplit(request.url).path}"
+            entry = {"what": what, "start": time.monotonic()}
+            open_[id(request)] = entry
+            log.append(entry)
+
+    def ended(request, outcome: str) -> None:  # type: ignore[no-untyped-def]
+        entry = open_.pop(id(request), None)
+        if entry is not None:
+            entry["end"], entry["outcome"] = time.monotonic(), outcome
+
+    page.on("request", started)
+    page.on("response", lambda response: ended(response.request, str(response.status)))
+    page.on("requestfailed", lambda request: ended(request, f"failed: {request.failure}"))
+    return log
+
+
+def requests_report(log: list[dict[str, object]]) -> str:
+    """One line per API request the page made: answered (status, s) or still open (s)."""
+    now = time.monotonic()
+    lines = []
+    for entry in log:
+        start = float(entry["start"])  # type: ignore[arg-type]
+        if "end" in entry:
+            took = float(entry["end"]) - start  # type: ignore[arg-type]
+            lines.append(f"{entry['what']}: {entry['outcome']} after {took:.1f} s")
+        else:
+            lines.append(f"{entry['what']}: no answer after {now - start:.1f} s")
+    return "\n".join(lines) or "(no API request)"
+
 
 # The attention page (/) -------------------------------------------------------------
 
@@ -61,6 +103,7 @@ def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
     page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.requests = watch_requests(page)
     return page
 
 
