@@ -89,12 +89,11 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# The suite runs on three workers, a test file each at a time (pytest-xdist: a file's servers
-# and models are made once); the 25 slowest tests are printed at the end. Three on two cores:
+# The suite runs on four workers, a test file each at a time (pytest-xdist: a file's servers
+# and models are made once); the 25 slowest tests are printed at the end. Four on two cores:
 # many tests wait on a server, a browser or a Ray starting, and every test waits on the
-# event it needs, never on the clock; the main pass of make test took 845 s on three and
-# 901 s on four, side by side at 913458a (docs/development.md).
-PYTEST_WORKERS ?= -n 3 --dist loadfile
+# event it needs, never on the clock (docs/development.md).
+PYTEST_WORKERS ?= -n 4 --dist loadfile
 
 # Everything, the independent steps side by side (scripts/suite.py): the environment beside
 # the system packages; then the tests beside the image check (scripts/docker_check.py) and,

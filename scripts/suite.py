@@ -4,7 +4,7 @@
 
 1. ``make install`` (the virtual environment) beside ``make system-packages`` (Debian's
    Chromium, espeak-ng and the container engine, one ``apt-get update`` for all three);
-2. the tests (pytest on three workers, streamed here as they run) beside the linters
+2. the tests (pytest on four workers, streamed here as they run) beside the linters
    (``make lint``), the documentation site (``make docs``) and the image check
    (``scripts/docker_check.py``), whose build waits mostly on downloads (the tests are told,
    :data:`IMAGE_CHECK_BESIDE`); the tests that start a local Ray (marked ``ray``) run in a
@@ -17,7 +17,7 @@ two minutes; beside the tests they take the time the tests leave idle (the Ray p
 some), and add no load to the tests' waits.
 
 The exit status is 0 when every step passed, else 1 (each failed step is named last).
-Environment: ``PYTEST_WORKERS`` (default ``-n 3 --dist loadfile``), ``MAKE``.
+Environment: ``PYTEST_WORKERS`` (default ``-n 4 --dist loadfile``), ``MAKE``.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def run_beside(steps: list[Step], logs: Path) -> None:
 
 def main() -> int:
     make = os.environ.get("MAKE", "make")
-    workers = shlex.split(os.environ.get("PYTEST_WORKERS", "-n 3 --dist loadfile"))
+    workers = shlex.split(os.environ.get("PYTEST_WORKERS", "-n 4 --dist loadfile"))
     begun = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="attnviz-suite-") as folder:
         logs = Path(folder)
