@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import pytest
 from attnviz.devtools import live_process
 
-from tests.support.browser import HANG_MS, requests_report, watch_requests
+from tests.support.browser import new_page, requests_report
 
 
 @pytest.fixture(scope="session")
@@ -18,14 +18,11 @@ def server_url() -> Iterator[str]:
 def page(browser, server_url):  # type: ignore[no-untyped-def]
     # Playwright's wait_for_function evaluates strings, which the page's CSP forbids;
     # test_page_works_under_its_content_security_policy runs with the CSP on.
-    context = browser.new_context(viewport={"width": 1400, "height": 950}, bypass_csp=True)
-    context.set_default_timeout(HANG_MS)  # a bound on a hang, not on speed
-    page = context.new_page()
-    page.errors = []  # uncaught JS errors, checked by the tests
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.requests = watch_requests(page)  # the failed test's report lists them
+    # new_page: HANG_MS as a bound on a hang, page.errors (uncaught JS errors, checked by
+    # the tests) and page.requests (the failed test's report lists them)
+    page = new_page(browser, 1400, 950)
     yield page
-    context.close()
+    page.context.close()
 
 
 @pytest.hookimpl(wrapper=True)

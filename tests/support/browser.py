@@ -97,7 +97,9 @@ def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
-    """A page at another viewport, made like the `page` fixture (CSP bypassed for eval)."""
+    """A page at ``width`` x ``height`` (the `page` fixture's is 1400 x 950), its CSP bypassed
+    for Playwright's string waits, :data:`HANG_MS` its default timeout, ``page.errors`` its
+    uncaught errors and ``page.requests`` its API requests (:func:`watch_requests`)."""
     context = browser.new_context(viewport={"width": width, "height": height}, bypass_csp=True)
     context.set_default_timeout(HANG_MS)  # a bound on a hang: a busy machine draws slowly
     page = context.new_page()
