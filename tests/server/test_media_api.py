@@ -6,6 +6,7 @@ and two tiny vision transformers; the references are the models' own eager
 """
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -321,12 +322,27 @@ def test_hostile_images_are_refused_naming_image(media: TestClient, make: Any, s
 @pytest.mark.parametrize(
     ("route", "field"), [("/api/v1/speech", "audio"), ("/api/v1/vision", "image")]
 )
-def test_the_time_budget_503_names_the_upload(media: TestClient, route: str, field: str) -> None:
+def test_the_time_budget_503_names_the_upload(
+    media: TestClient, monkeypatch: pytest.MonkeyPatch, route: str, field: str
+) -> None:
+    from attnviz.attention.cancellation import check_cancelled
+    from attnviz.pretrained.speech import SpeechModel
+    from attnviz.pretrained.vision import ImageModel
     from attnviz.server.settings import Settings, get_settings
 
     from tests.pretrained.media import wav_bytes
 
-    media.app.dependency_overrides[get_settings] = lambda: Settings(compute_timeout_s=0.001)  # type: ignore[attr-defined]
+    def until_given_up(*args: Any, **kwargs: Any) -> Any:
+        # the model's pass runs until the budget stops it: a 1 ms budget alone is met by
+        # a tiny model when the server's loop waits longer than the pass for a core
+        for _ in range(60_000):
+            check_cancelled()
+            time.sleep(0.005)
+        raise AssertionError("the time budget never stopped the computation")
+
+    monkeypatch.setattr(SpeechModel, "transcribe", until_given_up)
+    monkeypatch.setattr(ImageModel, "analyse", until_given_up)
+    media.app.dependency_overrides[get_settings] = lambda: Settings(compute_timeout_s=0.05)  # type: ignore[attr-defined]
     try:
         if field == "audio":
             response = transcribe(media, wav_bytes(tone(2.0)))
