@@ -86,7 +86,8 @@ class LoadedModel:
             (a model handed over from Python).
         attention_path: how its weights are obtained (:data:`AttentionPath`): "recorded"
             unless its warm-up found that its modules bypass the attention interface.
-        attention_path_found: whether the warm-up ran and settled ``attention_path``
+        attention_path_found: whether the warm-up ran (and settled ``attention_path``); a
+            second call of :meth:`warm_up` then returns at once
             (the loaders run it: a text model is ready to run once loaded).
     """
 

@@ -334,8 +334,15 @@ class SpeechModel(PretrainedModel):
         return found
 
     def warm_up(self) -> None:
-        """One second of silence through the whole path (torch's lazy start-up)."""
+        """One second of silence through the whole path (torch's lazy start-up), once.
+
+        A model loaded once per process (:func:`.loading.load_model`) and offered again (a
+        second app, a registry configured anew) is warm already: the next call returns.
+        """
+        if self.attention_path_found:
+            return
         self.transcribe(np.zeros(SAMPLE_RATE, np.float32), device="auto", max_new_tokens=4)
+        self.attention_path_found = True
 
     def features(self, samples: np.ndarray) -> torch.Tensor:
         """(1, mel bins, 3000) float32 log-mel features of 30 s (the audio, then silence)."""

@@ -254,10 +254,16 @@ class ImageModel(LoadedModel):
         return names + [f"[REG{i + 1}]" for i in range(registers)]
 
     def warm_up(self) -> None:
-        """A grey image through the model (torch's lazy start-up)."""
+        """A grey image through the model (torch's lazy start-up), once per loaded model.
+
+        As :meth:`.speech.SpeechModel.warm_up`: a model offered again is warm already.
+        """
+        if self.attention_path_found:
+            return
         from PIL import Image
 
         self.analyse(Image.new("RGB", (64, 64), (128, 128, 128)), device="auto")
+        self.attention_path_found = True
 
     def pixels(self, image: Image.Image) -> torch.Tensor:
         """``image`` as the model's own processor makes it: (1, 3, height, width) float32."""

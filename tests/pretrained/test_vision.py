@@ -6,6 +6,7 @@ pixel values, and a brute-force rollout written out here.
 """
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -156,6 +157,33 @@ def test_the_registry_offers_a_local_vit_directory(
     model = registry.get("dinov2")
     assert (model.modality, model.family, model.architecture) == ("image", "encoder", "dinov2")
     assert registry.first_of("image") == "dinov2"
+
+
+def test_a_model_offered_again_is_not_warmed_again(
+    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loaders keep a model once per process (load_model): a second app's registry (a
+    # test's client, a server configured anew) gets the same warm model, and its warm-up
+    # pass (an image through the model) ran once, not once per configuration.
+    from attnviz.pretrained.vision import ImageModel
+
+    passes: list[str] = []
+    analyse = ImageModel.analyse
+
+    def counted(self: ImageModel, *args: Any, **kwargs: Any) -> Any:
+        passes.append(self.name)
+        return analyse(self, *args, **kwargs)
+
+    monkeypatch.setattr(ImageModel, "analyse", counted)
+    models = []
+    for _ in range(3):
+        registry = ModelRegistry()
+        registry.configure([folders["deit"]], packaged=False, cache_dir=tmp_path)
+        registry.load()
+        models.append(registry.get("deit"))
+    assert models[0] is models[1] is models[2]
+    assert passes == ["deit"]
+    assert models[0].attention_path_found
 
 
 @pytest.mark.slow  # runs the demo script in a subprocess
