@@ -46,6 +46,39 @@ the tests using them, directly or through another fixture, are marked ``models``
 that leaves ``models`` out (``make test-fast``) fails any test that loads one anyway
 (:func:`pytest_configure`): a fixture missing here shows at once."""
 
+LONGEST_FIRST = (
+    "browser/test_long_inputs.py",  # 250 s of a worker
+    "server/test_fuzz.py",  # 241
+    "browser/test_models_page.py",  # 230
+    "packaging/test_cli.py",  # 211
+    "pretrained/test_decoders.py",  # 204
+    "browser/test_models_explorer.py",  # 153
+    "browser/test_zoom.py",  # 135
+    "browser/test_media_page.py",  # 114
+    "browser/test_views.py",  # 109
+    "pretrained/test_tile_kernel.py",  # 96
+    "pretrained/test_atlas_shards.py",  # 96
+    "pretrained/test_vision_language.py",  # 86
+    "browser/test_links.py",  # 86
+    "pretrained/test_heads_smollm2.py",  # 84
+    "packaging/test_processes.py",  # 80
+    "pretrained/test_atlas_corpus.py",  # 79
+    "browser/test_page.py",  # 75
+    "pretrained/test_speech.py",  # 71
+    "browser/test_atlas_page.py",  # 71
+    "server/test_disconnect.py",  # 69
+    "attention/test_cache.py",  # 65
+    "server/test_any_json.py",  # 64
+)
+"""The test files that take longest (seconds of one worker, ``make test``'s four workers on
+two cores, at 878dc4f), run first, longest first; the other files follow in the order
+collected. pytest-xdist hands a worker its next file as it runs out (``--dist loadfile``);
+by default it starts the files with the most tests first (``--loadscope-reorder``), so
+these few-test files started last and the run ended on one or two workers with the other
+cores idle. :func:`pytest_configure` turns that off (as ``--no-loadscope-reorder``): this
+order is the order the workers get the files. A file missing here only runs later; a file
+renamed is simply not found."""
+
 PACKAGED_LOADS: list[str] = []
 """What loaded a packaged model in a run that leaves ``models`` out: the test and the model."""
 
@@ -55,7 +88,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
     AttnViz's loaders (a folder, a GGUF file, a CTranslate2 Whisper) refuse any path inside
     an installed packaged model and note the test; :func:`packaged_models_stay_out` fails it.
+
+    Under pytest-xdist, its workers get the files in the order collected
+    (:data:`LONGEST_FIRST`), not those with the most tests first.
     """
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     if "not models" not in (config.option.markexpr or ""):
         return
     from attnviz.pretrained import loading
@@ -122,7 +160,8 @@ def _name_in_node_id(item: pytest.Item) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tiers by where a test lives and what it loads (``make test-fast`` runs
-    ``-m "not slow and not browser and not models and not cuda"``).
+    ``-m "not slow and not browser and not models and not cuda"``); put the files of
+    :data:`LONGEST_FIRST` first.
 
     * ``browser``: everything under tests/browser/ (real Chromium, real uvicorn), and
       any test using the ``browser`` fixture;
@@ -131,6 +170,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       virtual environments, server processes, subprocesses, fuzzing, property tests.
     """
     tests = REPO_ROOT / "tests"
+    first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
+
+    def started(item: pytest.Item) -> int:
+        relative = item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
+        return first.get(relative.as_posix(), len(first))
+
+    items.sort(key=started)  # stable: the rest stay in the order collected
     seen: set[str] = set()
     for item in items:
         # schemathesis gives every operation's test one node id (its name alone says which
