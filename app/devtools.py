@@ -54,6 +54,7 @@ def live_process(
     health_path: str = "/healthz",
     timeout_s: float = 300.0,
     env: dict[str, str] | None = None,
+    log_path: Path | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Start a server on a free loopback port; yield (base URL, process).
 
@@ -66,11 +67,13 @@ def live_process(
             busy 2-core machine a server that imports torch and transformers took over
             30 s to answer.
         env: extra environment variables.
+        log_path: where the server's output goes (appended; its access log, one JSON line
+            per request, for a failed test's report); None: a temporary file.
 
     The server runs in the current working directory.
 
-    The server's output goes to a temporary file (a pipe nobody reads would block
-    it), shown if the server fails to start.
+    The server's output goes to a file (a pipe nobody reads would block it), shown if
+    the server fails to start.
     """
     port = free_port()
     full_env = {**os.environ, "ATTNVIZ_HOST": "127.0.0.1", "ATTNVIZ_PORT": str(port), **(env or {})}
@@ -91,7 +94,7 @@ def live_process(
         ]
     )
     base_url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
+    with tempfile.TemporaryFile() if log_path is None else open(log_path, "a+b") as log:
         process = subprocess.Popen(command, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + timeout_s

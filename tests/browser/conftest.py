@@ -3,15 +3,29 @@ from collections.abc import Iterator
 import pytest
 from attnviz.devtools import live_process
 
-from tests.support.browser import new_page, requests_report
+from tests.support import browser as support
+from tests.support.browser import new_page
+
+SERVER: dict[str, object] = {}
+"""The session's server: its ``url`` and ``log`` (its output), for a failed test's report."""
 
 
 @pytest.fixture(scope="session")
-def server_url() -> Iterator[str]:
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # The bounds are on hangs: a busy machine (make test-busy) takes minutes to start and
     # over the default 60 s of ATTNVIZ_COMPUTE_TIMEOUT_S for the 3,000-token views.
-    with live_process(timeout_s=300, env={"ATTNVIZ_COMPUTE_TIMEOUT_S": "600"}) as (url, _):
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    env = {"ATTNVIZ_COMPUTE_TIMEOUT_S": "600"}
+    with live_process(timeout_s=300, env=env, log_path=log) as (url, _):
+        SERVER.update(url=url, log=log)
         yield url
+    SERVER.clear()
+
+
+@pytest.fixture(autouse=True)
+def pages_of_this_test() -> None:
+    """The failure report lists the pages this test opens, not those of the tests before."""
+    support.PAGES.clear()
 
 
 @pytest.fixture
@@ -27,15 +41,13 @@ def page(browser, server_url):  # type: ignore[no-untyped-def]
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
-    """A failed browser test's report says what its page asked the server and what came
-    back (a wait that ran out on a busy machine: was the server still computing, or had
-    the page its answers?), and the page's uncaught errors."""
+    """A failed browser test's report says, for each page it opened, what the page asked
+    the server and what came back, and its errors; and what the server was doing
+    (:func:`tests.support.browser.failure_report`): a wait that ran out on a busy machine,
+    was the server still computing, or had the page its answers?"""
     report = yield
-    page = item.funcargs.get("page") if hasattr(item, "funcargs") else None
-    if report.when == "call" and report.failed and hasattr(page, "requests"):
-        errors = "\n".join(page.errors) or "(none)"
-        report.sections.append(
-            ("the page's API requests", f"{page.url}\n{requests_report(page.requests)}")
-        )
-        report.sections.append(("the page's uncaught errors", errors))
+    if report.when == "call" and report.failed:
+        url, log = SERVER.get("url"), SERVER.get("log")
+        for title, text in support.failure_report(url, log):  # type: ignore[arg-type]
+            report.sections.append((title, text))
     return report

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.request
 import zlib
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -18,16 +19,22 @@ request answered); this only ends one that never comes. A busy 2-core machine ha
 over 60 s to draw /models' first view."""
 
 
+PAGES: list[object] = []
+"""The pages the running test opened (:func:`watch_requests`), for its report if it fails;
+emptied as each browser test starts (tests/browser/conftest.py)."""
+
+
 def watch_requests(page) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-    """The page's API requests as they go, for a failed test's report (:func:`requests_report`):
+    """The page's requests as they go, for a failed test's report (:func:`requests_report`):
     each one's method, path, start and end (time.monotonic(), s, as Playwright hands the
     events over), status or failure. Read from Playwright's events, so a renderer that
-    hangs cannot hang the report."""
+    hangs cannot hang the report. The page gets ``console_errors`` (its console's error
+    lines) and joins :data:`PAGES`."""
     log: list[dict[str, object]] = []
     open_: dict[int, dict[str, object]] = {}
 
     def started(request) -> None:  # type: ignore[no-untyped-def]
-        if "/api/" in request.url:
+        if request.url.startswith("http"):
             what = f"{request.method} {urlsplit(request.url).path}"
             entry = {"what": what, "start": time.monotonic()}
             open_[id(request)] = entry
@@ -41,11 +48,19 @@ def watch_requests(page) -> list[dict[str, object]]:  # type: ignore[no-untyped-
     page.on("request", started)
     page.on("response", lambda response: ended(response.request, str(response.status)))
     page.on("requestfailed", lambda request: ended(request, f"failed: {request.failure}"))
+    page.console_errors = []
+    page.on(
+        "console",
+        lambda message: (
+            page.console_errors.append(message.text) if message.type == "error" else None
+        ),
+    )
+    PAGES.append(page)
     return log
 
 
 def requests_report(log: list[dict[str, object]]) -> str:
-    """One line per API request the page made: answered (status, s) or still open (s)."""
+    """One line per request the page made: answered (status, s) or still open (s)."""
     now = time.monotonic()
     lines = []
     for entry in log:
@@ -55,7 +70,40 @@ def requests_report(log: list[dict[str, object]]) -> str:
             lines.append(f"{entry['what']}: {entry['outcome']} after {took:.1f} s")
         else:
             lines.append(f"{entry['what']}: no answer after {now - start:.1f} s")
-    return "\n".join(lines) or "(no API request)"
+    return "\n".join(lines) or "(no request)"
+
+
+def failure_report(server_url: str | None, server_log: Path | None) -> list[tuple[str, str]]:
+    """What a failed browser test's report adds: for each page it opened, its requests
+    (:func:`requests_report`), uncaught errors and console errors; the server's
+    ``/healthz`` (its computations queued and running) and the end of its log. Was the
+    server still computing, had the page its answers, did the renderer stall?"""
+    sections = []
+    for number, page in enumerate(PAGES, 1):
+        try:
+            url = page.url  # type: ignore[attr-defined]
+        except Exception:  # a closed page
+            url = "(closed)"
+        requests = requests_report(page.requests)  # type: ignore[attr-defined]
+        errors = "\n".join(getattr(page, "errors", [])) or "(none)"
+        console = "\n".join(getattr(page, "console_errors", [])) or "(none)"
+        sections.append(
+            (
+                f"page {number}: its requests, uncaught errors and console errors",
+                f"{url}\n{requests}\n-- uncaught errors:\n{errors}\n-- console errors:\n{console}",
+            )
+        )
+    if server_url is not None:
+        try:
+            with urllib.request.urlopen(server_url + "/healthz", timeout=10) as response:
+                health = response.read().decode(errors="replace")
+        except OSError as error:
+            health = f"no answer in 10 s: {error}"
+        sections.append(("the server's /healthz", health))
+    if server_log is not None and server_log.is_file():
+        tail = server_log.read_bytes()[-6000:].decode(errors="replace")
+        sections.append(("the end of the server's log", tail))
+    return sections
 
 
 # The attention page (/) -------------------------------------------------------------
