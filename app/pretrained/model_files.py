@@ -11,7 +11,8 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .loaded import ModelFormatError
@@ -95,31 +96,61 @@ def share_modes(folder: Path) -> None:
 
 
 def published(folder: Path, write: Callable[[Path], None]) -> None:
-    """Write a cache folder whole or not at all, whoever else writes it at the same time.
+    """Write a cache folder whole or not at all, once, whoever else writes it at the same time.
 
-    ``write(partial)`` fills a fresh folder beside ``folder`` (``<name>.partial-<random>``:
-    one per writer, so that two processes converting the same model at once, replicas on
-    one cache volume or test workers, never write into one folder); its modes are shared
+    Writers of one folder take turns (:func:`writer_lock`, a lock file beside it): a second
+    process converting the same model, a replica on one cache volume or a test worker,
+    waits for the first and then finds its folder, instead of converting it again (a
+    SmolLM2 dequantization is about 30 CPU-seconds). ``write(partial)`` fills a fresh
+    folder beside ``folder`` (``<name>.partial-<random>``); its modes are shared
     (:func:`share_modes`) and it is renamed into place: a crash mid-write leaves no half
-    cache behind. When another writer got there first, its folder (the same conversion)
-    is kept and this one removed.
+    cache behind. Where the lock is not shared (two machines on a network volume) and
+    another writer got there first, its folder (the same conversion) is kept and this one
+    removed.
 
     Raises:
         OSError: the cache directory cannot be written (the caller then converts into a
             temporary folder).
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))
-    try:
-        write(partial)
-        share_modes(partial)
+    with writer_lock(folder):
+        if (folder / "config.json").is_file():  # written while this one waited its turn
+            return
+        partial = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))
         try:
-            partial.rename(folder)
-        except OSError:
-            if not (folder / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)  # gone once renamed
+            write(partial)
+            share_modes(partial)
+            try:
+                partial.rename(folder)
+            except OSError:
+                if not (folder / "config.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)  # gone once renamed
+
+
+@contextmanager
+def writer_lock(folder: Path) -> Iterator[None]:
+    """Hold the lock of writing ``folder``: ``.<name>.lock`` beside it, ``flock``-ed.
+
+    Blocks while another process (or thread) holds it; released when the block ends, or
+    by the system when its holder dies. Where ``fcntl`` is missing (Windows) there is no
+    lock and writers may convert side by side (:func:`published` still keeps one folder).
+
+    Raises:
+        OSError: the lock file cannot be created (a read-only cache directory).
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        yield
+        return
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _umask() -> int:

@@ -783,39 +783,52 @@ def test_head_groups_in_any_chunks_are_the_layer(
             )
 
 
-def test_a_cache_folder_is_published_whole_whoever_else_writes_it(tmp_path: Path) -> None:
-    """Two writers of one cache folder at once (replicas on one volume, test workers) each
-    fill a folder of their own; the first renamed into place is kept, the other removed;
-    a writer that fails leaves nothing behind."""
+def test_a_cache_folder_is_published_whole_and_once_whoever_else_writes_it(
+    tmp_path: Path,
+) -> None:
+    """Two writers of one cache folder at once (replicas on one volume, test workers): the
+    second waits for the first and converts nothing, the folder is the first's; a writer
+    that fails leaves nothing behind."""
     import threading
 
     from attnviz.pretrained.loading import published
 
     folder = tmp_path / "model-123-456"
-    both = threading.Barrier(2)
+    inside, calling, release = threading.Event(), threading.Event(), threading.Event()
+    written: list[str] = []
     outcomes: list[BaseException | None] = []
 
     def writer(text: str) -> None:
         def fill(partial: Path) -> None:
+            written.append(text)
             (partial / "weights.bin").write_text(text * 1000)
             (partial / "config.json").write_text(text)
-            both.wait(timeout=10)  # each has its own partial folder, full, before renaming
+            inside.set()
+            assert release.wait(timeout=30)
 
         try:
+            if text == "second":
+                calling.set()
             published(folder, fill)
             outcomes.append(None)
         except BaseException as error:  # handed to the test's thread
             outcomes.append(error)
 
-    threads = [threading.Thread(target=writer, args=(t,)) for t in ("first", "second")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
+    first = threading.Thread(target=writer, args=("first",))
+    first.start()
+    assert inside.wait(timeout=30)  # the first is converting
+    second = threading.Thread(target=writer, args=("second",))
+    second.start()
+    assert calling.wait(timeout=30)  # the second has come to publish it too
+    release.set()
+    for thread in (first, second):
         thread.join(timeout=30)
     assert outcomes == [None, None]
-    kept = (folder / "config.json").read_text()
-    assert kept in ("first", "second") and (folder / "weights.bin").read_text() == kept * 1000
-    assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # no partial folder left
+    assert written == ["first"]  # converted once
+    assert (folder / "config.json").read_text() == "first"
+    assert (folder / "weights.bin").read_text() == "first" * 1000
+    files = [p.name for p in tmp_path.iterdir()]
+    assert sorted(files) == [f".{folder.name}.lock", folder.name]  # no partial folder left
     umask = os.umask(0)
     os.umask(umask)
     assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0700
@@ -826,4 +839,5 @@ def test_a_cache_folder_is_published_whole_whoever_else_writes_it(tmp_path: Path
 
     with pytest.raises(OSError, match="no space"):
         published(tmp_path / "other-1-2", failing)
-    assert [p.name for p in tmp_path.iterdir()] == [folder.name]
+    assert not (tmp_path / "other-1-2").exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
