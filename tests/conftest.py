@@ -170,13 +170,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       virtual environments, server processes, subprocesses, fuzzing, property tests.
     """
     tests = REPO_ROOT / "tests"
+
+    def relative(item: pytest.Item) -> Path:
+        return item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
+
     first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
-
-    def started(item: pytest.Item) -> int:
-        relative = item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
-        return first.get(relative.as_posix(), len(first))
-
-    items.sort(key=started)  # stable: the rest stay in the order collected
+    items.sort(key=lambda item: first.get(relative(item).as_posix(), len(first)))  # stable
     seen: set[str] = set()
     for item in items:
         # schemathesis gives every operation's test one node id (its name alone says which
@@ -184,8 +183,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid in seen and "[" in item.name and not item.nodeid.endswith("]"):
             _name_in_node_id(item)
         seen.add(item.nodeid)
-        relative = item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
-        if relative.parts[0] == "browser" or "browser" in item.fixturenames:  # type: ignore[attr-defined]
+        if relative(item).parts[0] == "browser" or "browser" in item.fixturenames:  # type: ignore[attr-defined]
             item.add_marker(pytest.mark.browser)
         if _uses_packaged_model(item):
             item.add_marker(pytest.mark.models)

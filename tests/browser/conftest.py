@@ -33,7 +33,7 @@ def page(browser, server_url):  # type: ignore[no-untyped-def]
     # Playwright's wait_for_function evaluates strings, which the page's CSP forbids;
     # test_page_works_under_its_content_security_policy runs with the CSP on.
     # new_page: HANG_MS as a bound on a hang, page.errors (uncaught JS errors, checked by
-    # the tests) and page.requests (the failed test's report lists them)
+    # the tests), page.requests and console errors (the failed test's report lists them)
     page = new_page(browser, 1400, 950)
     yield page
     page.context.close()

@@ -12,24 +12,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.support.browser import HANG_MS, watch_requests
+from tests.support.browser import opened_page
 
 
 @contextmanager
 def strict_page(browser: Any) -> Iterator[Any]:
     """A new page whose context enforces CSP; records errors and CSP reports.
 
-    The page gets ``errors`` (uncaught JS errors) and ``csp_violations`` (console
-    messages naming the Content Security Policy), both lists of strings, and ``requests``
-    (:func:`~tests.support.browser.watch_requests`, for a failed test's report).
+    The page gets ``errors`` (uncaught JS errors) and ``requests``
+    (:func:`~tests.support.browser.opened_page`), and ``csp_violations`` (console messages
+    naming the Content Security Policy), a list of strings.
     """
-    context = browser.new_context(viewport={"width": 1400, "height": 950}, accept_downloads=True)
-    context.set_default_timeout(HANG_MS)
-    page = context.new_page()
-    page.errors = []
+    page = opened_page(browser, 1400, 950, accept_downloads=True)
     page.csp_violations = []
-    page.requests = watch_requests(page)
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
     page.on(
         "console",
         lambda message: (
@@ -41,4 +36,4 @@ def strict_page(browser: Any) -> Iterator[Any]:
     try:
         yield page
     finally:
-        context.close()
+        page.context.close()

@@ -20,16 +20,20 @@ over 60 s to draw /models' first view."""
 
 
 PAGES: list[object] = []
-"""The pages the running test opened (:func:`watch_requests`), for its report if it fails;
+"""The pages the running test opened (:func:`watched`), for its report if it fails;
 emptied as each browser test starts (tests/browser/conftest.py)."""
 
 
-def watch_requests(page) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-    """The page's requests as they go, for a failed test's report (:func:`requests_report`):
-    each one's method, path, start and end (time.monotonic(), s, as Playwright hands the
-    events over), status or failure. Read from Playwright's events, so a renderer that
-    hangs cannot hang the report. The page gets ``console_errors`` (its console's error
-    lines) and joins :data:`PAGES`."""
+def watched(page) -> None:  # type: ignore[no-untyped-def]
+    """Record what the page does, for the tests and for a failed test's report
+    (:func:`failure_report`), from Playwright's events (a renderer that hangs cannot hang
+    the report); the page joins :data:`PAGES`.
+
+    The page gets ``errors`` (its uncaught errors, checked by the tests), ``console_errors``
+    (its console's error lines) and ``requests``: each request's method, path, start and
+    end (time.monotonic(), s, as Playwright hands the events over), status or failure
+    (:func:`requests_report`).
+    """
     log: list[dict[str, object]] = []
     open_: dict[int, dict[str, object]] = {}
 
@@ -48,7 +52,8 @@ def watch_requests(page) -> list[dict[str, object]]:  # type: ignore[no-untyped-
     page.on("request", started)
     page.on("response", lambda response: ended(response.request, str(response.status)))
     page.on("requestfailed", lambda request: ended(request, f"failed: {request.failure}"))
-    page.console_errors = []
+    page.errors, page.console_errors, page.requests = [], [], log
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
     page.on(
         "console",
         lambda message: (
@@ -56,7 +61,6 @@ def watch_requests(page) -> list[dict[str, object]]:  # type: ignore[no-untyped-
         ),
     )
     PAGES.append(page)
-    return log
 
 
 def requests_report(log: list[dict[str, object]]) -> str:
@@ -144,17 +148,20 @@ def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
-    """A page at ``width`` x ``height`` (the `page` fixture's is 1400 x 950), its CSP bypassed
-    for Playwright's string waits, :data:`HANG_MS` its default timeout, ``page.errors`` its
-    uncaught errors and ``page.requests`` its API requests (:func:`watch_requests`)."""
-    context = browser.new_context(viewport={"width": width, "height": height}, bypass_csp=True)
+def opened_page(browser, width: int, height: int, **options):  # type: ignore[no-untyped-def]
+    """A page in a context of its own at ``width`` x ``height`` (``options``: the context's
+    others), :data:`HANG_MS` its default timeout, :func:`watched`."""
+    context = browser.new_context(viewport={"width": width, "height": height}, **options)
     context.set_default_timeout(HANG_MS)  # a bound on a hang: a busy machine draws slowly
     page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.requests = watch_requests(page)
+    watched(page)
     return page
+
+
+def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
+    """A page at ``width`` x ``height`` (the `page` fixture's is 1400 x 950), its CSP bypassed
+    for Playwright's string waits (:func:`opened_page`: ``errors``, ``requests``)."""
+    return opened_page(browser, width, height, bypass_csp=True)
 
 
 # The page position of cell (row, col) of subplot `subplot` of the index-th plot matching
