@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from tests import REPO_ROOT
 from tests.pretrained.support import require_pretrained_extra
+from tests.support.browser import HANG_MS, SHARED_CONTEXTS
 
 # The local Rays the Ray tests start (tests/server/test_ray_serve.py,
 # tests/pretrained/test_atlas_ray.py) send no usage statistics: nothing leaves the machine.
@@ -204,7 +205,7 @@ def client() -> Iterator[TestClient]:
 # One Playwright per test session (a second sync Playwright in the same thread fails):
 # shared by the browser tests and the export test.
 @pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     executable = chromium_path()
     if executable is None:
         message = "Debian's chromium is not installed (make browser installs it)"
@@ -214,9 +215,23 @@ def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        # Launched with a persistent context (a profile in a temporary folder): the shared
+        # context of the pages that need no options of their own (new_page), whose disk
+        # cache keeps the static files and V8's compiled code between tests; .browser
+        # opens the other contexts (tests/support/browser.py: opened_page).
+        shared = playwright.chromium.launch_persistent_context(
+            tmp_path_factory.mktemp("chromium-profile"),
+            executable_path=executable,
+            args=CHROMIUM_ARGS,
+            bypass_csp=True,
+            viewport={"width": 1400, "height": 950},
+        )
+        shared.set_default_timeout(HANG_MS)  # a bound on a hang: a busy machine draws slowly
+        launched = shared.browser
+        SHARED_CONTEXTS[id(launched)] = shared
         yield launched
-        launched.close()
+        del SHARED_CONTEXTS[id(launched)]
+        shared.close()
 
 
 @pytest.fixture

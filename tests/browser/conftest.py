@@ -4,7 +4,7 @@ import pytest
 from attnviz.devtools import live_process
 
 from tests.support import browser as support
-from tests.support.browser import new_page
+from tests.support.browser import close_page, new_page
 
 SERVER: dict[str, object] = {}
 """The session's server: its ``url`` and ``log`` (its output), for a failed test's report."""
@@ -23,9 +23,13 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(autouse=True)
-def pages_of_this_test() -> None:
-    """The failure report lists the pages this test opens, not those of the tests before."""
+def pages_of_this_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The failure report lists the pages this test opens, not those of the tests before;
+    the pages it left open in the shared context are closed after it."""
     support.PAGES.clear()
+    yield
+    if "browser" in request.fixturenames:
+        support.close_shared_pages(request.getfixturevalue("browser"))
 
 
 @pytest.fixture
@@ -36,7 +40,7 @@ def page(browser, server_url):  # type: ignore[no-untyped-def]
     # the tests), page.requests and console errors (the failed test's report lists them)
     page = new_page(browser, 1400, 950)
     yield page
-    page.context.close()
+    close_page(page)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.support.browser import opened_page
+from tests.support.browser import close_page, opened_page
 
 
 @contextmanager
@@ -36,4 +36,4 @@ def strict_page(browser: Any) -> Iterator[Any]:
     try:
         yield page
     finally:
-        page.context.close()
+        close_page(page)

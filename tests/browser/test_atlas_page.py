@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from tests.support.browser import new_page, redraw, wait_drawn
+from tests.support.browser import close_page, new_page, redraw, wait_drawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -140,7 +140,7 @@ def test_the_atlas_fits_a_phone(browser, server_url) -> None:  # type: ignore[no
         "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
     )
     assert page.errors == []
-    page.context.close()
+    close_page(page)
 
 
 def test_on_your_texts_the_random_token_scores_say_so(page, server_url) -> None:  # type: ignore[no-untyped-def]

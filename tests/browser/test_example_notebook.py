@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.support.browser import HANG_MS, open_offline
+from tests.support.browser import HANG_MS, close_page, open_offline
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -74,4 +74,4 @@ def test_the_example_notebook_runs_and_its_html_draws_every_view_offline(  # typ
     assert heads == EXPECTED_HEADS
     assert page_errors == []
     page.screenshot(path=str(tmp_path / "notebook.png"), full_page=True)
-    page.context.close()
+    close_page(page)

@@ -14,7 +14,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.support.browser import HANG_MS, new_page, redraw, type_and_compute, wait_drawn
+from tests.support.browser import (
+    HANG_MS,
+    another_page,
+    close_page,
+    new_page,
+    redraw,
+    type_and_compute,
+    wait_drawn,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -71,7 +79,7 @@ def test_the_jump_box_and_the_link_address_a_head(page, server_url) -> None:  # 
 
     # The link carries the head: a new page opens with it enlarged.
     link = page.url
-    other = page.context.new_page()
+    other = another_page(page)
     other.goto(link)
     other.wait_for_function(
         "document.getElementById('view-layer').dataset.drawn === 'true'", timeout=HANG_MS
@@ -201,4 +209,4 @@ def test_the_phone_grid_says_it_scrolls_sideways(browser, server_url) -> None:  
         " return b.scrollWidth > b.clientWidth; })()"
     )
     assert page.errors == []
-    page.context.close()
+    close_page(page)

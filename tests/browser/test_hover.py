@@ -14,6 +14,7 @@ from tests.support.browser import (
     CELL_CENTRE,
     HANG_MS,
     HEADS,
+    close_page,
     grid_point,
     new_page,
     open_view,
@@ -176,4 +177,4 @@ def test_models_page_hover_names_the_tokens_of_thumbnails_and_pooled_blocks(
     assert block(0) == "tokens 0–3: [CLS]…attention"
     assert block(49) == "tokens 196–199: attention…[SEP]"
     assert page.errors == []
-    page.context.close()
+    close_page(page)

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from tests.pretrained.support import require_pretrained_extra
-from tests.support.browser import HANG_MS, decode_link, new_page, wait_drawn, wait_heads
+from tests.support.browser import (
+    HANG_MS,
+    close_page,
+    decode_link,
+    new_page,
+    wait_drawn,
+    wait_heads,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -109,4 +116,4 @@ def test_old_bare_view_links_to_the_attention_page_do_not_jump(browser, server_u
     page.wait_for_timeout(300)
     assert page.evaluate("window.scrollY") == 0
     assert page.errors == []
-    page.context.close()
+    close_page(page)

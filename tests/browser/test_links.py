@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from tests.support.browser import HANG_MS, decode_link, encode_link, wait_heads
+from tests.support.browser import HANG_MS, another_page, decode_link, encode_link, wait_heads
 
 pytestmark = pytest.mark.browser
 
@@ -63,7 +63,7 @@ def test_a_2000_token_link_made_by_the_page_opens_and_draws(page, server_url) ->
     # The plain JSON of this input would be a ~100 KB link, which the server refuses.
     assert len(quote(json.dumps({"sequences": [text]}))) > 64 * 1024
 
-    other = page.context.new_page()
+    other = another_page(page)
     other.bring_to_front()  # a background tab may have its drawing (animation frames) paused
     other.errors = []
     other.on("pageerror", lambda error: other.errors.append(str(error)))
@@ -95,7 +95,7 @@ def test_the_models_page_link_round_trips(page, server_url) -> None:  # type: ig
     assert request["texts"][1] == "A second one, ünïcödé & <b>tags</b>."
     assert request["text_pairs"] == ["And its pair.", None]
 
-    other = page.context.new_page()
+    other = another_page(page)
     other.bring_to_front()  # a background tab may have its drawing (animation frames) paused
     other.goto(page.url)
     other.wait_for_selector("#view-layer[data-drawn='true']", timeout=HANG_MS)
@@ -123,7 +123,7 @@ def test_the_views_settings_travel_in_the_link(page, server_url) -> None:  # typ
     fragment = parse_qs(urlsplit(page.url).fragment)
     assert fragment == {"view": ["step"], "scale": ["row"], "tokens": ["1,4"], "head": ["2"]}
 
-    other = page.context.new_page()
+    other = another_page(page)
     other.bring_to_front()
     other.goto(page.url)
     other.wait_for_selector("#view-step[data-drawn='true']")

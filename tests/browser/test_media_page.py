@@ -22,7 +22,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from tests.browser.strict import strict_page
 from tests.pretrained.media import SENTENCE, png_bytes, save_tiny_vision, speak
 from tests.pretrained.support import require_modules
-from tests.support.browser import HANG_MS, new_page
+from tests.support.browser import HANG_MS, close_page, new_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -489,4 +489,4 @@ def test_the_speech_view_fits_a_phone(browser, media_url: str) -> None:  # type:
         assert title["inside"] and not title["overModebar"] and not title["overPlot"], title
     assert page.locator("#speech-play").is_visible()
     assert page.errors == []
-    page.context.close()
+    close_page(page)

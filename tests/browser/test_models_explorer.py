@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.browser import (
     HANG_MS,
+    close_page,
     new_page,
     redraw,
     type_and_compute,
@@ -355,7 +356,7 @@ def test_no_view_scrolls_sideways(browser, server_url, width: int, height: int) 
         )
         assert widths[0] >= 30, f"thumbnails {widths[0]:.0f} px wide"
     assert page.errors == []
-    page.context.close()
+    close_page(page)
 
 
 def test_a_picked_generated_token_travels_in_the_link(browser, page, server_url) -> None:  # type: ignore[no-untyped-def]
@@ -380,4 +381,4 @@ def test_a_picked_generated_token_travels_in_the_link(browser, page, server_url)
     )
     assert int(chosen) == picked
     assert other.errors == [] and page.errors == []
-    other.context.close()
+    close_page(other)

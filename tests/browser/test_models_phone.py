@@ -8,7 +8,15 @@ reader), and figure titles under Plotly's toolbar or cut off at the screen's edg
 
 import pytest
 
-from tests.support.browser import HANG_MS, new_page, redraw, type_and_compute, wait_drawn
+from tests.support.browser import (
+    HANG_MS,
+    another_page,
+    close_page,
+    new_page,
+    redraw,
+    type_and_compute,
+    wait_drawn,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -75,7 +83,7 @@ def test_phone_no_horizontal_scroll_on_any_tab(browser, server_url) -> None:  # 
         assert page.evaluate(PAST_THE_EDGE, WIDTH) == [], view
         assert page.locator(f"#view-{view} .js-plotly-plot").count() > 0
     assert page.errors == []
-    page.context.close()
+    close_page(page)
 
 
 # Each figure's titles: whether one overlaps the modebar, and whether it lies inside its
@@ -113,7 +121,7 @@ def test_phone_titles_are_whole_and_not_under_the_modebar(browser, server_url) -
         seen += [t["title"] for t in titles]
     assert "Layer 0: 12 heads" in seen and "Attention rollout (Abnar & Zuidema 2020)" in seen
     assert page.errors == []
-    page.context.close()
+    close_page(page)
 
 
 def test_phone_fragment_names_no_element_and_links_open_at_the_top(browser, server_url) -> None:  # type: ignore[no-untyped-def]
@@ -129,7 +137,7 @@ def test_phone_fragment_names_no_element_and_links_open_at_the_top(browser, serv
         assert page.evaluate("(id) => document.getElementById(id)", fragment) is None
         links[view] = page.url
     for view, link in links.items():
-        other = page.context.new_page()
+        other = another_page(page)
         other.goto(link)
         wait_drawn(other, view)
         other.wait_for_selector("html[data-link='written']")
@@ -138,7 +146,7 @@ def test_phone_fragment_names_no_element_and_links_open_at_the_top(browser, serv
         assert other.input_value("#texts") == SENTENCE
         assert other.url == link  # the reopened page writes the same link
         other.close()
-    page.context.close()
+    close_page(page)
 
 
 @pytest.mark.parametrize("view", VIEWS)
@@ -150,7 +158,7 @@ def test_old_bare_view_links_open_their_tab_without_jumping(browser, server_url,
     page.wait_for_timeout(300)
     assert page.evaluate("window.scrollY") == 0  # #model was the model picker's id
     assert page.errors == []
-    page.context.close()
+    close_page(page)
 
 
 # How far down the page `selector`'s element starts, or the bottom of the page when it
@@ -194,4 +202,4 @@ def test_phone_drawing_keeps_the_scroll_position(browser, server_url) -> None:  
     rollout = "#view-averages [data-map=rollout]"
     unmoved("averages", rollout, lambda: set_control(page, "#layer-index", "5"))
     assert page.errors == []
-    page.context.close()
+    close_page(page)

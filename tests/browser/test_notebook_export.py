@@ -10,7 +10,7 @@ import attnviz
 import numpy as np
 import pytest
 
-from tests.support.browser import HANG_MS, open_offline
+from tests.support.browser import HANG_MS, close_page, open_offline
 
 pytestmark = pytest.mark.browser
 
@@ -42,7 +42,7 @@ def test_a_saved_view_draws_every_map_offline(browser, tmp_path: Path, kind: str
     # Plotly drew them: one heatmap image layer per map in the SVG.
     assert page.locator(".attnviz-view .hm").count() == len(expected)
     assert outside == [] and errors == []
-    page.context.close()
+    close_page(page)
 
 
 def test_images_for_papers_png_svg_pdf(tmp_path: Path) -> None:

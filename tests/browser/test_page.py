@@ -4,7 +4,16 @@ from pathlib import Path
 import pytest
 from attnviz.attention.tutorials import TUTORIAL_BATCH
 
-from tests.support.browser import HANG_MS, HEADS, compute_heads, new_page, open_view, wait_for_heads
+from tests.support.browser import (
+    HANG_MS,
+    HEADS,
+    another_page,
+    close_page,
+    compute_heads,
+    new_page,
+    open_view,
+    wait_for_heads,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -206,7 +215,7 @@ def test_the_url_reproduces_the_view_and_downloads_work(page, server_url) -> Non
     shared = page.url
     assert "request=" in shared and shared.endswith("#view=summary")
     # A fresh page from the link computes the same request and opens the same tab.
-    other = page.context.new_page()
+    other = another_page(page)
     other.goto(shared)
     other.wait_for_function("document.getElementById('view-summary').dataset.drawn === 'true'")
     assert other.input_value("#sequences") == "the cat sat\non the mat"
@@ -393,7 +402,7 @@ def test_a_refused_field_is_marked_beside_it_and_the_message_is_in_view(
     compute_heads(page, 2)
     assert error.is_hidden()
     assert page.errors == []
-    page.context.close()
+    close_page(page)
 
 
 def test_a_refused_view_control_is_marked_beside_it(page, server_url) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,14 @@ pretrained-model page on a phone is tests/browser/test_models_phone.py.
 
 import pytest
 
-from tests.support.browser import HANG_MS, new_page, open_view, wait_for_heads
+from tests.support.browser import (
+    HANG_MS,
+    another_page,
+    close_page,
+    new_page,
+    open_view,
+    wait_for_heads,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +31,7 @@ def test_phone_width_has_no_horizontal_scroll_on_any_tab(browser, server_url) ->
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, (view, width)
     assert page.errors == []
-    page.context.close()
+    close_page(page)
 
 
 def test_phone_opening_a_shared_link_does_not_jump_the_page(browser, server_url) -> None:  # type: ignore[no-untyped-def]
@@ -38,7 +45,7 @@ def test_phone_opening_a_shared_link_does_not_jump_the_page(browser, server_url)
     fragment = link.split("#", 1)[1]
     assert fragment == "view=summary"
     assert page.evaluate(f"document.getElementById({fragment!r})") is None
-    other = page.context.new_page()
+    other = another_page(page)
     other.goto(link)
     other.wait_for_function(
         "document.getElementById('view-summary').dataset.drawn === 'true'", timeout=HANG_MS
@@ -58,7 +65,7 @@ def test_phone_opening_a_shared_link_does_not_jump_the_page(browser, server_url)
     )
     page.wait_for_function("document.getElementById('heads').dataset.drawnSequence === '2'")
     assert page.evaluate("window.scrollY") == 400
-    page.context.close()
+    close_page(page)
 
 
 def test_phone_modebar_does_not_cover_the_titles(browser, server_url) -> None:  # type: ignore[no-untyped-def]
@@ -86,4 +93,4 @@ def test_phone_modebar_does_not_cover_the_titles(browser, server_url) -> None:  
             assert plot["bar"] > 0, plot  # the modebar is there
             assert not plot["overlap"], (view, plot)
     assert page.errors == []
-    page.context.close()
+    close_page(page)

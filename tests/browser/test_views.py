@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tests.support.browser import compute_heads, open_view, wait_for_heads
+from tests.support.browser import close_page, compute_heads, open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -115,7 +115,7 @@ def test_decoding_cells_hold_numbers_only_where_they_fit(browser, server_url) ->
         for px, template in cells:
             assert (template != "") == numbered == (px >= 30), (width, px, template)
         assert page.errors == []
-        page.context.close()
+        close_page(page)
 
 
 def test_parameters_view_shows_the_same_total_for_every_num_heads(page, server_url) -> None:  # type: ignore[no-untyped-def]

@@ -36,7 +36,7 @@ from attnviz.server.ray_serve import (
     serve_on_ray,
 )
 
-from tests.support.browser import new_page, wait_drawn, wait_for_heads
+from tests.support.browser import close_page, new_page, wait_drawn, wait_for_heads
 from tests.support.local_ray import start_local_ray
 
 pytestmark = pytest.mark.ray  # make test runs these after the rest (scripts/suite.py)
@@ -370,7 +370,7 @@ def test_the_pages_draw_in_chromium_through_serves_proxy(on_ray: OnRay, browser:
         assert console == []
         assert failed == []
     finally:
-        page.context.close()
+        close_page(page)
 
 
 @pytest.mark.slow

@@ -148,19 +148,63 @@ def open_view(page, view: str) -> None:  # type: ignore[no-untyped-def]
     )
 
 
+SHARED_CONTEXTS: dict[int, object] = {}
+"""The shared context of each session browser (by ``id(browser)``; tests/conftest.py's
+``browser`` fixture): the persistent context Chromium was launched with, whose disk cache
+keeps the static files and V8's compiled code between tests. A page opened in a context of
+its own compiles Plotly's bundle and the page's modules afresh in a new renderer: /models
+cost 2.4 CPU-s of Chromium that way, and 1.1 in the shared context (docs/development.md)."""
+
+
 def opened_page(browser, width: int, height: int, **options):  # type: ignore[no-untyped-def]
-    """A page in a context of its own at ``width`` x ``height`` (``options``: the context's
-    others), :data:`HANG_MS` its default timeout, :func:`watched`."""
-    context = browser.new_context(viewport={"width": width, "height": height}, **options)
-    context.set_default_timeout(HANG_MS)  # a bound on a hang: a busy machine draws slowly
-    page = context.new_page()
+    """A page at ``width`` x ``height``, :data:`HANG_MS` its default timeout,
+    :func:`watched`; close it with :func:`close_page`.
+
+    With ``options`` (the context's others) exactly ``bypass_csp=True``, the page opens in
+    the browser's shared context (:data:`SHARED_CONTEXTS`: CSP bypassed, the viewport set
+    on the page); with any other options, or a browser without one, in a context of its
+    own. Either way it is a new page: a renderer and a document of its own, nothing of
+    another test's page but the cache (the pages keep no cookie or storage)."""
+    shared = SHARED_CONTEXTS.get(id(browser))
+    if shared is not None and options == {"bypass_csp": True}:
+        page = shared.new_page()  # type: ignore[attr-defined]
+        page.set_viewport_size({"width": width, "height": height})
+    else:
+        context = browser.new_context(viewport={"width": width, "height": height}, **options)
+        context.set_default_timeout(HANG_MS)  # a bound on a hang: a busy machine draws slowly
+        page = context.new_page()
     watched(page)
     return page
 
 
+def close_page(page) -> None:  # type: ignore[no-untyped-def]
+    """Close a page of :func:`opened_page`, and its context when it has one of its own."""
+    if page.context in SHARED_CONTEXTS.values():
+        page.close()
+    else:
+        page.context.close()
+
+
+def close_shared_pages(browser) -> None:  # type: ignore[no-untyped-def]
+    """Close every page a test left open in the browser's shared context (a second tab
+    opened from ``page.context``), but the blank one the context was launched with."""
+    shared = SHARED_CONTEXTS.get(id(browser))
+    if shared is not None:
+        for page in shared.pages[1:]:  # type: ignore[attr-defined]
+            page.close()
+
+
+def another_page(page):  # type: ignore[no-untyped-def]
+    """A second page in ``page``'s context at its viewport (a link opened in a new tab)."""
+    other = page.context.new_page()
+    other.set_viewport_size(page.viewport_size)
+    return other
+
+
 def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
     """A page at ``width`` x ``height`` (the `page` fixture's is 1400 x 950), its CSP bypassed
-    for Playwright's string waits (:func:`opened_page`: ``errors``, ``requests``)."""
+    for Playwright's string waits, in the shared context (:func:`opened_page`: ``errors``,
+    ``requests``; :func:`close_page`)."""
     return opened_page(browser, width, height, bypass_csp=True)
 
 

@@ -22,7 +22,7 @@ from attnviz.views.display import display_token
 
 from tests.pretrained.support import require_transformers
 from tests.pretrained.tiny import save_tiny
-from tests.support.browser import HANG_MS
+from tests.support.browser import HANG_MS, close_page
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park"]
 
@@ -225,4 +225,4 @@ def test_the_saved_atlas_works_offline(tiny: Any, browser: Any, tmp_path: Path) 
     row.click()
     assert page.get_attribute(".attnviz-widget", "data-head") == expected
     assert outside == [] and errors == []
-    page.context.close()
+    close_page(page)

@@ -11,7 +11,7 @@ import attnviz
 import numpy as np
 import pytest
 
-from tests.support.browser import CELL_CENTRE, HANG_MS, open_offline
+from tests.support.browser import CELL_CENTRE, HANG_MS, close_page, open_offline
 
 pytestmark = pytest.mark.browser
 
@@ -106,7 +106,7 @@ def test_a_saved_head_view_draws_a_clicked_tokens_lines_and_filters_heads(  # ty
     expected = weights[2, 0, [1, 2, 3], 2].astype(np.float64).mean(axis=0)
     np.testing.assert_allclose(shades, expected, rtol=1e-12)
     assert outside == [] and errors == []
-    page.context.close()
+    close_page(page)
 
 
 def test_a_saved_model_view_enlarges_a_thumbnail_and_outlines_the_selection(  # type: ignore[no-untyped-def]
@@ -145,7 +145,7 @@ def test_a_saved_model_view_enlarges_a_thumbnail_and_outlines_the_selection(  # 
     )
     assert sorted(names) == ["selected-column", "selected-row"]
     assert outside == [] and errors == []
-    page.context.close()
+    close_page(page)
 
 
 @pytest.mark.slow  # a kernel process
@@ -194,4 +194,4 @@ def test_a_notebooks_html_export_draws_each_view_offline_once_plotly_is_embedded
     for cell in cells:
         np.testing.assert_array_equal(np.array(cell, dtype=np.float32), weights[1, 0, 2])
     assert errors == []
-    page.context.close()
+    close_page(page)
