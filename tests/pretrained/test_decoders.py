@@ -145,14 +145,28 @@ def test_the_cached_copy_loads_faster_and_computes_the_same(
 
 
 def test_bfloat16_has_its_own_cache_of_the_same_numbers_cast(
-    smollm2: PretrainedModel, cache_dir: Path
+    smollm2: PretrainedModel, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Loading bfloat16 from the float32 cache would hold both while casting; the file
     # is dequantized into a bfloat16 cache instead: the same numbers as the cast.
+    import gguf
     from safetensors import safe_open
 
+    # transformers asks for a reader of the file three times (the tokenizer's config, the
+    # model's, the weights): its metadata is parsed once (gguf_read_once).
+    parsed: list[str] = []
+    parse = gguf.GGUFReader.__init__
+
+    def counted(self: Any, path: Any, *args: Any, **kwargs: Any) -> None:
+        parsed.append(str(path))
+        parse(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFReader, "__init__", counted)
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     placement = Placement(dtype="bfloat16")
     half = load_gguf(NAME, gguf_file(), cache_dir, placement=placement)
+    assert parsed == [str(gguf_file())]
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_class, name_map)  # put back
     folder = cache_folder(gguf_file(), cache_dir, dtype=torch.bfloat16)
     assert folder.name.endswith("-bfloat16") and folder != cache_folder(gguf_file(), cache_dir)
     with safe_open(folder / "model.safetensors", framework="pt") as weights:
