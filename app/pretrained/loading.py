@@ -476,29 +476,24 @@ def gguf_read_once() -> Iterator[None]:
     """
     import gguf as gguf_package
 
-    with GGUF_READ_LOCK:
-        yield from _gguf_read_once(gguf_package)
-
-
-def _gguf_read_once(gguf_package: Any) -> Iterator[None]:
-
-    original_reader = gguf_package.GGUFReader
-    original_name_map = gguf_package.get_tensor_name_map
     readers: dict[tuple[str, str], Any] = {}
+    with GGUF_READ_LOCK:  # the originals are read inside: no other thread has replaced them
+        original_reader = gguf_package.GGUFReader
+        original_name_map = gguf_package.get_tensor_name_map
 
-    def reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = original_reader(path, mode)
-        return readers[key]
+        def reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
+            key = (os.fspath(path), mode)
+            if key not in readers:
+                readers[key] = original_reader(path, mode)  # type: ignore[arg-type]
+            return readers[key]
 
-    setattr(gguf_package, "GGUFReader", reader)  # noqa: B010 (a class replaced by a function)
-    setattr(gguf_package, "get_tensor_name_map", functools.cache(original_name_map))  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(gguf_package, "GGUFReader", original_reader)  # noqa: B010
-        setattr(gguf_package, "get_tensor_name_map", original_name_map)  # noqa: B010
+        setattr(gguf_package, "GGUFReader", reader)  # noqa: B010 (a class replaced by a function)
+        setattr(gguf_package, "get_tensor_name_map", functools.cache(original_name_map))  # noqa: B010
+        try:
+            yield
+        finally:
+            setattr(gguf_package, "GGUFReader", original_reader)  # noqa: B010
+            setattr(gguf_package, "get_tensor_name_map", original_name_map)  # noqa: B010
 
 
 def dequantize_gguf(gguf: Path, target: Path, *, dtype: torch.dtype = torch.float32) -> None:
