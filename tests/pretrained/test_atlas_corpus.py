@@ -25,6 +25,7 @@ from attnviz.pretrained.atlas.inputs import natural_tokens
 from attnviz.pretrained.loading import load_model_dir
 
 from tests.pretrained import test_atlas_shards, tiny
+from tests.support.cli import ctrl_c_as_on_a_terminal
 
 folders = test_atlas_shards.folders
 """The tiny Llama and BERT folders (module-scoped), the atlas shards tests' fixture."""
@@ -212,6 +213,7 @@ def test_ctrl_c_stops_the_atlas_with_one_line_and_exit_130(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=ctrl_c_as_on_a_terminal,
     )
     assert process.stderr is not None
     seen = b""

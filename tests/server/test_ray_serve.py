@@ -37,6 +37,7 @@ from attnviz.server.ray_serve import (
 )
 
 from tests.support.browser import close_page, new_page, wait_drawn, wait_for_heads
+from tests.support.cli import ctrl_c_as_on_a_terminal
 from tests.support.local_ray import start_local_ray
 
 pytestmark = pytest.mark.ray  # make test runs these after the rest (scripts/suite.py)
@@ -188,7 +189,12 @@ def test_attnviz_serve_ray_starts_a_local_ray_serves_and_stops_on_ctrl_c(tmp_pat
     stderr = tmp_path / "stderr.txt"  # Ray's and Serve's logs; shown if the start fails
     with stderr.open("w") as errors:
         process = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=errors, text=True
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            preexec_fn=ctrl_c_as_on_a_terminal,
         )
     watchdog = threading.Timer(600, process.kill)  # a hung start fails, not hangs, the test
     watchdog.start()

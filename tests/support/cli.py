@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import signal
 import subprocess
 import sys
 
@@ -25,3 +26,11 @@ def attnviz_here(*args: str) -> subprocess.CompletedProcess[str]:
             else:
                 code = exit_.code or 0
     return subprocess.CompletedProcess(list(args), code, stdout.getvalue(), stderr.getvalue())
+
+
+def ctrl_c_as_on_a_terminal() -> None:
+    """``preexec_fn`` of a command a test stops with SIGINT: its default action back, as in a
+    terminal's foreground job. A job that a non-interactive shell started in the background
+    (``cmd &``, as CI runners and ``nohup`` scripts may) inherits SIGINT ignored, and Python
+    then installs no KeyboardInterrupt for it: the signal would be lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
