@@ -451,10 +451,23 @@ def _run_suite(tmp_path: Path, failing: str = "") -> tuple[int, str, list[list[s
         "        time.sleep(0.05)\n"
         f"    seen = 'not ray' in open({str(log)!r}).read()\n"
         f"    open({str(log)!r} + '.lint-beside', 'w').write('yes' if seen else 'no')\n"
+        # the environment's install waits (up to 60 s) for the image check to start beside it
+        f"if 'install' in sys.argv and {failing!r} != 'system-packages':\n"
+        "    end = time.monotonic() + 60\n"
+        f"    while 'docker_check' not in open({str(log)!r}).read() and time.monotonic() < end:\n"
+        "        time.sleep(0.05)\n"
+        f"    seen = 'docker_check' in open({str(log)!r}).read()\n"
+        f"    open({str(log)!r} + '.image-beside-install', 'w').write('yes' if seen else 'no')\n"
         f"sys.exit(1 if {failing!r} and {failing!r} in ' '.join(sys.argv[1:]) else 0)\n"
     )
     stub.chmod(0o755)
-    env = {**os.environ, "MAKE": str(stub), "SUITE_PYTHON": str(stub), "PYTEST_WORKERS": "-n 3"}
+    env = {
+        **os.environ,
+        "MAKE": str(stub),
+        "SUITE_PYTHON": str(stub),
+        "SUITE_SYSTEM_PYTHON": str(stub),
+        "PYTEST_WORKERS": "-n 3",
+    }
     env.pop("SUITE_IMAGE_CHECK_BESIDE", None)  # this test itself may run under make test
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "suite.py")],
@@ -500,9 +513,20 @@ def test_make_test_runs_every_step_and_the_image_check_beside_the_tests(tmp_path
     assert "make test: failed: image check" in out
     assert "image check" in out and "FAILED (exit 1)" in out
     assert any(c[:2] == ["-m", "pytest"] for c in commands)  # the tests ran all the same
-    # A failing setup runs no check.
+    # The image check needs only the system packages: it starts beside the install.
+    assert (tmp_path / "commands.jsonl.image-beside-install").read_text() == "yes"
+    # A failing install runs no test, linter or docs (the image check ran beside it).
     broken = tmp_path / "broken"
     broken.mkdir()
     status, out, commands = _run_suite(broken, failing="install")
-    assert status == 1 and "the checks did not run" in out
+    assert status == 1 and "make test: failed: make install, (not run" in out
+    assert not any(c[:2] == ["-m", "pytest"] for c in commands)
+    assert ["scripts/docker_check.py"] in commands
+    assert not any("lint" in c or "docs" in c for c in commands)
+    # Failing system packages run nothing else but the install.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    status, out, commands = _run_suite(bare, failing="system-packages")
+    assert status == 1 and "image check" in out and "not run: a step it needs failed" in out
+    assert [" ".join(c) for c in commands if "docker_check" in " ".join(c)] == []
     assert not any(c[:2] == ["-m", "pytest"] for c in commands)
