@@ -96,10 +96,10 @@ docs: install
 PYTEST_WORKERS ?= -n 4 --dist loadfile
 
 # Everything, the independent steps side by side (scripts/suite.py): the environment beside
-# the system packages; then the tests beside the image check (scripts/docker_check.py) and,
-# at the lowest priority, the linters and the docs; those that start a local Ray (marked ray)
-# in a pass of their own after the rest; the logs after the tests' output, then each step's
-# wall time.
+# the system packages; the image check (scripts/docker_check.py) once the system packages are
+# in; then the tests beside it and, at the lowest priority, the linters and the docs; the
+# tests that start a local Ray (marked ray) in a pass of their own after the rest; the logs
+# after the tests' output, then each step's wall time and start.
 test:
 	PYTEST_WORKERS="$(PYTEST_WORKERS)" SUITE_PYTHON="$(BIN)/python" $(PYTHON) scripts/suite.py
 
