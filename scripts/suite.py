@@ -15,6 +15,7 @@
 4. the logs of the other steps, then a table of each step's wall time (s) and start.
 
 A step whose needs failed does not start, and is named as not run.
+
 The linters and the docs run beside the tests, not before them, at the lowest priority
 (:data:`NICEST`): alone, mypy's cold run (about 120 s of one core) left the other core idle for
 two minutes; beside the tests they take the time the tests leave idle (the Ray pass leaves
