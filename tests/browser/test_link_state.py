@@ -15,6 +15,7 @@ import pytest
 from tests.pretrained.support import require_pretrained_extra
 from tests.support.browser import (
     HANG_MS,
+    HeldResponses,
     close_page,
     decode_link,
     new_page,
@@ -23,31 +24,6 @@ from tests.support.browser import (
 )
 
 pytestmark = pytest.mark.browser
-
-
-class HeldResponses:
-    """Requests to ``pattern`` wait until ``release``; the others go through."""
-
-    def __init__(self, page, pattern: str) -> None:  # type: ignore[no-untyped-def]
-        self.page = page
-        self.pattern = pattern
-        self.held: list[object] = []
-        page.route(pattern, self.hold)
-
-    def hold(self, route) -> None:  # type: ignore[no-untyped-def]
-        self.held.append(route)
-
-    def wait_for(self, count: int) -> None:
-        for _ in range(200):
-            if len(self.held) >= count:
-                return
-            self.page.wait_for_timeout(50)
-        raise AssertionError(f"{count} requests to {self.pattern} never came")
-
-    def release(self) -> None:
-        for route in self.held:
-            route.continue_()  # type: ignore[attr-defined]
-        self.page.unroute(self.pattern, self.hold)
 
 
 def written(page) -> Any:  # type: ignore[no-untyped-def]

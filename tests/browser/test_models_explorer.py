@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.browser import (
     HANG_MS,
+    HeldResponses,
     close_page,
     new_page,
     redraw,
@@ -134,26 +135,15 @@ def test_a_model_switch_recomputes_and_a_refusal_leaves_nothing_behind(page, ser
     page.fill("#texts", "The moon orbits the earth.")
     # While the new model's answer is on its way, MiniLM's grid is dimmed (not shown as
     # if it were SmolLM2's).
-    held: list = []  # type: ignore[type-arg]
-
-    def hold(route) -> None:  # type: ignore[no-untyped-def]
-        held.append(route)
-
-    page.route("**/api/v1/models/attention/layers", hold)
+    held = HeldResponses(page, "**/api/v1/models/attention/layers")
     page.select_option("#model", SMOLLM2)
     page.wait_for_function("document.querySelector('.results').classList.contains('running')")
-    for _ in range(200):
-        if held:
-            break
-        page.wait_for_timeout(50)
-    assert held, "the model switch sent no request"
+    held.wait_for(1)  # the model switch's request
     opacity = page.evaluate(
         "Number(getComputedStyle(document.querySelector('#view-model .view-body')).opacity)"
     )
     assert opacity < 0.6
-    for route in held:
-        route.continue_()
-    page.unroute("**/api/v1/models/attention/layers", hold)
+    held.release()
     # The switch computes at once, with the text typed (no Compute pressed).
     page.wait_for_function(
         f"window.attnvizModels.lastResponse?.model === '{SMOLLM2}'"

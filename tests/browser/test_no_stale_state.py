@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import type_and_compute, wait_drawn, wait_model_option
+from tests.support.browser import HeldResponses, type_and_compute, wait_drawn, wait_model_option
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -21,30 +21,19 @@ def test_no_out_of_date_banner_while_the_new_input_computes(page, server_url) ->
     # The server's answer is held until the page has been seen waiting with its old maps
     # (a request let through after a fixed delay could be answered and drawn before the
     # wait below began, on a busy machine).
-    held: list = []  # type: ignore[type-arg]
-
-    def hold(route) -> None:  # type: ignore[no-untyped-def]
-        held.append(route)
-
-    page.route(STREAM, hold)
+    held = HeldResponses(page, STREAM)
     page.fill("#texts", "A new sentence, typed while the old maps are on screen.")
     assert page.locator("#stale-note").is_visible()  # typed, not computed: out of date
     page.evaluate("document.getElementById('view-model').dataset.drawn = 'stale'")
     page.click("#compute")
     page.wait_for_function("document.querySelector('.results').classList.contains('running')")
     assert page.locator("#stale-note").is_hidden()  # being computed: not "out of date"
-    for _ in range(200):  # Playwright hands the route to this thread between its calls
-        if held:
-            break
-        page.wait_for_timeout(50)
-    assert held, "Compute sent no request"
-    for route in held:
-        route.continue_()
+    held.wait_for(1)  # Compute's request
+    held.release()
     wait_drawn(page, "model")
     assert page.locator("#stale-note").is_hidden()
     assert "computing" not in page.locator("#summary").text_content()
     assert " ms" in page.locator("#summary").text_content()
-    page.unroute(STREAM)
     assert page.errors == []
 
 

@@ -201,6 +201,33 @@ def another_page(page):  # type: ignore[no-untyped-def]
     return other
 
 
+class HeldResponses:
+    """Requests to ``pattern`` wait until ``release``; the others go through. Playwright hands
+    a route to the test's thread between its calls: :meth:`wait_for` waits on that event,
+    so a test sees the page waiting for an answer before it lets the answer come."""
+
+    def __init__(self, page, pattern: str) -> None:  # type: ignore[no-untyped-def]
+        self.page = page
+        self.pattern = pattern
+        self.held: list[object] = []
+        page.route(pattern, self.hold)
+
+    def hold(self, route) -> None:  # type: ignore[no-untyped-def]
+        self.held.append(route)
+
+    def wait_for(self, count: int) -> None:
+        for _ in range(200):
+            if len(self.held) >= count:
+                return
+            self.page.wait_for_timeout(50)
+        raise AssertionError(f"{count} requests to {self.pattern} never came")
+
+    def release(self) -> None:
+        for route in self.held:
+            route.continue_()  # type: ignore[attr-defined]
+        self.page.unroute(self.pattern, self.hold)
+
+
 def new_page(browser, width: int, height: int):  # type: ignore[no-untyped-def]
     """A page at ``width`` x ``height`` (the `page` fixture's is 1400 x 950), its CSP bypassed
     for Playwright's string waits, in the shared context (:func:`opened_page`: ``errors``,
