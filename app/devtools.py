@@ -19,8 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-CHROMIUM = os.environ.get("ATTNVIZ_CHROMIUM", "/usr/bin/chromium")
-"""Where Chromium is looked for first (``ATTNVIZ_CHROMIUM``), then on the PATH."""
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+"""Where Chromium is looked for, in order, after ``ATTNVIZ_CHROMIUM``: Debian's
+``chromium-headless-shell`` first, Chromium's headless-only build (the one Playwright itself
+runs headless), then the whole browser, ``chromium``. Both draw the same pages; the headless
+shell does it with about a quarter less CPU (the browser tests on 2 cores: 984 CPU-s against
+1,282, 515 s against 662; docs/development.md)."""
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -35,10 +39,16 @@ CHROMIUM_ARGS = [
 
 
 def chromium_path() -> str | None:
-    """The Chromium executable, or None when it is not installed."""
-    if Path(CHROMIUM).is_file():
-        return CHROMIUM
-    return shutil.which("chromium")
+    """The Chromium executable, or None when it is not installed.
+
+    ``ATTNVIZ_CHROMIUM`` when it names a file, else the first of
+    :data:`CHROMIUM_CANDIDATES` that exists, else ``chromium-headless-shell`` or ``chromium``
+    on the PATH (``make browser`` installs both from Debian).
+    """
+    for path in (os.environ.get("ATTNVIZ_CHROMIUM", ""), *CHROMIUM_CANDIDATES):
+        if path and Path(path).is_file():
+            return path
+    return shutil.which("chromium-headless-shell") or shutil.which("chromium")
 
 
 def free_port() -> int:
