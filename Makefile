@@ -48,9 +48,10 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 install: $(VENV)/.installed
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser download): its
-# headless shell, which the tests run (the same pages for about a quarter less CPU), and the
-# whole browser (kaleido's image export drives it). Where the headless shell is not
-# packaged, Chromium alone (the tests run it: attnviz.devtools.chromium_path).
+# headless shell, which the tests run (the same pages for about a quarter less CPU in
+# Chromium's own processes), and the whole browser (kaleido's image export drives it). Where
+# the headless shell is not packaged, Chromium alone (the tests run it:
+# attnviz.devtools.chromium_path).
 browser:
 	@{ command -v chromium && command -v chromium-headless-shell; } >/dev/null 2>&1 || { $(APT_UPDATE) && \
 		{ $(SUDO) apt-get install -y -q chromium chromium-headless-shell || $(SUDO) apt-get install -y -q chromium; }; }

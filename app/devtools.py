@@ -23,8 +23,8 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
 """Where Chromium is looked for, in order, after ``ATTNVIZ_CHROMIUM``: Debian's
 ``chromium-headless-shell`` first, Chromium's headless-only build (the one Playwright itself
 runs headless), then the whole browser, ``chromium``. Both draw the same pages; the headless
-shell does it with about a quarter less CPU (the browser tests on 2 cores: 984 CPU-s against
-1,282, 515 s against 662; docs/development.md)."""
+shell's own processes take about a quarter less CPU doing it (the browser tests side by side
+on 2 cores: Chromium 461 CPU-s against 601, the tier 542 s against 610; docs/development.md)."""
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
