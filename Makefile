@@ -52,22 +52,24 @@ install: $(VENV)/.installed
 # Chromium's own processes), and the whole browser (kaleido's image export drives it). Where
 # the headless shell is not packaged, Chromium alone (the tests run it:
 # attnviz.devtools.chromium_path).
+HAVE_BROWSER = { command -v chromium && command -v chromium-headless-shell; } >/dev/null 2>&1
 browser:
-	@{ command -v chromium && command -v chromium-headless-shell; } >/dev/null 2>&1 || { $(APT_UPDATE) && \
+	@$(HAVE_BROWSER) || { $(APT_UPDATE) && \
 		{ $(SUDO) apt-get install -y -q chromium chromium-headless-shell || $(SUDO) apt-get install -y -q chromium; }; }
 
 # Debian's espeak-ng speaks the sentences the speech tests transcribe (no recording is stored
 # but the page's sample, static/samples/the-cat-sat.flac, made the same way).
+HAVE_ESPEAK = command -v espeak-ng >/dev/null 2>&1
 espeak:
-	@command -v espeak-ng >/dev/null 2>&1 || { $(APT_UPDATE) && $(SUDO) apt-get install -y -q espeak-ng; }
+	@$(HAVE_ESPEAK) || { $(APT_UPDATE) && $(SUDO) apt-get install -y -q espeak-ng; }
 
 # A container engine for make docker-check: none is installed when docker info answers (a
 # Docker engine runs), else Debian's podman with runc (crun refuses a hybrid cgroup layout)
 # and debootstrap (the base image where Docker Hub is out of reach). Where apt-get cannot
 # install them, make docker-check skips (and fails with CI=true).
+HAVE_ENGINE = { docker info || { command -v podman && command -v runc && command -v debootstrap; }; } >/dev/null 2>&1
 container-engine:
-	@if docker info >/dev/null 2>&1; then :; \
-	elif command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1; then :; \
+	@if $(HAVE_ENGINE); then :; \
 	else { $(APT_UPDATE) && $(SUDO) apt-get install -y -q podman runc debootstrap; } \
 		|| { [ "$$CI" != true ] && echo "container-engine: podman, runc and debootstrap could not be installed"; }; \
 	fi
@@ -108,12 +110,10 @@ PYTEST_WORKERS ?= -n 4 --dist loadfile
 test:
 	PYTEST_WORKERS="$(PYTEST_WORKERS)" SUITE_PYTHON="$(BIN)/python" $(PYTHON) scripts/suite.py
 
-# Chromium, espeak-ng and the container engine with one refresh of apt's lists.
+# Chromium, espeak-ng and the container engine with one refresh of apt's lists (when any of
+# them is missing: the same checks as their own targets).
 system-packages:
-	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromium-headless-shell >/dev/null 2>&1 || \
-		! command -v espeak-ng >/dev/null 2>&1 || \
-		! { docker info >/dev/null 2>&1 || { command -v podman && command -v runc && command -v debootstrap; } >/dev/null 2>&1; }; then \
-		$(SUDO) apt-get update -q; fi
+	@if ! { $(HAVE_BROWSER) && $(HAVE_ESPEAK) && $(HAVE_ENGINE); }; then $(SUDO) apt-get update -q; fi
 	@$(MAKE) --no-print-directory browser espeak container-engine APT_UPDATE=:
 
 # The inner loop (under 90 s on 2 cores): unit and API tests on tiny models built from
