@@ -9,8 +9,9 @@ with PyTorch's default initialisers:
   1/sqrt(fan_in)), and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in));
 * ``nn.LayerNorm``: weight 1, bias 0 (nothing drawn).
 
-Modules are built on the meta device first, so PyTorch's own initialisation never
-consumes the global RNG.
+Modules are built on the meta device first, with PyTorch's own initialisers skipped
+(:class:`SkipInit`), so they never consume the global RNG nor draw values that are
+replaced.
 """
 
 from __future__ import annotations
@@ -21,8 +22,28 @@ from typing import TypeVar
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+class SkipInit(TorchFunctionMode):
+    """``torch.nn.init``'s drawing initialisers, skipped while active (in this thread).
+
+    ``normal_``, ``uniform_``, ``kaiming_uniform_`` and the others that dispatch through
+    torch function modes return their tensor untouched; ``ones_``, ``zeros_`` and the rest
+    of torch run.
+
+    :func:`build_seeded` draws every parameter afterwards. Skipping PyTorch's own draws also
+    skips ``nn.Embedding``'s ``normal_`` on the meta device, whose Python reference
+    implementation imports ``torch._dynamo`` (2.4 CPU-s, once per process) in a process that
+    otherwise never needs it: the server's and the CLI's first toy computation.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
 
 
 def seeded_init_(module: nn.Module, seed: int) -> None:
@@ -53,6 +74,8 @@ def seeded_init_(module: nn.Module, seed: int) -> None:
 def build_seeded(factory: Callable[[], ModuleT], seed: int) -> ModuleT:
     """``factory()`` built on the meta device, materialised on the CPU, seeded.
 
+    PyTorch's own initialisers are skipped while it is built (:class:`SkipInit`).
+
     Args:
         factory: builds the module (its parameters land on the meta device).
         seed: seed of the generator that draws every parameter.
@@ -60,7 +83,7 @@ def build_seeded(factory: Callable[[], ModuleT], seed: int) -> ModuleT:
     Returns:
         The module on the CPU with every parameter drawn from ``seed``.
     """
-    with torch.device("meta"):
+    with torch.device("meta"), SkipInit():
         module = factory()
     module.to_empty(device="cpu")
     seeded_init_(module, seed)

@@ -1,3 +1,7 @@
+import subprocess
+import sys
+import threading
+
 import pytest
 import torch
 from attnviz.attention import (
@@ -7,6 +11,7 @@ from attnviz.attention import (
     compute_attention,
     padding_mask,
 )
+from attnviz.attention.parameters import SkipInit
 from attnviz.attention.tokens import encode_batches
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 
@@ -131,6 +136,42 @@ def test_parameters_are_drawn_from_the_seeded_generator_in_documented_order() ->
     w_q = torch.empty(8, 8).uniform_(-bound, bound, generator=generator)
     assert torch.equal(model.embedding.weight, embedding)
     torch.testing.assert_close(model.attention.W_q.weight, w_q, atol=1e-7, rtol=0)
+
+
+def test_skip_init_skips_nn_inits_draws_and_only_in_its_thread() -> None:
+    weight = torch.zeros(3, 4)
+    other_thread: list[torch.Tensor] = []
+    with SkipInit():
+        # the initialisers nn.Embedding and nn.Linear call in their constructors
+        assert torch.nn.init.normal_(weight) is weight
+        torch.nn.init.uniform_(weight, -1.0, 1.0)
+        torch.nn.init.kaiming_uniform_(weight, a=5**0.5)
+        assert torch.equal(weight, torch.zeros(3, 4))  # nothing drawn
+        weight.add_(1)  # the rest of torch runs
+        assert torch.equal(weight, torch.ones(3, 4))
+        thread = threading.Thread(target=lambda: other_thread.append(torch.nn.init.normal_(weight)))
+        thread.start()
+        thread.join()
+    assert other_thread[0] is weight and not torch.equal(weight, torch.ones(3, 4))  # drawn there
+    torch.nn.init.uniform_(weight, 2.0, 3.0)  # and here once the mode ended
+    assert bool(((weight >= 2.0) & (weight <= 3.0)).all())
+
+
+@pytest.mark.slow  # a Python of its own
+def test_a_toy_computation_never_imports_torch_dynamo() -> None:
+    # nn.Embedding's own normal_ on the meta device imports torch._dynamo (2.4 CPU-s); the
+    # seeded build skips it (SkipInit), so the server's and the CLI's toy path never pay it.
+    code = (
+        "import sys\n"
+        "from attnviz.attention import LayerConfig, compute_attention\n"
+        "from attnviz.attention.tutorials import TUTORIAL_BATCH\n"
+        "compute_attention(TUTORIAL_BATCH, LayerConfig(seed=3))\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(("d_model", "num_heads"), [(8, 1), (8, 2), (8, 8), (64, 8), (96, 3)])
