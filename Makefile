@@ -32,6 +32,13 @@ else
 INSTALL_PACKAGES = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --constraint $(VENV)/torch.txt
 endif
 
+# pytest loads the plugins the tests use by name, not every installed one by entry point:
+# pytest rewrites the asserts of every module of a distribution it autoloads a plugin from,
+# so schemathesis', hypothesis' and anyio's 360 modules were compiled from source in each
+# pytest process (5.5 CPU-s of its 24; docs/development.md). Plain `pytest` autoloads as usual.
+export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
+export PYTEST_PLUGINS := xdist.plugin,_hypothesis_pytestplugin,schemathesis.pytest.plugin
+
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 

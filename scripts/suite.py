@@ -42,7 +42,11 @@ IMAGE_CHECK_BESIDE = "SUITE_IMAGE_CHECK_BESIDE"
 """Set to 1 for the tests: the real image is built and checked beside them, so the test that
 runs the Dockerfile's steps outside a container (5–11 min of one worker, with downloads) is
 left to ``make test-slow`` (tests/packaging/test_docker_commands.py)."""
-RAY_PASS = ["-m", "ray", "-n", "2", "--dist", "loadfile"]
+RAY_FILES = ("tests/server/test_ray_serve.py", "tests/pretrained/test_atlas_ray.py")
+"""The files of the tests marked ``ray``: the second pass collects these alone (each of its
+workers would otherwise collect all 2,000 tests, 19 CPU-s, to run 28). tests/conftest.py
+refuses a test marked ``ray`` in a file not named here, which this pass would leave out."""
+RAY_PASS = ["-m", "ray", "-n", "2", "--dist", "loadfile", *RAY_FILES]
 """pytest's options for the second pass, the tests marked ``ray``. Ray's own processes
 (GCS, raylet, workers, replicas) wait on heartbeats and fixed timeouts: beside three other
 workers on two busy cores its tests took ten times as long as alone (1,080 s of the suite's

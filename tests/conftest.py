@@ -1,4 +1,4 @@
-import dataclasses
+import ast
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -148,15 +148,33 @@ def _uses_packaged_model(item: pytest.Item) -> bool:
     return False
 
 
-def _name_in_node_id(item: pytest.Item) -> None:
-    """Give ``item`` the node id its name says (``test[GET /healthz]``): pytest 9 keeps the
-    id as a structured ``_id`` (its ``params`` the bracket's contents), pytest 8 as a string."""
-    params = item.name.partition("[")[2].removesuffix("]")
-    structured = getattr(item, "_id", None)
-    if dataclasses.is_dataclass(structured) and hasattr(structured, "params"):
-        item._id = dataclasses.replace(structured, params=params)  # type: ignore[attr-defined]
-    else:
-        item._nodeid = f"{item.nodeid}[{params}]"
+@functools.cache
+def _ray_pass_files() -> frozenset[str]:
+    """The files ``make test``'s Ray pass collects (scripts/suite.py's ``RAY_FILES``, read
+    from its source: the script is not imported), relative to tests/."""
+    tree = ast.parse((REPO_ROOT / "scripts" / "suite.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "RAY_FILES":
+            return frozenset(name.removeprefix("tests/") for name in ast.literal_eval(node.value))
+    raise AssertionError("scripts/suite.py sets no RAY_FILES")
+
+
+def check_ray_files(items: list[pytest.Item]) -> None:
+    """Refuse a test marked ``ray`` in a file that ``make test``'s Ray pass does not collect.
+
+    Raises:
+        pytest.UsageError: naming the test and what to do.
+    """
+    tests = REPO_ROOT / "tests"
+    for item in items:
+        if item.get_closest_marker("ray") is None:
+            continue
+        name = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
+        if name not in _ray_pass_files():
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked ray: add its file to RAY_FILES in scripts/suite.py, "
+                "or make test's Ray pass, which collects those files alone, leaves it out"
+            )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -177,13 +195,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: first.get(relative(item).as_posix(), len(first)))  # stable
-    seen: set[str] = set()
+    check_ray_files(items)
     for item in items:
-        # schemathesis gives every operation's test one node id (its name alone says which
-        # operation): pytest-xdist schedules by node id and ran only one of the twelve.
-        if item.nodeid in seen and "[" in item.name and not item.nodeid.endswith("]"):
-            _name_in_node_id(item)
-        seen.add(item.nodeid)
         if relative(item).parts[0] == "browser" or "browser" in item.fixturenames:  # type: ignore[attr-defined]
             item.add_marker(pytest.mark.browser)
         if _uses_packaged_model(item):

@@ -1,4 +1,5 @@
-"""The suite's order: the longest test files first (tests/conftest.py, LONGEST_FIRST)."""
+"""The suite's order: the longest test files first (tests/conftest.py, LONGEST_FIRST); the
+tests marked ray in the files of make test's Ray pass (scripts/suite.py, RAY_FILES)."""
 
 import subprocess
 import sys
@@ -6,7 +7,7 @@ import sys
 import pytest
 
 from tests import REPO_ROOT
-from tests.conftest import LONGEST_FIRST
+from tests.conftest import LONGEST_FIRST, _ray_pass_files, check_ray_files
 
 
 def test_each_file_named_longest_first_exists_once() -> None:
@@ -37,3 +38,16 @@ def test_the_longest_files_are_collected_first_and_xdist_keeps_that_order(
     # pytest-xdist hands the files out in that order (not those with most tests first)
     if pytestconfig.pluginmanager.has_plugin("xdist"):
         assert pytestconfig.option.loadscopereorder is False
+
+
+def test_the_ray_pass_files_exist_and_a_ray_test_elsewhere_is_refused(
+    request: pytest.FixtureRequest,
+) -> None:
+    for name in _ray_pass_files():
+        assert "pytest.mark.ray" in (REPO_ROOT / "tests" / name).read_text(), name
+    # an item of this file (not one of the Ray pass's): refused once marked ray
+    item = pytest.Function.from_parent(request.node.parent, name="test_x", callobj=lambda: None)
+    check_ray_files([item])
+    item.add_marker(pytest.mark.ray)
+    with pytest.raises(pytest.UsageError, match=r"test_suite_order\.py.*RAY_FILES"):
+        check_ray_files([item])

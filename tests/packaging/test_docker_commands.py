@@ -488,7 +488,10 @@ def test_make_test_runs_every_step_and_the_image_check_beside_the_tests(tmp_path
     ran = [" ".join(c) for c in commands]
     assert "--no-print-directory install" in ran and "--no-print-directory system-packages" in ran
     tests = "-m pytest -n 3 -m not ray --durations=25"
-    ray_tests = "-m pytest -m ray -n 2 --dist loadfile --durations=10"
+    ray_tests = (
+        "-m pytest -m ray -n 2 --dist loadfile tests/server/test_ray_serve.py "
+        "tests/pretrained/test_atlas_ray.py --durations=10"
+    )  # the files of the tests marked ray alone (tests/test_suite_order.py)
     assert tests in ran and "scripts/docker_check.py" in ran
     assert "--no-print-directory lint" in ran and "--no-print-directory docs" in ran
     # the tests that start a Ray run after the rest, in the same step

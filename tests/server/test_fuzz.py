@@ -23,13 +23,6 @@ from schemathesis.generation import GenerationMode
 pytestmark = pytest.mark.slow  # fuzzes the whole API from its schema
 
 
-APP = create_app()
-# The schema straight from the app: from_asgi would fetch it through a client that runs the
-# lifespan, whose model loader would then import transformers in a thread of its own while
-# the tests collected after this module import it too.
-# The head atlas is left out: each valid corpus is a minute of forward passes through a
-# packaged model by design (its refusals are fuzzed on tiny models in
-# tests/server/test_heads_api.py).
 DOCUMENTATION_KEYWORDS = frozenset({"description", "title", "examples", "example"})
 """JSON Schema keywords that constrain nothing: what a request may hold is the same without
 them. Left out of the schema fuzzed, they would only slow schemathesis' generation of
@@ -51,10 +44,27 @@ def constraints_only(node: object, parent: str | None = None) -> object:
     return node
 
 
-schema = schemathesis.openapi.from_dict(constraints_only(APP.openapi())).exclude(
-    path_regex="^/api/v1/models/heads"
-)
-schema.app = APP
+@pytest.fixture(scope="module")
+def api_schema() -> schemathesis.BaseSchema:
+    """The app's own schema, documentation left out, calling the app in-process.
+
+    Straight from the app: from_asgi would fetch it through a client that runs the
+    lifespan, whose model loader would then import transformers in a thread of its own
+    while other tests import it too.
+    """
+    app = create_app()
+    loaded = schemathesis.openapi.from_dict(constraints_only(app.openapi()))
+    loaded.app = app
+    return loaded
+
+
+# Loaded when the test runs, not when pytest collects this file: schemathesis builds each
+# operation's coverage cases (its boundary values, about 2,000 here) as it makes the test,
+# 7 CPU-s that every worker of a parallel run paid at collection for a test only one runs.
+# The head atlas is left out: each valid corpus is a minute of forward passes through a
+# packaged model by design (its refusals are fuzzed on tiny models in
+# tests/server/test_heads_api.py).
+schema = schemathesis.pytest.from_fixture("api_schema").exclude(path_regex="^/api/v1/models/heads")
 EXAMPLES = int(os.environ.get("ATTNVIZ_FUZZ_EXAMPLES", "200"))  # per operation
 
 CONDITION_TYPES = {"value_error", "unicode_error"}
@@ -126,7 +136,7 @@ def is_documentation(path: tuple[object, ...]) -> bool:
 
 
 def test_only_documentation_is_left_out_of_the_schema_fuzzed() -> None:
-    document = APP.openapi()
+    document = create_app().openapi()
     # Scalars only: a field documented and nothing else becomes {} (any value), as it is.
     kept = {path: value for path, value in leaves(document) if value not in ({}, [])}
     bare = {
@@ -140,7 +150,17 @@ def test_only_documentation_is_left_out_of_the_schema_fuzzed() -> None:
     }
 
 
+@pytest.fixture
+def node_id_for_schemathesis(request: pytest.FixtureRequest) -> None:
+    """schemathesis' lazy schema (4.32) reads the test's id from ``node._nodeid``, pytest 8's
+    attribute (pytest 9 keeps ``_id``): given it, each operation runs as a subtest labelled
+    with its method and path."""
+    if not hasattr(request.node, "_nodeid"):
+        request.node._nodeid = request.node.nodeid
+
+
 @schema.parametrize()
+@pytest.mark.usefixtures("node_id_for_schemathesis")
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_schema_and_never_fails(case: schemathesis.Case) -> None:
     case.call_and_validate(
