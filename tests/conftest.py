@@ -215,6 +215,13 @@ def client() -> Iterator[TestClient]:
         yield test_client
 
 
+TEST_CHROMIUM_ARGS = ["--renderer-process-limit=1"]
+"""The session browser's pages share one renderer process, which each new page reuses,
+instead of starting a renderer of its own: a page of / or /models then costs Chromium 0.63
+CPU-s instead of 0.82 (20 pages each way, back to back; docs/development.md). A test's pages
+open at once (a link in a second tab) take turns on that renderer's main thread."""
+
+
 # One Playwright per test session (a second sync Playwright in the same thread fails):
 # shared by the browser tests and the export test.
 @pytest.fixture(scope="session")
@@ -235,7 +242,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         shared = playwright.chromium.launch_persistent_context(
             tmp_path_factory.mktemp("chromium-profile"),
             executable_path=executable,
-            args=CHROMIUM_ARGS,
+            args=[*CHROMIUM_ARGS, *TEST_CHROMIUM_ARGS],
             bypass_csp=True,
             viewport={"width": 1400, "height": 950},
         )
