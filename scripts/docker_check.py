@@ -297,7 +297,7 @@ def local_torch_wheel(engine: Engine, base: str, version: str) -> Path | None:
     folders = [Path("/opt/wheels")]
     folders += [Path(f) for f in os.environ.get("PIP_FIND_LINKS", "").split() if "://" not in f]
     tag = engine(
-        "run", "--rm", base, "python", "-c",
+        "run", "--rm", *quiet_network(engine), base, "python", "-c",
         "import sys; print('cp%d%d' % sys.version_info[:2])",
         timeout=120, check=False, quiet=True,
     ).stdout.strip()  # fmt: skip
@@ -663,13 +663,28 @@ def no_health_timer(engine: Engine) -> list[str]:
     return []
 
 
+def quiet_network(engine: Engine) -> list[str]:
+    """podman's user-mode network (slirp4netns) where it is installed, for every container.
+
+    Its default bridge network adds the ``podman0`` bridge and a veth pair to the host at each
+    run and removes them after: Chromium, in the browser tests that ``make test`` runs beside
+    this check, takes each for a network change and fails its requests in flight
+    (``net::ERR_NETWORK_CHANGED``). slirp4netns adds nothing to the host's network; ``-p``
+    publishes the port as before.
+    """
+    if engine.podman and shutil.which("slirp4netns"):
+        return ["--network", "slirp4netns"]
+    return []
+
+
 @contextlib.contextmanager
 def container(
     engine: Engine, image: str, port: int, extra: tuple[str, ...] = (), suffix: str = ""
 ) -> Iterator[str]:
     """The container, run as documented (the port on 127.0.0.1 only); always removed."""
     name = f"attnviz-check-{os.getpid()}{suffix}"
-    args = ["run", "-d", "--name", name, "-p", f"127.0.0.1:{port}:8000", *no_health_timer(engine)]
+    args = ["run", "-d", "--name", name, "-p", f"127.0.0.1:{port}:8000", *quiet_network(engine)]
+    args += no_health_timer(engine)
     try:
         engine(*args, *extra, image, timeout=120)
         yield name
@@ -713,8 +728,8 @@ def check_hub_id(engine: Engine, image: str, folder: Path) -> str:
     cache.mkdir(mode=0o777)
     cache.chmod(0o777)  # the image's user writes the cache (the umask may have taken bits)
     engine(
-        "run", "--rm", *no_health_timer(engine), "-v", f"{cache}:/hf", image,
-        "python", "-c", TINY_HUB_MODEL, timeout=300, quiet=True,
+        "run", "--rm", *quiet_network(engine), *no_health_timer(engine),
+        "-v", f"{cache}:/hf", image, "python", "-c", TINY_HUB_MODEL, timeout=300, quiet=True,
     )  # fmt: skip
     port = free_port()
     wanted = [HUB_ID, "attnviz-check/not-cached"]
