@@ -80,7 +80,7 @@ HAVE_ENGINE = { docker info || { command -v podman && command -v runc && command
 container-engine:
 	@if $(HAVE_ENGINE); then :; \
 	else { $(APT_UPDATE) && $(SUDO) apt-get install -y -q podman runc slirp4netns debootstrap; } \
-		|| { [ "$$CI" != true ] && echo "container-engine: podman, runc and debootstrap could not be installed"; }; \
+		|| { [ "$$CI" != true ] && echo "container-engine: podman, runc, slirp4netns and debootstrap could not be installed"; }; \
 	fi
 
 # Build the image from the Dockerfile with docker (or podman), run it, check the pages, the API

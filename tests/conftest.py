@@ -149,7 +149,7 @@ def _uses_packaged_model(item: pytest.Item) -> bool:
 
 
 @functools.cache
-def _ray_pass_files() -> frozenset[str]:
+def ray_pass_files() -> frozenset[str]:
     """The files ``make test``'s Ray pass collects (scripts/suite.py's ``RAY_FILES``, read
     from its source: the script is not imported), relative to tests/."""
     tree = ast.parse((REPO_ROOT / "scripts" / "suite.py").read_text())
@@ -170,7 +170,7 @@ def check_ray_files(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("ray") is None:
             continue
         name = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
-        if name not in _ray_pass_files():
+        if name not in ray_pass_files():
             raise pytest.UsageError(
                 f"{item.nodeid} is marked ray: add its file to RAY_FILES in scripts/suite.py, "
                 "or make test's Ray pass, which collects those files alone, leaves it out"

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests import REPO_ROOT
-from tests.conftest import LONGEST_FIRST, _ray_pass_files, check_ray_files
+from tests.conftest import LONGEST_FIRST, check_ray_files, ray_pass_files
 
 
 def test_each_file_named_longest_first_exists_once() -> None:
@@ -43,7 +43,7 @@ def test_the_longest_files_are_collected_first_and_xdist_keeps_that_order(
 def test_the_ray_pass_files_exist_and_a_ray_test_elsewhere_is_refused(
     request: pytest.FixtureRequest,
 ) -> None:
-    for name in _ray_pass_files():
+    for name in ray_pass_files():
         assert "pytest.mark.ray" in (REPO_ROOT / "tests" / name).read_text(), name
     # an item of this file (not one of the Ray pass's): refused once marked ray
     item = pytest.Function.from_parent(request.node.parent, name="test_x", callobj=lambda: None)
