@@ -159,18 +159,22 @@ def ray_pass_files() -> frozenset[str]:
     raise AssertionError("scripts/suite.py sets no RAY_FILES")
 
 
+def relative_to_tests(item: pytest.Item) -> Path:
+    """The item's file relative to tests/ (its absolute path when it lies elsewhere)."""
+    tests = REPO_ROOT / "tests"
+    return item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
+
+
 def check_ray_files(items: list[pytest.Item]) -> None:
     """Refuse a test marked ``ray`` in a file that ``make test``'s Ray pass does not collect.
 
     Raises:
         pytest.UsageError: naming the test and what to do.
     """
-    tests = REPO_ROOT / "tests"
     for item in items:
         if item.get_closest_marker("ray") is None:
             continue
-        name = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
-        if name not in ray_pass_files():
+        if relative_to_tests(item).as_posix() not in ray_pass_files():
             raise pytest.UsageError(
                 f"{item.nodeid} is marked ray: add its file to RAY_FILES in scripts/suite.py, "
                 "or make test's Ray pass, which collects those files alone, leaves it out"
@@ -188,16 +192,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     * ``slow`` is marked where the test is (``pytestmark`` of a file, or a decorator):
       virtual environments, server processes, subprocesses, fuzzing, property tests.
     """
-    tests = REPO_ROOT / "tests"
-
-    def relative(item: pytest.Item) -> Path:
-        return item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
-
-    first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: first.get(relative(item).as_posix(), len(first)))  # stable
+    first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}  # a stable sort:
+    items.sort(key=lambda item: first.get(relative_to_tests(item).as_posix(), len(first)))
     check_ray_files(items)
     for item in items:
-        if relative(item).parts[0] == "browser" or "browser" in item.fixturenames:  # type: ignore[attr-defined]
+        if relative_to_tests(item).parts[0] == "browser" or "browser" in item.fixturenames:  # type: ignore[attr-defined]
             item.add_marker(pytest.mark.browser)
         if _uses_packaged_model(item):
             item.add_marker(pytest.mark.models)
