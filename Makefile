@@ -38,6 +38,14 @@ endif
 # pytest process (5.5 CPU-s of its 24; docs/development.md). Plain `pytest` autoloads as usual.
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 export PYTEST_PLUGINS := xdist.plugin,_hypothesis_pytestplugin,schemathesis.pytest.plugin
+# Python caches the bytecode of the project's own modules (app/ and tests/, __pycache__, which
+# git and .dockerignore leave out) even where the environment says not to: with
+# PYTHONDONTWRITEBYTECODE set (some machines and CI images set it), every process compiled
+# each module of attnviz it imported from source, and pytest rewrote every test module again
+# in each of its processes: collecting the suite took 15 CPU-s a process instead of 6.5, an
+# import of the server 0.6 CPU-s more, in each of the suite's 150 processes
+# (docs/development.md). The installed packages' bytecode is written at install either way.
+unexport PYTHONDONTWRITEBYTECODE
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
