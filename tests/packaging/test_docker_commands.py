@@ -1,15 +1,18 @@
 """The Dockerfile's steps, run outside Docker (no engine on our machines).
 
-The Dockerfile is read instruction by instruction and its build stage is carried out
-here: ARG and ENV set the environment, WORKDIR and COPY lay out the source, and every
-RUN line runs as written with /bin/sh (as Docker does). The image's paths (/opt/venv,
-/wheels, /src, /home/attnviz) lie under a temporary folder instead; the base image's
-``python`` is this machine's Python with nothing installed. So the venv, the pinned torch,
-the wheel (`pip wheel`) and its install with the extras are what the image would get.
+The Dockerfile is read instruction by instruction and both stages are carried out here:
+ARG and ENV set the environment, WORKDIR and COPY lay out the source (COPY --from copies
+between the stages' paths), and every RUN line runs as written with /bin/sh (as Docker
+does). The image's paths (/opt/venv, /wheels, /src, /home/attnviz, ...) lie under a
+temporary folder instead; the base image's ``python`` is this machine's Python with
+nothing installed. So the requirement lists and the wheel (`pip wheel`) of the build stage,
+and the venv, the pinned torch, the requirements and the wheel's install of the final
+stage are what the image would get.
 
-Then the final stage: it may only copy /opt/venv from the build stage (no source tree),
-and its CMD runs with its ENV from its empty WORKDIR; the HEALTHCHECK command must pass
-against it, and the page, the static files and the API must answer.
+The final stage may only copy the requirement lists, the wheel and the bytecode script from
+the build stage (no source tree), and removes them once used; its CMD runs with its ENV from
+its empty WORKDIR; the HEALTHCHECK command must pass against it, and the page, the static
+files and the API must answer.
 
 Two builds, one venv: first with ``--build-arg EXTRAS=`` (the slim image: no pretrained
 model), then with the Dockerfile's default extras (the pretrained model on /models).
@@ -36,7 +39,10 @@ from tests import REPO_ROOT
 
 DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
 SMOLLM2 = "SmolLM2-135M-Instruct"
-IMAGE_PATHS = ("/opt/venv", "/opt/cache", "/wheels", "/src", "/home/attnviz")
+IMAGE_PATHS = (
+    "/opt/venv", "/opt/cache", "/opt/requirements", "/opt/attnviz-wheel", "/requirements",
+    "/wheels", "/src", "/home/attnviz",
+)  # fmt: skip
 """The absolute paths the Dockerfile may use; here they lie under a temporary root."""
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """PATH in the python:3.11 images."""
@@ -153,13 +159,16 @@ def build_stage(
             words = arguments.split()
             flags = {w.split("=")[0]: w.partition("=")[2] for w in words if w.startswith("--")}
             *sources, destination = [w for w in words if not w.startswith("--")]
-            if "--from" in flags:
+            if "--from" in flags:  # the stages share the root here: from its path to another
                 image.copied_from.append((flags["--from"], *sources, destination))
-                continue
-            target = image.workdir / destination
-            for source in sources:  # as Docker: a folder's contents, a file by its name
-                path = REPO_ROOT / source
-                assert not ignored_by_docker(source), f"COPY {source}: .dockerignore leaves it out"
+                target = Path(image.path(destination))
+                paths = [Path(image.path(source)) for source in sources]
+            else:
+                target = image.workdir / destination
+                ignored = [source for source in sources if ignored_by_docker(source)]
+                assert not ignored, f"COPY {ignored}: .dockerignore leaves it out"
+                paths = [REPO_ROOT / source for source in sources]
+            for path in paths:  # as Docker: a folder's contents, a file by its name
                 if path.is_dir():
                     shutil.copytree(path, target, dirs_exist_ok=True)
                 else:
@@ -313,15 +322,18 @@ def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
     build_args = {"TORCH_INDEX_URL": TORCH_INDEX_URL}
     slim = build_image({**build_args, "EXTRAS": ""})
 
-    # The final stage: the venv alone, run as user 10001.
+    # The final stage takes the requirement lists, the wheel and the bytecode script from the
+    # build stage (never its source tree) and removes them once used; it runs as user 10001.
+    taken = [
+        ("build", "/requirements", "/opt/requirements"),
+        ("build", "/wheels", "/opt/attnviz-wheel"),
+        ("build", "/src/image_build.py", "/opt/attnviz-wheel/"),
+    ]
     assert [arguments for keyword, arguments in final if keyword == "COPY"] == [
-        "--from=build /opt/venv /opt/venv",
-        "--from=build /opt/cache /opt/cache",
+        f"--from={stage} {source} {destination}" for stage, source, destination in taken
     ]
-    assert slim.copied_from == [
-        ("build", "/opt/venv", "/opt/venv"),
-        ("build", "/opt/cache", "/opt/cache"),
-    ]
+    assert slim.copied_from == taken
+    assert not (root / "opt/requirements").exists() and not (root / "opt/attnviz-wheel").exists()
     assert len(slim.users_added) == 1 and "--uid 10001" in slim.users_added[0]
     assert slim.user == "10001:10001"
     torch_version = re.search(r"^ARG TORCH_VERSION=(\S+)$", DOCKERFILE, re.M)
@@ -331,7 +343,7 @@ def test_the_images_build_and_start_commands_work(tmp_path: Path) -> None:
     ).stdout.splitlines()
     pinned_torch = rf"torch=={re.escape(torch_version.group(1))}(\+\w+)?"
     assert any(re.fullmatch(pinned_torch, line) for line in freeze), freeze
-    wheel = r"attnviz @ file://\S+/wheels/attnviz-[^/\s]+\.whl(#sha256=\w+)?"
+    wheel = r"attnviz @ file://\S+/opt/attnviz-wheel/attnviz-[^/\s]+\.whl(#sha256=\w+)?"
     assert any(re.fullmatch(wheel, line) for line in freeze), freeze
     assert not any(line.lower().startswith("tokenizers==") for line in freeze), freeze
     start_and_check(slim, [], tmp_path / "slim.log")
