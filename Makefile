@@ -81,7 +81,7 @@ espeak:
 # A container engine for make docker-check: none is installed when docker info answers (a
 # Docker engine runs), else Debian's podman with runc (crun refuses a hybrid cgroup layout),
 # slirp4netns (its containers' network adds no interface to the host, where Chromium would
-# take one for a network change: scripts/docker_check.py, quiet_network) and debootstrap
+# take one for a network change: scripts/docker_check.py, podman_conf) and debootstrap
 # (the base image where Docker Hub is out of reach). Where apt-get cannot install them,
 # make docker-check skips (and fails with CI=true).
 HAVE_ENGINE = { docker info || { command -v podman && command -v runc && command -v slirp4netns && command -v debootstrap; }; } >/dev/null 2>&1

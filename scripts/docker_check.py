@@ -5,14 +5,16 @@ either it skips, saying why, or fails with CI=true (as the browser tests do with
 
 With podman it writes its own containers.conf (build/docker-check/, pointed at by
 CONTAINERS_CONF): the default ulimits lowered to this process's hard limits (a container may
-not raise them without CAP_SYS_RESOURCE) and the runc runtime (crun refuses a hybrid cgroup
-layout); it builds with ``--isolation chroot --format docker`` (the docker format keeps the
-HEALTHCHECK). Where the official base image (the Dockerfile's PYTHON_IMAGE) is neither
-present nor pullable, it builds an equivalent Debian bookworm base with debootstrap (python3,
-python3-venv, ca-certificates, ``python`` on PATH, this machine's CA bundle as PIP_CERT),
-imports it as attnviz-base:bookworm and reuses it on later runs. With podman, torch comes from
-a local wheel of the Dockerfile's TORCH_VERSION when one is in /opt/wheels or PIP_FIND_LINKS
-(mounted into the build with ``-v``; the Dockerfile's TORCH_FIND_LINKS).
+not raise them without CAP_SYS_RESOURCE), the runc runtime (crun refuses a hybrid cgroup
+layout) and, where slirp4netns is installed, every container on it (podman's default bridge
+adds interfaces to the host that Chromium beside takes for a network change); it builds with
+``--isolation chroot --format docker`` (the docker format keeps the HEALTHCHECK). Where the
+official base image (the Dockerfile's PYTHON_IMAGE) is neither present nor pullable, it builds
+an equivalent Debian bookworm base with debootstrap (python3, python3-venv, ca-certificates,
+``python`` on PATH, this machine's CA bundle as PIP_CERT), imports it as attnviz-base:bookworm
+and reuses it on later runs. With podman, torch comes from a local wheel of the Dockerfile's
+TORCH_VERSION when one is in /opt/wheels or PIP_FIND_LINKS (mounted into the build with ``-v``;
+the Dockerfile's TORCH_FIND_LINKS).
 
 Then it runs the image with ``-p 127.0.0.1:PORT:8000`` (a free port) and checks, printing each:
 the pages, the toy API, each shipped model through the API (MiniLM's and SmolLM2's maps, a
@@ -158,7 +160,15 @@ def answers(command: list[str], timeout: float = 30, env: dict[str, str] | None 
 
 
 def podman_conf() -> Path:
-    """containers.conf for podman here: ulimits within this process's hard limits, runc."""
+    """containers.conf for podman here: ulimits within this process's hard limits, runc, and
+    every container on podman's user-mode network (slirp4netns) where it is installed.
+
+    The default bridge network adds the ``podman0`` bridge and a veth pair to the host at each
+    run and removes them after: Chromium, in the browser tests that ``make test`` runs beside
+    this check, takes each for a network change and fails its requests in flight
+    (``net::ERR_NETWORK_CHANGED``). slirp4netns adds nothing to the host's network; ``-p``
+    publishes a port as before.
+    """
     limits = []
     # podman's defaults are nofile=1048576 and nproc=4194304; a container's limits can be no
     # higher than podman's own (its build steps ran with nproc 32768 here).
@@ -174,10 +184,12 @@ def podman_conf() -> Path:
     conf.write_text(
         "# Written by scripts/docker_check.py (make docker-check): podman without\n"
         "# CAP_SYS_RESOURCE cannot raise a container's ulimits past its own hard limits;\n"
-        "# crun refuses a hybrid cgroup layout, runc runs there.\n"
+        "# crun refuses a hybrid cgroup layout, runc runs there; slirp4netns adds no\n"
+        "# interface to the host at each run, as the default bridge does.\n"
         "[containers]\n"
         f"default_ulimits = [{', '.join(limits)}]\n"
-        "[engine]\n"
+        + ('netns = "slirp4netns"\n' if shutil.which("slirp4netns") else "")
+        + "[engine]\n"
         'runtime = "runc"\n'
     )
     return conf
@@ -297,7 +309,7 @@ def local_torch_wheel(engine: Engine, base: str, version: str) -> Path | None:
     folders = [Path("/opt/wheels")]
     folders += [Path(f) for f in os.environ.get("PIP_FIND_LINKS", "").split() if "://" not in f]
     tag = engine(
-        "run", "--rm", *quiet_network(engine), base, "python", "-c",
+        "run", "--rm", base, "python", "-c",
         "import sys; print('cp%d%d' % sys.version_info[:2])",
         timeout=120, check=False, quiet=True,
     ).stdout.strip()  # fmt: skip
@@ -663,28 +675,13 @@ def no_health_timer(engine: Engine) -> list[str]:
     return []
 
 
-def quiet_network(engine: Engine) -> list[str]:
-    """podman's user-mode network (slirp4netns) where it is installed, for every container.
-
-    Its default bridge network adds the ``podman0`` bridge and a veth pair to the host at each
-    run and removes them after: Chromium, in the browser tests that ``make test`` runs beside
-    this check, takes each for a network change and fails its requests in flight
-    (``net::ERR_NETWORK_CHANGED``). slirp4netns adds nothing to the host's network; ``-p``
-    publishes the port as before.
-    """
-    if engine.podman and shutil.which("slirp4netns"):
-        return ["--network", "slirp4netns"]
-    return []
-
-
 @contextlib.contextmanager
 def container(
     engine: Engine, image: str, port: int, extra: tuple[str, ...] = (), suffix: str = ""
 ) -> Iterator[str]:
     """The container, run as documented (the port on 127.0.0.1 only); always removed."""
     name = f"attnviz-check-{os.getpid()}{suffix}"
-    args = ["run", "-d", "--name", name, "-p", f"127.0.0.1:{port}:8000", *quiet_network(engine)]
-    args += no_health_timer(engine)
+    args = ["run", "-d", "--name", name, "-p", f"127.0.0.1:{port}:8000", *no_health_timer(engine)]
     try:
         engine(*args, *extra, image, timeout=120)
         yield name
@@ -728,8 +725,8 @@ def check_hub_id(engine: Engine, image: str, folder: Path) -> str:
     cache.mkdir(mode=0o777)
     cache.chmod(0o777)  # the image's user writes the cache (the umask may have taken bits)
     engine(
-        "run", "--rm", *quiet_network(engine), *no_health_timer(engine),
-        "-v", f"{cache}:/hf", image, "python", "-c", TINY_HUB_MODEL, timeout=300, quiet=True,
+        "run", "--rm", *no_health_timer(engine), "-v", f"{cache}:/hf", image,
+        "python", "-c", TINY_HUB_MODEL, timeout=300, quiet=True,
     )  # fmt: skip
     port = free_port()
     wanted = [HUB_ID, "attnviz-check/not-cached"]
