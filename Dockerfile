@@ -109,9 +109,8 @@ RUN set -- /opt/attnviz-wheel/attnviz-*.whl && pip install --no-compile "$1" \
     && chmod -R a+rX /opt/cache \
     && python /opt/attnviz-wheel/image_build.py bytecode \
     && rm -rf /opt/attnviz-wheel
-ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
-    ATTNVIZ_CACHE_DIR=/opt/cache/attnviz \
+# PATH (the venv first) and ATTNVIZ_CACHE_DIR are set above, in this stage.
+ENV PYTHONUNBUFFERED=1 \
     ATTNVIZ_HOST=0.0.0.0 \
     ATTNVIZ_PORT=8000
 RUN useradd --create-home --uid 10001 attnviz
