@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from tests.support.browser import close_page, new_page, redraw, wait_drawn
+from tests.support.browser import close_page, evaluate_json, new_page, redraw, wait_drawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -28,7 +28,7 @@ def open_atlas(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
     page.wait_for_function(
         "document.getElementById('view-atlas').dataset.drawn === 'true'", timeout=ATLAS_TIMEOUT_MS
     )
-    return page.evaluate("() => window.attnvizModels.lastAtlas")  # type: ignore[no-any-return]
+    return evaluate_json(page, "() => window.attnvizModels.lastAtlas")  # type: ignore[no-any-return]
 
 
 def test_the_atlas_draws_every_score_and_a_click_opens_the_head(page, server_url) -> None:  # type: ignore[no-untyped-def]
@@ -155,7 +155,7 @@ def test_on_your_texts_the_random_token_scores_say_so(page, server_url) -> None:
     page.wait_for_function(
         "document.getElementById('view-atlas').dataset.drawn === 'true'", timeout=ATLAS_TIMEOUT_MS
     )
-    atlas = page.evaluate("() => window.attnvizModels.lastAtlas")
+    atlas = evaluate_json(page, "() => window.attnvizModels.lastAtlas")
     assert atlas["corpus"]["name"] == "texts"
     titles = page.evaluate(
         """() => Object.fromEntries([...document.querySelectorAll('#view-atlas .atlas-plot')]
@@ -191,7 +191,7 @@ def test_a_heads_best_passage_opens_that_head_on_that_passage(page, server_url) 
     passage = " ".join(line.strip() for line in atlas["passages"][str(best["passage"])].split("\n"))
     assert page.input_value("#texts") == passage.strip()  # one input: its lines as spaces
     assert page.input_value("#layer-index") == str(layer)
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["tokens"][0][best["position"]] == best["token"]  # the atlas's tokens
     page.wait_for_function(  # the peak token selected, its row outlined
         f"document.getElementById('view-layer').dataset.selected === '{best['position']}'"
@@ -243,7 +243,7 @@ def test_an_atlas_file_from_the_command_opens_in_the_tab(page, server_url, tmp_p
     fold.locator("summary").click()
     redraw(page, "layer", lambda: fold.locator("li .atlas-open-passage").first.click())
     assert page.input_value("#texts") == written["passages"][str(best["passage"])]
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["tokens"][0][best["position"]] == best["token"]
     # Another model's file (not served here): drawn, its passages listed but not opened.
     (tmp_path / "other.json").write_text(json.dumps({**written, "model": "gpt2"}))

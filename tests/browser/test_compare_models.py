@@ -16,7 +16,7 @@ from attnviz.devtools import live_process
 
 from tests.pretrained.tiny import save_tiny
 from tests.support.api import wait_model_ready
-from tests.support.browser import HANG_MS
+from tests.support.browser import HANG_MS, evaluate_json
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -51,7 +51,9 @@ def api_maps(url: str, model: str, layer: int) -> dict[str, list[list[float]]]:
 
 
 def drawn(page) -> list[list[list[float]]]:  # type: ignore[no-untyped-def]
-    return page.evaluate(f"() => [...document.querySelectorAll('{PLOTS}')].map((d) => d.data[0].z)")
+    return evaluate_json(  # type: ignore[no-any-return]
+        page, f"() => [...document.querySelectorAll('{PLOTS}')].map((d) => d.data[0].z)"
+    )
 
 
 def redraw(page, action) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import compute_heads, open_view, wait_for_heads
+from tests.support.browser import compute_heads, evaluate_json, open_view, wait_for_heads
 
 pytestmark = pytest.mark.browser
 
@@ -55,7 +55,7 @@ def test_the_compare_picker_names_sequences_by_their_tokens(page, server_url) ->
     long_inputs = [words(300, 1), words(260, 3)]
     page.fill("#sequences", "\n".join(" ".join(s) for s in long_inputs))
     compute_heads(page, 2)
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     pooled = response["downsample"]
     assert pooled and pooled["factor_q"] > 1  # the response's labels are blocks
     assert response["key_labels"][0][0] == "the…sat"

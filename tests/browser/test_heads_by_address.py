@@ -18,6 +18,7 @@ from tests.support.browser import (
     HANG_MS,
     another_page,
     close_page,
+    evaluate_json,
     new_page,
     redraw,
     type_and_compute,
@@ -56,8 +57,8 @@ def test_the_jump_box_and_the_link_address_a_head(page, server_url) -> None:  # 
     assert page.evaluate("document.activeElement.id") == "head-jump"  # typing goes on
 
     # The enlarged map is the API's head 7 of layer 4.
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
-    z = page.evaluate("document.querySelector('#view-model .enlarged-plot').data[0].z")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
+    z = evaluate_json(page, "() => document.querySelector('#view-model .enlarged-plot').data[0].z")
     assert z == response["attentions"][4][0][7]
 
     # A head MiniLM does not have: an error naming the box, nothing moves.
@@ -151,7 +152,8 @@ def test_every_map_has_its_largest_weights_as_text(page, server_url) -> None:  #
         assert table.get_attribute("class") == "map-description"
         assert table.evaluate("(t) => t.parentElement.className") == "visually-hidden"
         values = [float(v) for v in table.locator("tbody tr td:nth-child(3)").all_text_contents()]
-        z = page.evaluate(f"document.querySelector('#view-{view} {selector}').data[0].z")
+        plot = f"document.querySelector('#view-{view} {selector}')"
+        z = evaluate_json(page, f"() => {plot}.data[0].z")
         flat = sorted((v for row in z for v in row if v is not None), reverse=True)
         assert values == pytest.approx(flat[:10], abs=5e-5)
         assert div.get_attribute("aria-label") in table.locator("caption").text_content()
@@ -162,7 +164,7 @@ def test_the_thumbnail_grids_have_each_maps_largest_weight_as_text(page, server_
     """The model view's 6 x 12 grid and the layer view's 12 heads, against the API's maps."""
     page.goto(server_url + "/models")
     wait_drawn(page, "model")
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     for view, grid in (("model", "#model-grid"), ("layer", "#layer-grid")):
         if view != "model":
             redraw(page, view, lambda v=view: page.click(f".tabs button[data-view={v}]"))

@@ -15,6 +15,7 @@ from tests.support.browser import (
     HANG_MS,
     HEADS,
     close_page,
+    evaluate_json,
     grid_point,
     new_page,
     open_view,
@@ -40,7 +41,7 @@ def hover_lines(page, selector: str, row: int, col: int, index: int = 0, subplot
 def test_hover_names_the_token_and_its_position_on_every_map(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     # Sequence 0 of the tutorials' batch: 62 13 47 39 78 33 56 13 <pad> <pad>.
     lines = hover_lines(page, HEADS, 4, 2, index=1)
     weight = response["weights"][0][1][4][2]
@@ -96,7 +97,7 @@ def test_hover_on_pooled_maps_says_which_tokens_a_block_covers(page, server_url)
     page.click("#compute")
     page.wait_for_function("window.attnviz.lastResponse.full_shape[2] === 300", timeout=HANG_MS)
     wait_for_heads(page, 2)
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     assert response["downsample"]["factor_q"] == 3 and response["shape"][2] == 100
     lines = hover_lines(page, HEADS, 98, 10)
     assert lines[0] == "Query tokens 294–296: w294…w296"
@@ -144,7 +145,7 @@ def test_models_page_hover_names_the_tokens_of_thumbnails_and_pooled_blocks(
     page.wait_for_function(
         "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["downsample"]["factor"] == 4
     tokens = response["tokens"][0]
     assert len(tokens) == 200

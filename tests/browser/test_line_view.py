@@ -13,7 +13,14 @@ import math
 
 import pytest
 
-from tests.support.browser import HANG_MS, compute_heads, open_view, wait_drawn, wait_for_heads
+from tests.support.browser import (
+    HANG_MS,
+    compute_heads,
+    evaluate_json,
+    open_view,
+    wait_drawn,
+    wait_for_heads,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -46,7 +53,7 @@ def compute(page, num_heads: int, d_model: int, text: str = WORDS) -> None:  # t
 
 def page_weights(page) -> list[list[list[float | None]]]:  # type: ignore[no-untyped-def]
     """Sequence 0's maps as the line view gets them (H x L_q x L_k; a masked 0 is None)."""
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     mask = response["attn_mask"][0]  # L_q x L_k, True = attend
 
     def shown(q: int, k: int, w: float) -> float | None:  # figure.js visibleWeights
@@ -340,7 +347,7 @@ def test_models_page_line_view_colours_and_strongest_lines(page, server_url) -> 
     )
     page.click("[role=tab][data-view=lines]")
     wait_drawn(page, "lines")
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     layer = int(page.evaluate("() => document.getElementById('layer-index').value"))
     maps = response["attentions"][layer][0]  # H x L x L, the model's layer as drawn
     assert len(maps) == response["num_heads"] == 12

@@ -23,7 +23,7 @@ from attnviz.devtools import live_process
 
 from tests.pretrained.support import require_transformers
 from tests.support.api import decode, wait_model_ready
-from tests.support.browser import wait_model_option
+from tests.support.browser import evaluate_json, wait_model_option
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -94,7 +94,7 @@ def compute_long(page, model: str, text: str) -> int:  # type: ignore[no-untyped
 
 
 def plot_z(page, selector: str) -> list[list[float | None]]:  # type: ignore[no-untyped-def]
-    return page.evaluate(f"document.querySelector({json.dumps(selector)}).data[0].z")
+    return evaluate_json(page, f"() => document.querySelector({json.dumps(selector)}).data[0].z")
 
 
 def check_every_view(page, length: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -119,7 +119,7 @@ def check_every_view(page, length: int) -> dict[str, Any]:  # type: ignore[no-un
         f"pooled to blocks of {pooled['layer']} × {pooled['layer']} tokens"
         in page.locator("#view-layer .view-body").text_content()
     )
-    layer_grid = page.evaluate("document.getElementById('layer-grid').data[0].z")
+    layer_grid = evaluate_json(page, "() => document.getElementById('layer-grid').data[0].z")
 
     open_view(page, "averages")
     head_mean = "#view-averages [data-map=head-mean]"

@@ -22,7 +22,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from tests.browser.strict import strict_page
 from tests.pretrained.media import SENTENCE, png_bytes, save_tiny_vision, speak
 from tests.pretrained.support import require_modules
-from tests.support.browser import HANG_MS, close_page, new_page
+from tests.support.browser import HANG_MS, close_page, evaluate_json, new_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -86,7 +86,7 @@ def test_an_uploaded_sentence_gets_one_cross_attention_row_per_token(  # type: i
     assert page.locator(".transcript .token-chip").all_inner_texts() == transcribed
     assert "mat" in page.inner_text("#summary")
     # The heatmap's x axis is time in seconds, over the audio only; the waveform above it.
-    heatmap = page.evaluate(f"() => {CROSS}.data.find((t) => t.type === 'heatmap')")
+    heatmap = evaluate_json(page, f"() => {CROSS}.data.find((t) => t.type === 'heatmap')")
     assert len(heatmap["x"]) == api["num_frames"]
     assert heatmap["x"][1] - heatmap["x"][0] == pytest.approx(0.02)
     assert page.evaluate(f"() => {CROSS}.layout.xaxis.title.text") == "time (s)"
@@ -145,7 +145,7 @@ def test_a_recording_from_the_microphone_is_transcribed(browser, media_url: str)
         page.wait_for_timeout(2000)
         page.click("#record")
         rows = drawn_rows(page)
-        heard = page.evaluate("() => window.attnvizMedia.speech")
+        heard = evaluate_json(page, "() => window.attnvizMedia.speech")
         # About 2 s of WebM/Opus, decoded by the server; every row the page drew is its own.
         assert 1.0 < heard["duration_s"] < 4.0
         assert heard["num_frames"] == -(-round(heard["duration_s"] * 16_000) // 320)

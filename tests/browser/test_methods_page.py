@@ -4,7 +4,7 @@ import httpx2 as httpx
 import numpy as np
 import pytest
 
-from tests.support.browser import GRID, HANG_MS
+from tests.support.browser import GRID, HANG_MS, evaluate_json
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -161,7 +161,7 @@ def test_gradient_methods_draw_the_apis_rollout_and_head_importance(page, server
     assert page.locator("#target-control").is_visible()
     important = api(server_url, text, method="head_importance")
     plot = "document.querySelector('#view-model [data-map=head-importance]')"
-    grid = page.evaluate(f"() => {plot}.data[0].z")
+    grid = evaluate_json(page, f"() => {plot}.data[0].z")
     np.testing.assert_allclose(grid, important["head_importance"], rtol=1e-6)
     assert np.array(grid).shape == (important["num_layers"], important["num_heads"])
     hint = page.locator("#view-model .importance").text_content()
@@ -190,7 +190,7 @@ def test_gradient_methods_draw_the_apis_rollout_and_head_importance(page, server
     redraw(page, "model", lambda: page.select_option("#target-index", "3"))
     moved = api(server_url, text, method="head_importance", target_index=3)
     np.testing.assert_allclose(
-        page.evaluate(f"() => {plot}.data[0].z"), moved["head_importance"], rtol=1e-6
+        evaluate_json(page, f"() => {plot}.data[0].z"), moved["head_importance"], rtol=1e-6
     )
     assert "target=3" in page.url
 

@@ -17,6 +17,7 @@ from tests.support.browser import (
     HANG_MS,
     HeldResponses,
     close_page,
+    evaluate_json,
     new_page,
     redraw,
     type_and_compute,
@@ -48,7 +49,7 @@ def switch_to_smollm2(page, prompt: str, new_tokens: int = 0) -> dict:  # type: 
     page.uncheck("#chat")
     page.fill("#max-new-tokens", str(new_tokens))
     type_and_compute(page, prompt)
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["model"] == SMOLLM2
     return response  # type: ignore[no-any-return]
 
@@ -150,7 +151,7 @@ def test_a_model_switch_recomputes_and_a_refusal_leaves_nothing_behind(page, ser
         " && document.getElementById('view-model').dataset.drawn === 'true'",
         timeout=LOAD_TIMEOUT_MS,
     )
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert "moon" in "".join(response["tokens"][0])
     assert page.evaluate(STALE) == "false"
     assert SMOLLM2 in page.locator("#summary").text_content()
@@ -224,7 +225,7 @@ def test_decoder_defaults_last_token_per_row_colour_and_the_sink(page, server_ur
     # The averages explain the first-token sink with its share, computed here from the
     # response's all-layer mean: the mean over queries i >= 1 of A[i, 0] / sum_j A[i, j].
     redraw(page, "averages", lambda: page.click(".tabs button[data-view=averages]"))
-    overview = page.evaluate("() => window.attnvizModels.lastResponse")
+    overview = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     mean = overview["layer_mean"][0]
     share = sum(row[0] / sum(v or 0 for v in row) for row in mean[1:]) / (len(mean) - 1)
     assert share >= 0.5  # SmolLM2 parks most attention on the first token
@@ -240,7 +241,7 @@ def test_decoder_defaults_last_token_per_row_colour_and_the_sink(page, server_ur
     rollout = overview["rollout"][0]
     redraw(page, "averages", lambda: page.check("#exclude-sink"))
     # Per-row colour: z is each weight over its row's largest.
-    z = page.evaluate("document.querySelector('[data-map=rollout]').data[0].z")
+    z = evaluate_json(page, "() => document.querySelector('[data-map=rollout]').data[0].z")
     assert len(z) == len(rollout) and all(v is None for v in z[0])
     assert all(row[0] is None for row in z)
     for got, row in zip(z[1:], rollout[1:], strict=True):
@@ -266,7 +267,7 @@ def test_the_layer_view_shows_every_head_at_once_on_one_colour_bar(page, server_
                     height: box.height, width: box.width, maps: div.data.map((t) => t.z)};
         }"""
     )
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     heads = response["num_heads"]
     assert grid["traces"] == heads and grid["scales"] == 1
     assert grid["height"] < 950  # all 12 heads of the layer on one screen (was 2,888 px)

@@ -12,6 +12,7 @@ from attnviz.devtools import live_process
 
 from tests.support.browser import (
     GRID,
+    evaluate_json,
     grid_point,
     redraw,
     type_and_compute,
@@ -77,7 +78,7 @@ def test_typed_sentence_draws_the_6_by_12_grid_in_one_figure(page, server_url) -
     assert page.locator("#model option").all_text_contents()[0] == "all-MiniLM-L6-v2"
     type_and_compute(page, SENTENCE)
 
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     tokens = response["tokens"][0]
     length = len(tokens)
     assert response["shape"] == [6, 1, 12, length, length]
@@ -122,7 +123,7 @@ def test_each_sentence_runs_alone_and_special_tokens_can_be_hidden(page, server_
     texts = ["Short one.", "A noticeably longer second sentence, to pad the first."]
     page.fill("#texts", "\n".join(texts))
     redraw(page, "model", lambda: page.click("#compute"))
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["tokens"] == [["[CLS]", "short", "one", ".", "[SEP]"]]  # no [PAD]
     assert "run alone (no padding)" in page.locator("#display-note").text_content()
     redraw(page, "model", lambda: page.select_option("#sequence-index", "1"))
@@ -134,7 +135,7 @@ def test_each_sentence_runs_alone_and_special_tokens_can_be_hidden(page, server_
     plot = "document.querySelector('#view-model .enlarged .js-plotly-plot')"
     labels = page.evaluate(f"() => {plot}.layout.xaxis.ticktext")
     assert labels == ["short", "one", "."]
-    drawn = page.evaluate(f"() => {plot}.data[0].z")
+    drawn = evaluate_json(page, f"() => {plot}.data[0].z")
     # Independently: the batch's full maps (sentence 0 padded), rows cut to the kept
     # tokens and renormalised here.
     full = httpx.post(server_url + "/api/v1/models/attention", json={"texts": texts}).json()
@@ -199,7 +200,7 @@ def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, se
     wait_drawn(page, "model")
     requests = attention_requests(page)
     type_and_compute(page, " ".join(["attention"] * 198))  # 200 tokens
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["downsample"] == {
         "method": "max",
         "factor": 4,
@@ -212,8 +213,8 @@ def test_long_input_gets_pooled_thumbnails_and_full_resolution_on_click(page, se
     assert len(page.evaluate(f"() => {GRID}.cell(0, 0)")) == 50
     assert "pooled to blocks of 4 × 4" in page.locator("#display-note").text_content()
     # The enlarged map and the layer view are fetched at full resolution.
-    enlarged = page.evaluate(
-        "() => document.querySelector('#view-model .enlarged .js-plotly-plot').data[0].z"
+    enlarged = evaluate_json(
+        page, "() => document.querySelector('#view-model .enlarged .js-plotly-plot').data[0].z"
     )
     assert len(enlarged) == 200 and len(enlarged[0]) == 200
     # The grid streams in layer by layer; only that head is fetched for the enlarged map,
@@ -251,7 +252,7 @@ def test_layer_view_and_averages_and_rollout(page, server_url) -> None:  # type:
                     heads: names.map((k) => div.layout[k].title.text)};
         }"""
     )
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert grid["title"] == "Layer 4: 12 heads"
     assert grid["heads"] == [f"H{h}" for h in range(12)]
     assert grid["z"] == response["attentions"][4][0]
@@ -272,7 +273,7 @@ def test_layer_view_and_averages_and_rollout(page, server_url) -> None:  # type:
     redraw(page, "layer", lambda: page.select_option("#layer-index", "4"))
 
     redraw(page, "averages", lambda: page.click(".tabs button[data-view=averages]"))
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     strip = page.evaluate("() => document.getElementById('layer-strip').data")
     assert len(strip) == 6
     assert strip[5]["z"] == response["head_mean"][5][0]
@@ -295,7 +296,7 @@ def test_link_reproduces_the_request_and_errors_name_the_field(page, server_url)
     wait_drawn(page, "layer")
     page.wait_for_selector("html[data-link='written']")
     assert page.url.endswith("#view=layer")  # the fragment names the tab, not an element
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["tokens"][0].count("[SEP]") == 2
     assert 1 in response["token_type_ids"][0]
 
@@ -373,7 +374,7 @@ def test_smollm2_chat_prompt_draws_the_30_by_9_grid_and_its_generation(page, ser
     page.click("#compute")
     wait_drawn_long(page, "model")
 
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     generation = response["generation"]
     tokens = response["tokens"][0]
     length = len(tokens)
@@ -449,9 +450,9 @@ def test_smollm2_chat_prompt_draws_the_30_by_9_grid_and_its_generation(page, ser
     chips.nth(target).focus()
     page.keyboard.press("Enter")
     wait_drawn_long(page, "generation")
-    query = page.evaluate("() => window.attnvizModels.lastQuery")
+    query = evaluate_json(page, "() => window.attnvizModels.lastQuery")
     assert query["query_index"] == target
-    drawn = page.evaluate("() => document.getElementById('query-rows').data[0].z")
+    drawn = evaluate_json(page, "() => document.getElementById('query-rows').data[0].z")
     assert len(drawn) == 30 * 9 and {len(row) for row in drawn} == {target + 1}
     rows_api = query["query_attentions"]
     assert drawn[9 * 7 + 4] == rows_api[7][4][: target + 1]
@@ -562,7 +563,7 @@ def test_a_model_still_loading_is_shown_and_computed_once_ready(page, server_url
     wait_ready(page)
     assert option.text_content() == SMOLLM2
     wait_drawn_long(page, "model")
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["model"] == SMOLLM2
     assert response["tokens"][0][0] == "<|im_start|>"  # the link's chat option held
     assert len(response["generation"]["tokens"]) <= 2
@@ -772,9 +773,10 @@ def test_smollm2_grid_streams_in_layer_by_layer_with_its_progress(page, server_u
 
     # The assembled overview is POST /attention's one-input answer to the same request.
     whole = httpx.post(server_url + ATTENTION_URL, json=body, timeout=120).json()
-    assembled = page.evaluate(
+    assembled = evaluate_json(
+        page,
         "() => { const {attentions, head_mean, ...rest} = window.attnvizModels.lastResponse;"
-        " return {rest, heads: [head_mean.length, attentions.length], last: head_mean[29][0]}; }"
+        " return {rest, heads: [head_mean.length, attentions.length], last: head_mean[29][0]}; }",
     )
     rest = assembled["rest"]
     assert set(rest) | {"attentions", "head_mean"} == set(whole)
@@ -850,7 +852,7 @@ def test_a_newer_request_cancels_the_stream_in_flight(page, server_url) -> None:
         ("layers", False),
         ("layers", True),
     ]
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["hidden_special_tokens"] is True
     assert "[CLS]" not in response["tokens"][0]
     assert page.locator("#error").is_hidden()

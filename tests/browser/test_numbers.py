@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from tests.support.browser import open_view, redraw, type_and_compute, wait_drawn
+from tests.support.browser import evaluate_json, open_view, redraw, type_and_compute, wait_drawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("pretrained_extra")]
 
@@ -46,11 +46,12 @@ def test_the_shown_head_and_layer_download_and_reproduce(page, server_url, tmp_p
     head_file = saved(page, "#download-head", tmp_path)
     assert head_file.name == "all-MiniLM-L6-v2-input0-layer2-head5.npy"
     head = np.load(head_file)
-    drawn = page.evaluate("document.querySelector('#view-model .enlarged-plot').data[0].z")
+    enlarged = "document.querySelector('#view-model .enlarged-plot')"
+    drawn = evaluate_json(page, f"() => {enlarged}.data[0].z")
     np.testing.assert_array_equal(head, np.asarray(drawn, dtype=np.float32))
 
     layer = np.load(saved(page, "#download-layer", tmp_path))
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     assert response["ablation"]["heads"] == [[0, 3]]
     shown = np.asarray(response["attentions"][2][0], dtype=np.float32)  # (H, L, L) as drawn
     np.testing.assert_array_equal(layer, shown)

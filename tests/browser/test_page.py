@@ -10,6 +10,7 @@ from tests.support.browser import (
     another_page,
     close_page,
     compute_heads,
+    evaluate_json,
     new_page,
     open_view,
     wait_for_heads,
@@ -35,7 +36,7 @@ def test_default_preset_draws_one_heatmap_per_head_with_masked_keys_at_zero(
                (div) => ({weights: div.data[0].z, masked: div.data[1].z,
                           x: div.layout.xaxis.ticktext, y: div.layout.yaxis.ticktext}))"""
     )
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     length = len(TUTORIAL_BATCH[0])
     for h, head in enumerate(drawn):
         assert head["x"] == [str(t) for t in TUTORIAL_BATCH[0]] + ["&lt;pad&gt;"] * 2
@@ -156,7 +157,7 @@ def test_large_input_is_block_pooled_and_one_head_zooms_to_full_resolution(
     page.click("#compute")
     page.wait_for_function("window.attnviz.timings !== undefined", timeout=HANG_MS)
     wait_for_heads(page, 8)
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     assert response["full_shape"] == [1, 8, 512, 512]
     assert response["shape"] == [1, 8, 128, 128]
     assert "blocks of 4 × 4 (block max)" in page.locator("#summary").text_content()
@@ -221,7 +222,7 @@ def test_the_url_reproduces_the_view_and_downloads_work(page, server_url) -> Non
     assert other.input_value("#sequences") == "the cat sat\non the mat"
     assert other.input_value("#num_heads") == "4"
     assert not other.is_checked("#mask-causal")
-    first = page.evaluate("() => window.attnviz.lastResponse.weights")
+    first = evaluate_json(page, "() => window.attnviz.lastResponse.weights")
     assert other.evaluate("() => window.attnviz.lastResponse.weights") == first
     other.close()
     # Downloads: the response as JSON, the figure as PNG (Plotly's toImage).

@@ -10,6 +10,7 @@ from tests.support.browser import (
     another_page,
     close_page,
     close_shared_pages,
+    evaluate_json,
     new_page,
 )
 
@@ -47,3 +48,19 @@ def test_a_page_with_options_of_its_own_gets_a_context_of_its_own(browser, serve
         page.goto(server_url + "/healthz")
         context = page.context
     assert context not in browser.contexts  # closed with the page
+
+
+def test_a_value_sent_as_json_is_the_value_playwright_sends(page) -> None:  # type: ignore[no-untyped-def]
+    # Playwright's own transfer is the reference; -0 is the one documented difference.
+    page.set_content("<div id='d' data-k='7'></div>")
+    value = """(k) => ({
+        numbers: [1, 2.5, 1e-7, NaN, Infinity, -Infinity, null, 2 ** 53],
+        typed: new Float32Array([0.1, 1 / 3]), nested: {rows: [[0.25, 0.5], []], text: "é\\u0000"},
+        k,
+    })"""
+    sent = evaluate_json(page, value, 3)
+    expected = page.evaluate(value, 3)
+    assert repr(sent) == repr(expected)  # NaN too, and the floats to the last bit
+    assert evaluate_json(page, "() => undefined") is None
+    assert evaluate_json(page.locator("#d"), "(d, n) => [d.dataset.k, n]", 2) == ["7", 2]
+    assert evaluate_json(page, "async () => [-0]") == [0]

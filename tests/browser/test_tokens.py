@@ -12,7 +12,14 @@ import pytest
 import torch
 
 from tests.support.api import merged_reference
-from tests.support.browser import CELL_CENTRE, HANG_MS, HEADS, open_view, wait_for_heads
+from tests.support.browser import (
+    CELL_CENTRE,
+    HANG_MS,
+    HEADS,
+    evaluate_json,
+    open_view,
+    wait_for_heads,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -54,7 +61,7 @@ def test_selecting_tokens_outlines_rows_and_columns_in_every_head_and_shades_the
 ) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     weights = response["weights"][0]  # sequence 0: (H, 10, 10)
     assert page.evaluate(SHAPES) == [[], []]
     assert page.evaluate(STRIP_WEIGHTS, "query-strip") == [None] * 10  # nothing selected
@@ -117,7 +124,7 @@ def test_cross_attention_selects_target_queries_and_shades_the_source_keys(
     page.click("#compute")
     page.wait_for_function("window.attnviz.lastResponse.attention === 'cross'")
     wait_for_heads(page, 2)
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     _, _, rows, cols = response["shape"]
     assert page.locator("#key-strip").is_visible()
     page.click("#query-strip .token[data-position='1']")
@@ -132,10 +139,11 @@ def test_cross_attention_selects_target_queries_and_shades_the_source_keys(
 
 
 def drawn_maps(page):  # type: ignore[no-untyped-def]
-    return page.evaluate(
+    return evaluate_json(
+        page,
         f"""() => [...document.querySelectorAll('{HEADS}')].map((div) => ({{
             z: div.data[0].z, zmin: div.data[0].zmin, zmax: div.data[0].zmax,
-            title: div.data[0].colorbar.title.text, showscale: div.data[0].showscale}}))"""
+            title: div.data[0].colorbar.title.text, showscale: div.data[0].showscale}}))""",
     )
 
 
@@ -149,7 +157,7 @@ def test_colour_scales_change_the_drawn_range_as_documented(page, server_url) ->
     page.click("#compute")
     page.wait_for_function("window.attnviz.lastResponse.shape[2] === 80")
     wait_for_heads(page, 2)
-    weights = page.evaluate("() => window.attnviz.lastResponse.weights[0]")
+    weights = evaluate_json(page, "() => window.attnviz.lastResponse.weights[0]")
 
     def redraw(mode: str):  # type: ignore[no-untyped-def]
         page.evaluate("document.getElementById('heads').dataset.drawnHeads = '0'")
@@ -233,7 +241,7 @@ def test_colour_scale_colours_the_models_layer_strip(page, server_url) -> None: 
     page.evaluate("document.getElementById('view-averages').dataset.drawn = 'stale'")
     page.click(".tabs button[data-view=averages]")
     page.wait_for_function("document.getElementById('view-averages').dataset.drawn === 'true'")
-    means = page.evaluate("() => window.attnvizModels.lastResponse.head_mean")
+    means = evaluate_json(page, "() => window.attnvizModels.lastResponse.head_mean")
     strip = "document.getElementById('layer-strip')"
     page.evaluate("document.getElementById('view-averages').dataset.drawn = 'stale'")
     page.select_option("#colour-scale", "shared")
@@ -280,7 +288,7 @@ def test_models_page_selection_outlines_every_thumbnail_and_head_and_shades_the_
     page.wait_for_function(
         "document.getElementById('view-model').dataset.drawn === 'true'", timeout=HANG_MS
     )
-    response = page.evaluate("() => window.attnvizModels.lastResponse")
+    response = evaluate_json(page, "() => window.attnvizModels.lastResponse")
     attentions = response["attentions"]  # (N, 1, H, L, L), not pooled at this length
     length = len(response["tokens"][0])
     page.click("#query-strip .token[data-position='2']")
@@ -331,7 +339,7 @@ def test_models_page_selection_outlines_every_thumbnail_and_head_and_shades_the_
 def test_line_view_draws_the_selected_query_lines_with_the_api_weights(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
-    weights = page.evaluate("() => window.attnviz.lastResponse.weights[0]")
+    weights = evaluate_json(page, "() => window.attnviz.lastResponse.weights[0]")
     page.click("#query-strip .token[data-position='4']")
     wait_selected(page, "4")
     open_view(page, "lines")
@@ -373,7 +381,7 @@ def test_neuron_view_score_is_q_dot_k_over_sqrt_d_k(page, server_url) -> None:  
     )
     query, keys = rows[0]["vector"], rows[1:]
     d_k = len(query)
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     assert d_k == response["d_k"] == 4 and len(keys) == 10
     for j, key in enumerate(keys):
         dot = sum(a * b for a, b in zip(query, key["vector"], strict=True))
@@ -460,7 +468,7 @@ def test_models_page_merges_pieces_into_words_as_documented_and_steps_through_a_
 def test_compare_draws_two_sequences_and_their_difference(page, server_url) -> None:  # type: ignore[no-untyped-def]
     page.goto(server_url + "/")
     wait_for_heads(page, 2)
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     open_view(page, "compare")
     page.evaluate("document.getElementById('view-compare').dataset.drawn = 'stale'")
     page.select_option("#compare-sequence", "2")

@@ -4,7 +4,13 @@ import math
 
 import pytest
 
-from tests.support.browser import close_page, compute_heads, open_view, wait_for_heads
+from tests.support.browser import (
+    close_page,
+    compute_heads,
+    evaluate_json,
+    open_view,
+    wait_for_heads,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -208,7 +214,7 @@ def test_head_summary_bars_are_the_api_numbers_on_a_numeric_axis(page, server_ur
     wait_for_heads(page, 2)
     compute_words(page)
     open_view(page, "summary")
-    response = page.evaluate("() => window.attnviz.lastResponse")
+    response = evaluate_json(page, "() => window.attnviz.lastResponse")
     api = {
         1: response["head_summary"]["entropy_bits"][0],
         2: response["head_summary"]["mean_row_max"][0],

@@ -20,7 +20,7 @@ from attnviz.devtools import live_process
 from tests.browser.test_media_page import open_model
 from tests.pretrained import tiny_vlm
 from tests.pretrained.support import require_transformers
-from tests.support.browser import HANG_MS
+from tests.support.browser import HANG_MS, evaluate_json
 
 OVERLAY = "document.querySelector('#image-attention .image-overlay')"
 
@@ -78,7 +78,8 @@ def drawn_overlay(page, query: int | None = None) -> dict:  # type: ignore[no-un
     if query is not None:
         wait += f" && window.attnvizImage.query === {query}"
     page.wait_for_function(wait, timeout=HANG_MS)
-    return page.evaluate(
+    return evaluate_json(
+        page,
         f"""() => {{
             const trace = {OVERLAY}.data.find((d) => d.type === 'heatmap');
             const image = {OVERLAY}.layout.images[0];
@@ -88,7 +89,7 @@ def drawn_overlay(page, query: int | None = None) -> dict:  # type: ignore[no-un
                 image: [image.x, image.y, image.sizex, image.sizey],
                 res: window.attnvizImage.res,
             }};
-        }}"""
+        }}""",
     )
 
 

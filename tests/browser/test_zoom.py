@@ -22,7 +22,7 @@ from attnviz.devtools import live_process
 from tests.pretrained import tiny
 from tests.pretrained.support import require_transformers
 from tests.support.api import decode, wait_model_ready
-from tests.support.browser import wait_model_option
+from tests.support.browser import evaluate_json, wait_model_option
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -97,13 +97,13 @@ def test_the_enlarged_head_zooms_to_single_tokens_with_the_api_s_exact_tiles(  #
     at = drawn_tile(page)
     assert (at["z"], at["factor"]) == (0, 8)  # 1,100 tokens: 256 cells of 8 tokens each
     tile = page.locator("#view-model .zoom-tile")
-    z = np.array(tile.evaluate("d => d.data[0].z"), dtype=np.float32)
+    z = np.array(evaluate_json(tile, "d => d.data[0].z"), dtype=np.float32)
     np.testing.assert_allclose(z, api_tile(zoom_server, pass_key, head, at), atol=1e-6)
     zoom = page.locator("#view-model .zoom")
     for level in (1, 2, 3):
         at = step(page, lambda: zoom.locator("button[aria-label='Zoom in']").click())
         assert (at["z"], at["factor"]) == (level, 2 ** (3 - level))
-    z = np.array(tile.evaluate("d => d.data[0].z"), dtype=np.float32)
+    z = np.array(evaluate_json(tile, "d => d.data[0].z"), dtype=np.float32)
     assert z.shape == (256, 256)
     np.testing.assert_allclose(z, api_tile(zoom_server, pass_key, head, at), atol=1e-6)
     # one token a cell: the axes are the tokens of the tile's rows and columns
@@ -115,7 +115,7 @@ def test_the_enlarged_head_zooms_to_single_tokens_with_the_api_s_exact_tiles(  #
     zoom.focus()
     moved = step(page, lambda: page.keyboard.press("ArrowLeft" if at["x"] else "ArrowRight"))
     assert moved["z"] == 3 and abs(moved["x"] - at["x"]) == 1 and moved["y"] == at["y"]
-    z = np.array(tile.evaluate("d => d.data[0].z"), dtype=np.float32)
+    z = np.array(evaluate_json(tile, "d => d.data[0].z"), dtype=np.float32)
     np.testing.assert_allclose(z, api_tile(zoom_server, pass_key, head, moved), atol=1e-6)
     out = step(page, lambda: page.keyboard.press("-"))
     assert (out["z"], out["factor"]) == (2, 2)
@@ -186,7 +186,7 @@ def test_a_32768_token_input_is_drawn_and_zoomed_to_single_tokens_on_the_cpu(  #
         at = step(page, lambda: zoom.locator("button[aria-label='Zoom in']").click())
         assert (at["z"], at["factor"]) == (level, 2 ** (7 - level))
     tile = page.locator("#view-model .zoom-tile")
-    z = np.array(tile.evaluate("d => d.data[0].z"), dtype=np.float32)
+    z = np.array(evaluate_json(tile, "d => d.data[0].z"), dtype=np.float32)
     assert z.shape == (256, 256)
     exact = api_tile(url, pass_key, head, at)
     np.testing.assert_allclose(z, exact, atol=1e-6)

@@ -11,7 +11,7 @@ import attnviz
 import numpy as np
 import pytest
 
-from tests.support.browser import CELL_CENTRE, HANG_MS, close_page, open_offline
+from tests.support.browser import CELL_CENTRE, HANG_MS, close_page, evaluate_json, open_offline
 
 pytestmark = pytest.mark.browser
 
@@ -126,7 +126,7 @@ def test_a_saved_model_view_enlarges_a_thumbnail_and_outlines_the_selection(  # 
     x, y = page.evaluate(CELL_CENTRE, [grid, 0, tiles["y"][1] + 2, tiles["x"][2] + 2, 1])
     page.mouse.click(x, y)
     page.wait_for_selector(".aw-enlarged-plot[data-layer='1'][data-head='2'] .main-svg")
-    z = page.evaluate("document.querySelector('.aw-enlarged-plot').data[0].z")
+    z = evaluate_json(page, "() => document.querySelector('.aw-enlarged-plot').data[0].z")
     np.testing.assert_array_equal(np.array(z, dtype=np.float32), weights[1, 0, 2])
     # A click on token 3 outlines its row in every thumbnail, its row and column enlarged.
     page.click(".token-strip .token[data-position='3']")
