@@ -73,7 +73,46 @@ def test_a_failed_install_fails(tmp_path: Path) -> None:
     assert done.returncode != 0
 
 
-def test_make_install_runs_it_with_torch_spec_and_torch_index() -> None:
+def test_wheel_only_installs_the_local_wheel_alone(tmp_path: Path) -> None:
+    # make install's uv step then resolves torch's dependencies with the project's.
+    calls, said = install(tmp_path, True, "torch==2.13.0", "", "wheel-only")
+    assert calls == ["-m pip install --quiet --no-index --no-deps torch==2.13.0"]
+    assert "local wheel" in said
+
+
+def test_wheel_only_without_a_local_wheel_installs_torch_and_its_dependencies(
+    tmp_path: Path,
+) -> None:
+    calls, _ = install(tmp_path, False, "torch==2.13.0", "", "wheel-only")
+    assert calls[-1] == (
+        "-m pip install --quiet torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    )
+
+
+def test_an_unknown_mode_is_refused_before_any_install(tmp_path: Path) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        install(tmp_path, True, "torch==2.13.0", "", "some")
+    assert refused.value.returncode == 2
+    assert "MODE is full or wheel-only" in refused.value.stderr
+    assert not (tmp_path / "calls").exists()
+
+
+@pytest.mark.parametrize(("installer", "mode"), [("uv", "wheel-only"), ("pip", "full")])
+def test_make_install_runs_it_with_torch_spec_torch_index_and_the_installers_mode(
+    installer: str, mode: str
+) -> None:
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert "TORCH_INDEX ?= https://download.pytorch.org/whl/cpu" in makefile
-    assert 'scripts/install_torch.sh $(BIN)/python "$(TORCH_SPEC)" "$(TORCH_INDEX)"' in makefile
+    dry_run = subprocess.run(
+        ["make", "-n", "-B", "install", f"INSTALLER={installer}", "VENV=/nonexistent/venv"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    wanted = (
+        "scripts/install_torch.sh /nonexistent/venv/bin/python"
+        f' "torch==2.13.0" "https://download.pytorch.org/whl/cpu" {mode}'
+    )
+    assert wanted in dry_run.splitlines()
