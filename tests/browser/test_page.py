@@ -223,7 +223,7 @@ def test_the_url_reproduces_the_view_and_downloads_work(page, server_url) -> Non
     assert other.input_value("#num_heads") == "4"
     assert not other.is_checked("#mask-causal")
     first = evaluate_json(page, "() => window.attnviz.lastResponse.weights")
-    assert other.evaluate("() => window.attnviz.lastResponse.weights") == first
+    assert evaluate_json(other, "() => window.attnviz.lastResponse.weights") == first
     other.close()
     # Downloads: the response as JSON, the figure as PNG (Plotly's toImage).
     with page.expect_download() as info:
