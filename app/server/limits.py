@@ -37,6 +37,12 @@ MAX_SCALING_LENGTH: Final = 128
 """The most queries and keys per sample of the scaling lesson."""
 MAX_SCALING_SAMPLES: Final = 256
 """The most random (Q, K) draws per head width of the scaling lesson."""
+MAX_SCALING_VALUES: Final = 2**25
+"""The most values the scaling lesson draws for Q in one request (as many again for K):
+``num_samples * length * sum(d_k_values)``. Each bound above alone allowed 1.07e9 (eight
+head widths of 4,096, 256 samples of 128): one request then held 1.9 GB and took 19 CPU-s.
+At this bound a request holds at most 0.27 GB of draws (Q and K of float32) and takes
+about a second; the tutorial's widths (8, 64, 512) fit it at 256 samples of 128."""
 MAX_HISTOGRAM_BINS: Final = 100
 """The most histogram bins of the scaling lesson."""
 MAX_ABLATED_HEADS: Final = 512
@@ -101,6 +107,7 @@ __all__ = [
     "MAX_SCALING_D_K",
     "MAX_SCALING_LENGTH",
     "MAX_SCALING_SAMPLES",
+    "MAX_SCALING_VALUES",
     "MAX_TEMPERATURE",
     "MAX_TEXT_CHARS",
     "MAX_TOKENS",

@@ -7,6 +7,13 @@ from attnviz.attention import LayerConfig
 from attnviz.attention.lessons import decoding_experiment
 from attnviz.attention.transformer import compute_transformer
 from attnviz.attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
+from attnviz.server.limits import (
+    MAX_SCALING_CASES,
+    MAX_SCALING_D_K,
+    MAX_SCALING_LENGTH,
+    MAX_SCALING_SAMPLES,
+    MAX_SCALING_VALUES,
+)
 from attnviz.server.settings import Settings, get_settings
 from fastapi.testclient import TestClient
 
@@ -73,6 +80,33 @@ def test_scaling_lesson(client: TestClient) -> None:
     assert [c["d_k"] for c in cases] == [8, 64, 512]
     assert cases[2]["unscaled"]["mean_entropy_bits"] < cases[0]["unscaled"]["mean_entropy_bits"]
     assert all(c["scaled"]["mean_entropy_bits"] > 3 for c in cases)
+
+
+def test_the_scaling_lesson_bounds_the_values_it_draws_at_once(client: TestClient) -> None:
+    """Each field within its own bound could ask for 1.07e9 values of Q (1.9 GB, 19 CPU-s):
+    the product num_samples x length x sum(d_k_values) has a bound of its own."""
+    url = "/api/v1/lessons/scaling"
+    largest = {"d_k_values": [MAX_SCALING_D_K] * MAX_SCALING_CASES, "length": MAX_SCALING_LENGTH,
+               "num_samples": MAX_SCALING_SAMPLES}  # fmt: skip
+    at_bound = {
+        "d_k_values": [MAX_SCALING_VALUES // (128 * 256)],
+        "length": 128,
+        "num_samples": 256,
+    }
+    over = {**at_bound, "d_k_values": [at_bound["d_k_values"][0] + 1]}
+    for body in (largest, over):
+        response = client.post(url, json=body)
+        assert response.status_code == 422, response.text
+        (error,) = response.json()["detail"]
+        assert error["loc"] == ["body", "num_samples"], error
+        drawn = body["num_samples"] * body["length"] * sum(body["d_k_values"])
+        assert (
+            f"{drawn:,} values drawn" in error["msg"] and f"{MAX_SCALING_VALUES:,}" in error["msg"]
+        )
+    response = client.post(url, json={**at_bound, "bins": 10})
+    assert response.status_code == 200, response.text
+    (case,) = response.json()["cases"]
+    assert case["d_k"] == 1024 and sum(case["scaled"]["counts"]) == 256 * 128 * 128
 
 
 def test_decoding_lesson_matches_the_engine(client: TestClient) -> None:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    model_validator,
 )
 
 from ...attention.engine import DtypeName
+from ...attention.errors import AttentionInputError
 from ...attention.transformer import PositionalEncodingName
 from ...attention.tutorials import TUTORIAL_BATCH, TUTORIAL_TARGETS
 from ..limits import (
@@ -22,6 +24,7 @@ from ..limits import (
     MAX_SCALING_D_K,
     MAX_SCALING_LENGTH,
     MAX_SCALING_SAMPLES,
+    MAX_SCALING_VALUES,
 )
 from ..transport import Encoding
 from .common import (
@@ -37,7 +40,11 @@ from .common import (
 
 
 class ScalingRequest(StrictRequest):
-    """The scaling experiment of tutorial 001 section 7."""
+    """The scaling experiment of tutorial 001 section 7.
+
+    num_samples x length x sum(d_k_values), the values drawn for Q (as many for K), is at
+    most 33,554,432 (2^25): over it, a 422 naming num_samples.
+    """
 
     d_k_values: list[Annotated[int, Field(ge=1, le=MAX_SCALING_D_K)]] = Field(
         default_factory=lambda: [8, 64, 512],
@@ -53,6 +60,22 @@ class ScalingRequest(StrictRequest):
     )
     bins: int = Field(20, ge=2, le=MAX_HISTOGRAM_BINS, description="Histogram bins over [0, 1].")
     seed: int = Field(0, ge=0, le=SEED_MAX)
+
+    @model_validator(mode="after")
+    def _values_drawn_are_bounded(self) -> Self:
+        """Refuse more than MAX_SCALING_VALUES values drawn for Q: a 422 naming num_samples.
+
+        Each field within its own bound could still ask for 1.9 GB and 19 CPU-s.
+        """
+        drawn = self.num_samples * self.length * sum(self.d_k_values)
+        if drawn > MAX_SCALING_VALUES:
+            raise AttentionInputError(
+                "num_samples",
+                f"num_samples x length x sum(d_k_values) is {drawn:,} values drawn for Q (as "
+                f"many for K), over the limit of {MAX_SCALING_VALUES:,}: fewer samples, a "
+                "shorter length or narrower heads",
+            )
+        return self
 
 
 class WeightStatsOut(BaseModel):
