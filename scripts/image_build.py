@@ -13,7 +13,8 @@ are lists separated by commas or spaces; an extra that names the project itself
     python image_build.py bytecode [MODULE ...]
 
 (the final stage, once the wheel is installed) imports every module of attnviz and the
-modules it imports lazily, then each MODULE, so that Python writes their .pyc files: the
+modules it imports lazily, then each MODULE (one that fails to import is named and skipped:
+it is compiled later, where it is used), so that Python writes their .pyc files: the
 build installs with PIP_NO_COMPILE=1 (compiling every installed module would add about
 220 MB, mostly modules never imported), and the image's user cannot write them, so a
 module without its .pyc would be compiled again at every start. ``make install`` runs it
@@ -100,11 +101,16 @@ def write_bytecode(extra: list[str]) -> None:
 
     names = [module.name for module in pkgutil.walk_packages(attnviz.__path__, "attnviz.")]
     skipped = []
-    for name in [*names, *LAZY_IMPORTS, *extra]:
+    for name in [*names, *LAZY_IMPORTS]:
         try:
             importlib.import_module(name)
         except ImportError as error:  # an optional dependency this build leaves out
             skipped.append(f"{name} ({error})")
+    for name in extra:  # only a head start: one that fails to import is compiled later, if used
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # any failure: skipped and named
+            skipped.append(f"{name} ({type(error).__name__}: {error})")
     print(f"bytecode: {len(sys.modules)} modules imported; skipped: {skipped or 'none'}")
 
 
