@@ -3,7 +3,6 @@ AttnViz and the suite's first processes import (scripts/image_build.py bytecode)
 Python writes their .pyc files once. pip (INSTALLER=pip) compiles every module itself."""
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -11,18 +10,7 @@ from types import ModuleType
 import pytest
 
 from tests import REPO_ROOT
-
-
-def dry_run(installer: str) -> list[str]:
-    """The commands ``make install`` would run with this installer (``make -n``)."""
-    return subprocess.run(
-        ["make", "-n", "-B", "install", f"INSTALLER={installer}", "VENV=/nonexistent/venv"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.splitlines()
+from tests.support.make import install_dry_run
 
 
 def image_build() -> ModuleType:
@@ -52,7 +40,7 @@ def module_file_exists(name: str) -> bool:
 
 
 def test_uv_installs_without_compiling_then_one_process_imports_what_is_used() -> None:
-    lines = dry_run("uv")
+    lines = install_dry_run("uv")
     installs = [i for i, line in enumerate(lines) if "/uv pip install" in line]
     assert len(installs) == 2, lines  # the project with its extras, then SmolLM2's wheel
     assert not any("--compile-bytecode" in lines[i] for i in installs)
@@ -69,7 +57,7 @@ def test_uv_installs_without_compiling_then_one_process_imports_what_is_used() -
 
 
 def test_pip_compiles_at_install_and_no_import_step_runs() -> None:
-    lines = dry_run("pip")
+    lines = install_dry_run("pip")
     assert any("-m pip install" in line and "--no-deps" in line for line in lines), lines
     assert not any("image_build.py bytecode" in line for line in lines)
 

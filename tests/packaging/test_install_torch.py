@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import REPO_ROOT
+from tests.support.make import DRY_RUN_VENV, install_dry_run
 
 SCRIPT = REPO_ROOT / "scripts/install_torch.sh"
 FAKE_PYTHON = """#!/bin/sh
@@ -103,16 +104,8 @@ def test_make_install_runs_it_with_torch_spec_torch_index_and_the_installers_mod
 ) -> None:
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert "TORCH_INDEX ?= https://download.pytorch.org/whl/cpu" in makefile
-    dry_run = subprocess.run(
-        ["make", "-n", "-B", "install", f"INSTALLER={installer}", "VENV=/nonexistent/venv"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
     wanted = (
-        "scripts/install_torch.sh /nonexistent/venv/bin/python"
+        f"scripts/install_torch.sh {DRY_RUN_VENV}/bin/python"
         f' "torch==2.13.0" "https://download.pytorch.org/whl/cpu" {mode}'
     )
-    assert wanted in dry_run.splitlines()
+    assert wanted in install_dry_run(installer)
